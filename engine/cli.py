@@ -1,0 +1,60 @@
+"""The `trace` command line. Parsers are cheap; each handler imports what it needs lazily.
+
+Exit codes: 0 ok; 1 a step failed or a claim/policy did not hold; 2 bad input or usage;
+3 the state directory is busy (another trace holds it).
+
+Feature areas add their own subcommands through `register(subparsers)` functions listed in
+COMMAND_MODULES, so this file stays small and `trace --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from engine import __version__
+from engine.errors import TraceError
+
+Handler = Callable[[argparse.Namespace], int]
+
+# Modules with a `register(subparsers) -> None`; each sets `handler` via set_defaults.
+COMMAND_MODULES: list[str] = [
+    "engine.commands",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trace",
+        description="Build content-addressed Nix step graphs and turn fix claims into evidence.",
+        epilog="Exit codes: 0 ok, 1 a step failed or a claim did not hold, 2 bad input or usage, "
+        "3 state directory busy.",
+    )
+    parser.add_argument("--version", action="version", version=f"trace {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return handler(args)
+    except TraceError as exc:
+        print(f"trace: error: {exc.render()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("trace: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

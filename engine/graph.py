@@ -1,0 +1,453 @@
+"""Loading pipeline files into a validated, ordered graph of steps.
+
+Reads TOML with tomli, follows `include`s, validates with pydantic, resolves parameters
+(defaults, `{ var = ... }` references into the run's context, paths relative to the declaring
+file) and orders the steps. Every error names the file, the key, the line where it can be found,
+and what to do; nothing is built or written when loading fails.
+"""
+
+from __future__ import annotations
+
+import difflib
+import graphlib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import tomli
+from pydantic import ValidationError
+
+from engine.errors import InputError
+from engine.hashing import StatCache, digest_bytes, git_tree_digest, tree_digest
+from engine.model import (
+    Graph,
+    InputRef,
+    Kind,
+    KindSpec,
+    NixSettings,
+    ParamSpec,
+    PipelineFile,
+    Step,
+    StepSpec,
+    VarRef,
+)
+from engine.render import compile_template
+
+_TYPE_NAMES = {
+    "string": "a string",
+    "int": "an integer",
+    "bool": "true or false",
+    "float": "a number",
+    "path": "a path (string)",
+    "strings": "a list of strings",
+    "paths": "a list of paths",
+}
+
+
+def find_line(text: str, dotted: list[str]) -> int | None:
+    """Best-effort line of a dotted key in TOML text (headers and inline keys)."""
+    lines = text.splitlines()
+    for depth in range(len(dotted), 0, -1):
+        head = r"\s*\.\s*".join(re.escape(p) for p in dotted[:depth])
+        patterns = [rf"^\s*\[\[?\s*{head}\s*\]\]?\s*(#.*)?$", rf"^\s*{head}\s*="]
+        if depth >= 2:
+            tail = r"\s*\.\s*".join(re.escape(p) for p in dotted[depth - 1 : depth])
+            patterns.append(rf"^\s*{tail}\s*=")
+        for pat in patterns[:2]:
+            for i, line in enumerate(lines, 1):
+                if re.search(pat, line):
+                    if depth == len(dotted):
+                        return i
+                    # find the remaining key below that header
+                    rest = dotted[depth]
+                    for j in range(i, len(lines)):
+                        if re.match(rf"^\s*{re.escape(rest)}\s*=", lines[j]):
+                            return j + 1
+                        if j > i and lines[j].lstrip().startswith("["):
+                            break
+                    return i
+    return None
+
+
+def closest(name: str, options: list[str]) -> str | None:
+    match = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
+    return match[0] if match else None
+
+
+def _suggest(name: str, options: list[str], what: str) -> str:
+    guess = closest(name, options)
+    if guess:
+        return f"did you mean '{guess}'?"
+    known = ", ".join(sorted(options)) or "none"
+    return f"declare the {what} first; known: {known}"
+
+
+class _File:
+    def __init__(self, path: Path, text: str, spec: PipelineFile) -> None:
+        self.path = path
+        self.text = text
+        self.spec = spec
+
+    def line(self, *dotted: str) -> int | None:
+        return find_line(self.text, list(dotted))
+
+
+def _read_file(path: Path) -> _File:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("file not found", file=path, hint="check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", file=path) from None
+    try:
+        data = tomli.loads(text)
+    except tomli.TOMLDecodeError as exc:
+        msg = str(exc.msg) if hasattr(exc, "msg") else str(exc)
+        raise InputError(
+            f"TOML syntax error: {msg}",
+            file=path,
+            line=getattr(exc, "lineno", None),
+            hint="fix the TOML syntax at that line",
+        ) from None
+    try:
+        spec = PipelineFile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [str(p) for p in err["loc"]]
+        # pydantic adds union member names to locations; keep only real keys
+        keys = [p for p in loc if p not in {"str", "VarRef", "int", "function-after[_ids(), dict[str,KindSpec]]"}]
+        keys = [k for k in keys if not k.startswith("function-")]
+        hint = "see `trace schema` for the accepted keys and types"
+        if err["type"] == "extra_forbidden":
+            hint = f"remove or rename '{keys[-1]}'; " + hint
+        raise InputError(
+            err["msg"], file=path, key=".".join(keys) or None, line=find_line(text, keys), hint=hint
+        ) from None
+    return _File(path, text, spec)
+
+
+def _load_files(entry: Path) -> list[_File]:
+    """The entry file and everything it includes, depth first, each file once."""
+    files: list[_File] = []
+    seen: set[Path] = set()
+
+    def visit(path: Path, stack: tuple[Path, ...]) -> None:
+        if path in stack:
+            chain = " -> ".join(str(p) for p in (*stack, path))
+            raise InputError(f"include cycle: {chain}", file=path, key="include",
+                             hint="remove one of the includes")
+        if path in seen:
+            return
+        seen.add(path)
+        f = _read_file(path)
+        for inc in f.spec.include:
+            target = (path.parent / inc).resolve()
+            if not target.is_file():
+                raise InputError(
+                    f"included file '{inc}' does not exist",
+                    file=path,
+                    key="include",
+                    line=f.line("include"),
+                    hint="fix the path (relative to this file)",
+                )
+            visit(target, (*stack, path))
+        files.append(f)
+
+    visit(entry.resolve(), ())
+    return files
+
+
+def _lookup(context: Mapping[str, Any], dotted: str) -> Any:
+    cur: Any = context
+    for part in dotted.split("."):
+        if isinstance(cur, Mapping) and part in cur:
+            cur = cur[part]
+        else:
+            raise KeyError(dotted)
+    return cur
+
+
+class _Resolver:
+    def __init__(self, root: Path, context: Mapping[str, Any], hasher: StatCache) -> None:
+        self.root = root
+        self.context = context
+        self.hasher = hasher
+        self._digests: dict[Path, str] = {}
+
+    def var(self, ref: VarRef, f: _File, *key: str) -> Any:
+        try:
+            return _lookup(self.context, ref.var)
+        except KeyError:
+            known = ", ".join(sorted(_flatten(self.context))) or "none (no context given)"
+            raise InputError(
+                f"unknown variable '{ref.var}'",
+                file=f.path,
+                key=".".join(key),
+                line=f.line(*key),
+                hint=f"known variables: {known}",
+            ) from None
+
+    def path(self, value: str, f: _File, *key: str) -> InputRef:
+        p = Path(value)
+        target = (p if p.is_absolute() else f.path.parent / p).resolve()
+        where = {"file": f.path, "key": ".".join(key), "line": f.line(*key)}
+        if not target.is_relative_to(self.root):
+            raise InputError(
+                f"path '{value}' escapes the project root {self.root}",
+                hint="keep inputs inside the project (or pass --root)",
+                **where,  # type: ignore[arg-type]
+            )
+        if not target.exists():
+            raise InputError(
+                f"input '{value}' does not exist (looked for {target})",
+                hint="create it or fix the path (relative to this file)",
+                **where,  # type: ignore[arg-type]
+            )
+        digest = self._digests.get(target)
+        if digest is None:
+            digest = tree_digest(target, self.hasher)
+            self._digests[target] = digest
+        return InputRef(path=target, rel=str(target.relative_to(self.root)), digest=digest)
+
+
+def _flatten(ctx: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for k, v in ctx.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.extend(_flatten(v, name + "."))
+        else:
+            out.append(name)
+    return out
+
+
+def _check_type(value: Any, spec: ParamSpec) -> bool:
+    t = spec.type
+    if t in ("string", "path"):
+        return isinstance(value, str)
+    if t == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if t == "bool":
+        return isinstance(value, bool)
+    if t == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _resolve_params(
+    step_id: str, step: StepSpec, kind: KindSpec, kind_name: str, f: _File, r: _Resolver
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    params: dict[str, Any] = {}
+    key_params: dict[str, Any] = {}
+    for name in step.params:
+        if name not in kind.params:
+            raise InputError(
+                f"kind '{kind_name}' has no parameter '{name}'",
+                file=f.path,
+                key=f"steps.{step_id}.params.{name}",
+                line=f.line("steps", step_id, "params", name) or f.line("steps", step_id),
+                hint=_suggest(name, list(kind.params), "parameter in the kind"),
+            )
+    for name, spec in kind.params.items():
+        key = ("steps", step_id, "params", name)
+        raw = step.params.get(name, spec.default)
+        if isinstance(raw, dict) and set(raw) == {"var"}:
+            raw = r.var(VarRef(var=raw["var"]), f, *key)
+        if raw is None:
+            if spec.required or name in step.params:
+                raise InputError(
+                    f"parameter '{name}' of kind '{kind_name}' is required",
+                    file=f.path,
+                    key=".".join(key[:2]),
+                    line=f.line("steps", step_id),
+                    hint=f"set params.{name} to {_TYPE_NAMES[spec.type]}",
+                )
+            params[name] = None
+            key_params[name] = None
+            continue
+        if not _check_type(raw, spec):
+            raise InputError(
+                f"parameter '{name}' must be {_TYPE_NAMES[spec.type]}, got {raw!r}",
+                file=f.path,
+                key=".".join(key),
+                line=f.line(*key) or f.line("steps", step_id),
+                hint=f"kind '{kind_name}' declares {name} as type '{spec.type}'",
+            )
+        if spec.type == "path":
+            ref = r.path(raw, f, *key)
+            params[name] = ref
+            key_params[name] = {"path": ref.rel, "digest": ref.digest}
+        elif spec.type == "paths":
+            refs = [r.path(v, f, *key) for v in raw]
+            params[name] = refs
+            key_params[name] = [{"path": x.rel, "digest": x.digest} for x in refs]
+        else:
+            params[name] = raw
+            key_params[name] = raw
+    return params, key_params
+
+
+def _merge_nix(files: list[_File]) -> NixSettings:
+    merged: dict[str, Any] = {}
+    sandbox: list[str] = []
+    for f in files:  # included files first, the entry file last: it wins
+        if f.spec.nix is None:
+            continue
+        data = f.spec.nix.model_dump(exclude_unset=True)
+        sandbox.extend(p for p in data.pop("extra_sandbox_paths", []) if p not in sandbox)
+        opts = {**merged.get("options", {}), **data.pop("options", {})}
+        merged.update(data)
+        merged["options"] = opts
+    merged["extra_sandbox_paths"] = sandbox
+    return NixSettings.model_validate(merged)
+
+
+def load_graph(
+    entry: Path,
+    *,
+    root: Path | None = None,
+    context: Mapping[str, Any] | None = None,
+    hasher: StatCache | None = None,
+) -> Graph:
+    """Load, validate and resolve a pipeline file and its includes."""
+    entry = entry.resolve()
+    root = (root or Path.cwd()).resolve()
+    if not entry.is_relative_to(root):
+        raise InputError(f"the pipeline file is outside the project root {root}", file=entry,
+                         hint="run from the project root or pass --root")
+    hasher = hasher or StatCache()
+    files = _load_files(entry)
+    r = _Resolver(root, context or {}, hasher)
+
+    kinds: dict[str, Kind] = {}
+    kind_files: dict[str, _File] = {}
+    for f in files:
+        for name, ks in f.spec.kinds.items():
+            if name in kinds:
+                raise InputError(
+                    f"kind '{name}' is declared twice (also in {kind_files[name].path})",
+                    file=f.path, key=f"kinds.{name}", line=f.line("kinds", name),
+                    hint="rename one of them",
+                )
+            tpath = (f.path.parent / ks.template).resolve()
+            where = {"file": f.path, "key": f"kinds.{name}.template",
+                     "line": f.line("kinds", name, "template")}
+            if not tpath.is_file():
+                raise InputError(f"template '{ks.template}' does not exist (looked for {tpath})",
+                                 hint="create the template or fix the path (relative to this file)",
+                                 **where)  # type: ignore[arg-type]
+            text = tpath.read_text(encoding="utf-8")
+            try:
+                compile_template(text, str(tpath))
+            except jinja2.TemplateSyntaxError as exc:
+                raise InputError(f"template does not compile: {exc.message}", file=tpath,
+                                 line=exc.lineno, key=f"kinds.{name}.template",
+                                 hint="fix the jinja2 syntax") from None
+            for pname, pspec in ks.params.items():
+                if pspec.default is not None and not _check_type(pspec.default, pspec):
+                    raise InputError(
+                        f"default of '{pname}' must be {_TYPE_NAMES[pspec.type]}",
+                        file=f.path, key=f"kinds.{name}.params.{pname}.default",
+                        line=f.line("kinds", name, "params", pname),
+                        hint="fix the default or the declared type")
+            kinds[name] = Kind(
+                name=name, template_path=tpath, template_text=text,
+                template_digest=digest_bytes(text.encode()), params=dict(ks.params),
+                check=ks.check, source=f.path,
+            )
+            kind_files[name] = f
+
+    specs: dict[str, tuple[StepSpec, _File]] = {}
+    for f in files:
+        for sid, ss in f.spec.steps.items():
+            if sid in specs:
+                raise InputError(
+                    f"step '{sid}' is declared twice (also in {specs[sid][1].path})",
+                    file=f.path, key=f"steps.{sid}", line=f.line("steps", sid),
+                    hint="step ids must be unique across included files; rename one",
+                )
+            if ss.kind not in kinds:
+                raise InputError(
+                    f"step '{sid}' has unknown kind '{ss.kind}'",
+                    file=f.path, key=f"steps.{sid}.kind", line=f.line("steps", sid, "kind"),
+                    hint=_suggest(ss.kind, list(kinds), "kind under [kinds.<name>]"),
+                )
+            specs[sid] = (ss, f)
+
+    # repeat expansion
+    expansions: dict[str, tuple[str, ...]] = {}
+    repeats: dict[str, int | None] = {}
+    for sid, (ss, f) in specs.items():
+        rep: Any = ss.repeat
+        if isinstance(rep, VarRef):
+            rep = r.var(rep, f, "steps", sid, "repeat")
+        if not isinstance(rep, int) or isinstance(rep, bool) or rep < 1:
+            raise InputError(f"repeat must be a positive integer, got {rep!r}", file=f.path,
+                             key=f"steps.{sid}.repeat", line=f.line("steps", sid, "repeat"),
+                             hint="set repeat = 1 or more")
+        explicit = "repeat" in ss.model_fields_set
+        repeats[sid] = rep if explicit else None
+        expansions[sid] = tuple(f"{sid}@{i}" for i in range(1, rep + 1)) if explicit else (sid,)
+
+    package_set: InputRef | None = None
+    nix = _merge_nix(files)
+    if nix.package_set is not None:
+        owner = next(f for f in reversed(files) if f.spec.nix and f.spec.nix.package_set)
+        ps = nix.package_set
+        value = r.var(ps, owner, "nix", "package_set") if isinstance(ps, VarRef) else ps
+        package_set = r.path(str(value), owner, "nix", "package_set")
+        git = git_tree_digest(package_set.path) if package_set.path.is_dir() else None
+        if git:
+            package_set = package_set.model_copy(update={"digest": git})
+        nix = nix.model_copy(update={"package_set": str(package_set.path)})
+
+    steps: dict[str, Step] = {}
+    for sid, (ss, f) in specs.items():
+        kind = kinds[ss.kind]
+        for need in ss.needs:
+            if need not in specs:
+                raise InputError(
+                    f"step '{sid}' needs unknown step '{need}'",
+                    file=f.path, key=f"steps.{sid}.needs", line=f.line("steps", sid, "needs"),
+                    hint=_suggest(need, list(specs), "step"),
+                )
+        params, key_params = _resolve_params(sid, ss, kinds_spec(kind), ss.kind, f, r)
+        inputs: dict[str, InputRef] = {}
+        for iname, ival in ss.inputs.items():
+            value = r.var(ival, f, "steps", sid, "inputs", iname) if isinstance(ival, VarRef) \
+                else ival
+            inputs[iname] = r.path(str(value), f, "steps", sid, "inputs", iname)
+        needs_base = {n: expansions[n] for n in ss.needs}
+        needs = tuple(x for n in ss.needs for x in expansions[n])
+        for idx, xid in enumerate(expansions[sid], 1):
+            steps[xid] = Step(
+                id=xid, base_id=sid, kind=ss.kind, needs=needs, needs_base=needs_base,
+                inputs=inputs, params=params, path_params=key_params,
+                repeat_index=idx if repeats[sid] is not None else None,
+                check=kind.check if ss.check is None else ss.check,
+                source=f.path, line=f.line("steps", sid),
+            )
+
+    sorter = graphlib.TopologicalSorter({s.id: s.needs for s in steps.values()})
+    try:
+        order = tuple(sorter.static_order())
+    except graphlib.CycleError as exc:
+        cycle = [steps[c].base_id for c in exc.args[1]]
+        first = specs[cycle[0]][1]
+        raise InputError(
+            "dependency cycle: " + " -> ".join(cycle),
+            file=first.path, key=f"steps.{cycle[0]}.needs",
+            line=first.line("steps", cycle[0], "needs"),
+            hint="a step cannot need itself, directly or through others; remove one of these needs",
+        ) from None
+
+    return Graph(
+        root=root, entry=entry, files=tuple(f.path for f in files), kinds=kinds, steps=steps,
+        order=order, nix=nix, package_set=package_set,
+    )
+
+
+def kinds_spec(kind: Kind) -> KindSpec:
+    return KindSpec(template=str(kind.template_path), params=kind.params, check=kind.check)

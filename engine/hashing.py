@@ -1,0 +1,154 @@
+"""Digests of JSON values, files and trees, with a stat cache so unchanged files are never re-read.
+
+Canonical JSON is RFC 8785 (JCS), so a key computed here can be recomputed by any other JCS
+implementation. Tree digests cover sorted relative paths, entry types, the executable bit, file
+contents and symlink targets: exactly what `builtins.path` copies into the Nix store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import rfc8785
+
+# Names never part of a hashed tree: version-control and trace's own state.
+SKIP_NAMES = frozenset({".git", ".trace", "__pycache__", ".hypothesis"})
+_CHUNK = 1 << 20
+
+
+def canonical_json(value: Any) -> bytes:
+    """RFC 8785 canonical JSON bytes of a JSON-compatible value."""
+    return bytes(rfc8785.dumps(value))
+
+
+def digest_json(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def digest_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class StatCache:
+    """path + (size, mtime_ns, inode, ctime_ns) -> sha256, kept in the state database.
+
+    A file whose stat signature is unchanged is not read again, as git's index and DVC do.
+    Without a database it still works, just without memory between runs.
+    """
+
+    def __init__(self, db: sqlite3.Connection | None = None) -> None:
+        self._db = db
+        self._mem: dict[str, tuple[int, int, int, int, str]] = {}
+        self._dirty: dict[str, tuple[int, int, int, int, str]] = {}
+        if db is not None:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS stat_cache (path TEXT PRIMARY KEY, size INTEGER,"
+                " mtime_ns INTEGER, ino INTEGER, ctime_ns INTEGER, digest TEXT)"
+            )
+            for row in db.execute("SELECT path, size, mtime_ns, ino, ctime_ns, digest FROM stat_cache"):
+                self._mem[row[0]] = (row[1], row[2], row[3], row[4], row[5])
+
+    def file_digest(self, path: Path, st: os.stat_result | None = None) -> str:
+        st = st or path.stat()
+        sig = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+        key = str(path)
+        hit = self._mem.get(key)
+        if hit is not None and hit[:4] == sig:
+            return hit[4]
+        digest = _read_digest(path)
+        entry = (*sig, digest)
+        self._mem[key] = entry
+        self._dirty[key] = entry
+        return digest
+
+    def flush(self) -> None:
+        """Persist new entries (the caller commits the surrounding transaction)."""
+        if self._db is None or not self._dirty:
+            return
+        self._db.executemany(
+            "INSERT OR REPLACE INTO stat_cache VALUES (?, ?, ?, ?, ?, ?)",
+            [(k, *v) for k, v in self._dirty.items()],
+        )
+        self._dirty.clear()
+
+
+def _walk(root: Path, rel: str = "") -> Iterator[tuple[str, os.DirEntry[str]]]:
+    with os.scandir(root / rel if rel else root) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        if entry.name in SKIP_NAMES:
+            continue
+        relpath = f"{rel}/{entry.name}" if rel else entry.name
+        yield relpath, entry
+        if entry.is_dir(follow_symlinks=False):
+            yield from _walk(root, relpath)
+
+
+def tree_digest(root: Path, cache: StatCache) -> str:
+    """Digest of a directory tree (or a single file) as Nix would copy it into the store."""
+    st = root.lstat()
+    if stat.S_ISREG(st.st_mode):
+        return "file:" + cache.file_digest(root, st)
+    h = hashlib.sha256()
+    for relpath, entry in _walk(root):
+        if entry.is_symlink():
+            h.update(f"l {relpath}\0{os.readlink(entry.path)}\0".encode())
+        elif entry.is_dir(follow_symlinks=False):
+            h.update(f"d {relpath}\0".encode())
+        else:
+            est = entry.stat(follow_symlinks=False)
+            exe = "x" if est.st_mode & 0o111 else "-"
+            h.update(f"f{exe} {relpath}\0{cache.file_digest(Path(entry.path), est)}\0".encode())
+    return "tree:" + h.hexdigest()
+
+
+def git_tree_digest(root: Path) -> str | None:
+    """git's own tree hash of a work tree, index stat cache included; None outside git.
+
+    Uses a throw-away copy of the index so the user's staging area is never touched.
+    Untracked files that git ignores are not part of the digest, just as they are not part of
+    the fork's revision.
+    """
+    try:
+        top = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--show-toplevel", "--git-path", "index"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    if Path(top[0]).resolve() != root.resolve():
+        return None
+    index = Path(top[1]) if os.path.isabs(top[1]) else root / top[1]
+    tmp_index = root / ".trace" / "git-index"
+    tmp_index.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GIT_INDEX_FILE": str(tmp_index)}
+    if index.exists():
+        tmp_index.write_bytes(index.read_bytes())
+    subprocess.run(
+        ["git", "-C", str(root), "add", "-A", "--", ".", ":(exclude).trace"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    tree = subprocess.run(
+        ["git", "-C", str(root), "write-tree"], env=env, check=True, capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return "git-tree:" + tree

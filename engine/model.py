@@ -1,0 +1,137 @@
+"""Typed models of pipeline files (pydantic), and of the resolved graph that flows onward.
+
+A pipeline file declares step *kinds* (template + typed parameters) and *steps* (instances of a
+kind with parameters, the steps they need and the files they read). `trace schema` exports
+`PipelineFile.model_json_schema()` for TOML editors.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+ParamType = Literal["string", "int", "bool", "float", "path", "strings", "paths"]
+ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VarRef(Strict):
+    """`{ var = "candidate.package" }`: the value comes from the run's context (e.g. a candidate)."""
+
+    var: str = Field(description="Dotted name of a context value, e.g. candidate.patches.")
+
+
+class ParamSpec(Strict):
+    type: ParamType = Field(description="string, int, bool, float, path, strings or paths.")
+    default: Any = Field(default=None, description="Value used when a step does not set it.")
+    required: bool = Field(default=False, description="A step must set it (no default).")
+    description: str = ""
+
+
+class KindSpec(Strict):
+    template: str = Field(description="jinja2 template rendering a Nix expression (.nix.j2).")
+    description: str = ""
+    params: dict[str, ParamSpec] = Field(default_factory=dict)
+    check: bool = Field(
+        default=False,
+        description="Rebuild each new result once with `--check` and record whether it differed.",
+    )
+
+
+class StepSpec(Strict):
+    kind: str = Field(description="Name of a declared kind.")
+    needs: list[str] = Field(default_factory=list, description="Ids of steps this one uses.")
+    inputs: dict[str, str | VarRef] = Field(
+        default_factory=dict,
+        description="Files or trees the step reads, by name (path relative to this file).",
+    )
+    params: dict[str, Any] = Field(default_factory=dict)
+    repeat: int | VarRef = Field(
+        default=1,
+        description="Run as N independent steps id@1..id@N (e.g. repeated reproducer runs).",
+    )
+    check: bool | None = Field(default=None, description="Override the kind's `check`.")
+    description: str = ""
+
+
+class NixSettings(Strict):
+    package_set: str | VarRef | None = Field(
+        default=None,
+        description="Directory (or .nix file) of the package set; templates get "
+        "`pkgs = import <package_set> {}`. In a nixpkgs fork: its root.",
+    )
+    extra_sandbox_paths: list[str] = Field(default_factory=list)
+    options: dict[str, str] = Field(default_factory=dict, description="Extra `--option`s.")
+    jobs: int | None = Field(default=None, description="Parallel builds (`-j`).")
+
+
+class PipelineFile(Strict):
+    """One TOML file as written."""
+
+    version: Literal[1] = 1
+    include: list[str] = Field(default_factory=list, description="Other pipeline files.")
+    nix: NixSettings | None = None
+    kinds: dict[str, KindSpec] = Field(default_factory=dict)
+    steps: dict[str, StepSpec] = Field(default_factory=dict)
+
+    @field_validator("steps", "kinds")
+    @classmethod
+    def _ids(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name in value:
+            if not ID_RE.match(name):
+                raise ValueError(
+                    f"'{name}' is not a valid name: use letters, digits, '_' and '-', "
+                    "starting with a letter"
+                )
+        return value
+
+
+# ---- the resolved graph (after loading, includes, validation) ----
+
+
+class Kind(Strict):
+    name: str
+    template_path: Path
+    template_text: str
+    template_digest: str
+    params: dict[str, ParamSpec]
+    check: bool
+    source: Path
+
+
+class InputRef(Strict):
+    path: Path
+    rel: str
+    digest: str
+
+
+class Step(Strict):
+    id: str
+    base_id: str
+    kind: str
+    needs: tuple[str, ...]
+    needs_base: dict[str, tuple[str, ...]]
+    inputs: dict[str, InputRef]
+    params: dict[str, Any]
+    path_params: dict[str, Any]
+    repeat_index: int | None
+    check: bool
+    source: Path
+    line: int | None = None
+
+
+class Graph(Strict):
+    root: Path
+    entry: Path
+    files: tuple[Path, ...]
+    kinds: dict[str, Kind]
+    steps: dict[str, Step]
+    order: tuple[str, ...]
+    nix: NixSettings
+    package_set: InputRef | None
