@@ -1,0 +1,6 @@
+"""`trace verify`: build a package before and after a candidate fix, run its reproducer against
+both inside the Nix sandbox, and decide from how those builds exited whether the fix holds.
+
+Modules: `result` (the `VerifyResult` model other features consume), `verdict` (claims and
+reason codes from a run's step results), `command` (the CLI subcommand).
+"""

@@ -1,0 +1,124 @@
+"""The machine-readable result of `trace verify` (consumed by evidence bundles and policies).
+
+Field names are a stable contract: bundles and the signing policy refer to them. Reason codes,
+once published in `REASONS`, never change meaning.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.records import GateRecord, RunRecord, Side
+
+# The reason-code catalogue: code -> (what it means, what to do).
+REASONS: dict[str, tuple[str, str]] = {
+    "ok": ("the claim holds", "nothing"),
+    "pre-fix-build-broken": (
+        "the unpatched package does not build, so nothing shows the bug exists",
+        "fix the package set or pick the revision the advisory is about",
+    ),
+    "post-fix-build-broken": (
+        "the package does not build with the candidate's patches applied",
+        "fix the patch so that it applies and compiles",
+    ),
+    "pre-fix-did-not-fail": (
+        "the reproducer ran the unpatched target and it did not fail",
+        "make the reproducer trigger the advertised bug",
+    ),
+    "pre-fix-wrong-failure": (
+        "the unpatched target failed, but not the way [expect] says (exit code, signal, "
+        "sanitizer kind or output pattern)",
+        "make the reproducer hit the advertised bug, or correct [expect]",
+    ),
+    "post-fix-still-fails": (
+        "the reproducer still fails against the patched package",
+        "the patch does not fix the bug the reproducer shows",
+    ),
+    "target-never-ran": (
+        "the reproducer never invoked the package's programs or imported its modules",
+        "make the reproducer call the package through $TARGET (or import it)",
+    ),
+    "flaky": (
+        "independent runs of the reproducer against the same build disagree",
+        "make the reproducer deterministic; a flaky result is not evidence",
+    ),
+    "nondeterministic": (
+        "rebuilding the patched package or its reproducer record gave a different output",
+        "make the build reproducible (timestamps, randomness, ordering)",
+    ),
+    "determinism-unchecked": (
+        "no --check rebuild result is available for the patched build",
+        "run `trace verify` again with a state directory that has not seen this build",
+    ),
+    "run-step-failed": (
+        "a reproducer run derivation itself failed (they always succeed by design)",
+        "read the step's log tail: this is an infrastructure problem, not a verdict",
+    ),
+}
+
+Claim = Literal["pre-fix-fails-as-expected", "post-fix-survives", "runs-agree", "deterministic"]
+StepStatus = Literal["built", "cached", "failed", "skipped", "missing"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class StepRef(_Model):
+    """One engine step that contributed evidence."""
+
+    id: str
+    status: StepStatus
+    key: str | None = None
+    drv: str | None = None
+    out: str | None = None
+    deterministic: bool | None = Field(default=None, description="--check result (check steps)")
+    log_tail: str = ""
+
+
+class SideResult(_Model):
+    """One side (pre-fix or post-fix): its build and every reproducer run against it."""
+
+    side: Side
+    build: StepRef
+    build_ok: bool
+    runs: list[RunRecord] = Field(description="one record per run (K); build failures included")
+    run_steps: list[StepRef]
+    target_ran: bool = Field(description="every run reached the package's program or module")
+    flaky: bool = Field(description="the runs' outcomes disagree")
+
+
+class ClaimVerdict(_Model):
+    """One row of the verdict table."""
+
+    claim: Claim
+    evidence: str = Field(description="which steps/records the verdict was read from")
+    holds: bool
+    reason: str = Field(description="a code from REASONS; 'ok' when the claim holds")
+    detail: str = ""
+
+
+class VerifyResult(_Model):
+    """Everything `trace verify` decided, and from which builds."""
+
+    schema_: Literal["trace.verify/v1"] = Field(default="trace.verify/v1", alias="schema")
+    candidate: str = Field(description="candidate id")
+    candidate_file: str
+    package: str
+    passed: bool = Field(description="every claim holds (exit 0)")
+    reasons: list[str] = Field(description="reason codes of every claim that does not hold")
+    claims: list[ClaimVerdict]
+    pre: SideResult
+    post: SideResult
+    expectation: GateRecord | None = Field(
+        default=None, description="the expectation gate step's own record, when it ran"
+    )
+    deterministic: bool | None = Field(
+        description="post-fix build and records rebuilt identically with --check (None: unknown)"
+    )
+    flaky: bool
+    steps: dict[str, StepRef] = Field(description="every step of the graph by id")
+    graph: str = Field(description="entry pipeline file")
+    engine_version: str
