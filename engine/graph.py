@@ -33,6 +33,7 @@ from engine.model import (
     StepSpec,
     VarRef,
 )
+from engine.paths import resolve_ref
 from engine.render import compile_template
 
 _TYPE_NAMES = {
@@ -117,7 +118,11 @@ def _read_file(path: Path) -> _File:
         err = exc.errors()[0]
         loc = [str(p) for p in err["loc"]]
         # pydantic adds union member names to locations; keep only real keys
-        keys = [p for p in loc if p not in {"str", "VarRef", "int", "function-after[_ids(), dict[str,KindSpec]]"}]
+        keys = [
+            p
+            for p in loc
+            if p not in {"str", "VarRef", "int", "function-after[_ids(), dict[str,KindSpec]]"}
+        ]
         keys = [k for k in keys if not k.startswith("function-")]
         hint = "see `trace schema` for the accepted keys and types"
         if err["type"] == "extra_forbidden":
@@ -136,14 +141,18 @@ def _load_files(entry: Path) -> list[_File]:
     def visit(path: Path, stack: tuple[Path, ...]) -> None:
         if path in stack:
             chain = " -> ".join(str(p) for p in (*stack, path))
-            raise InputError(f"include cycle: {chain}", file=path, key="include",
-                             hint="remove one of the includes")
+            raise InputError(
+                f"include cycle: {chain}",
+                file=path,
+                key="include",
+                hint="remove one of the includes",
+            )
         if path in seen:
             return
         seen.add(path)
         f = _read_file(path)
         for inc in f.spec.include:
-            target = (path.parent / inc).resolve()
+            target = resolve_ref(inc, path.parent)
             if not target.is_file():
                 raise InputError(
                     f"included file '{inc}' does not exist",
@@ -314,9 +323,6 @@ def load_graph(
     """Load, validate and resolve a pipeline file and its includes."""
     entry = entry.resolve()
     root = (root or Path.cwd()).resolve()
-    if not entry.is_relative_to(root):
-        raise InputError(f"the pipeline file is outside the project root {root}", file=entry,
-                         hint="run from the project root or pass --root")
     hasher = hasher or StatCache()
     files = _load_files(entry)
     r = _Resolver(root, context or {}, hasher)
@@ -328,34 +334,48 @@ def load_graph(
             if name in kinds:
                 raise InputError(
                     f"kind '{name}' is declared twice (also in {kind_files[name].path})",
-                    file=f.path, key=f"kinds.{name}", line=f.line("kinds", name),
+                    file=f.path,
+                    key=f"kinds.{name}",
+                    line=f.line("kinds", name),
                     hint="rename one of them",
                 )
-            tpath = (f.path.parent / ks.template).resolve()
-            where = {"file": f.path, "key": f"kinds.{name}.template",
-                     "line": f.line("kinds", name, "template")}
+            tpath = resolve_ref(ks.template, f.path.parent)
             if not tpath.is_file():
-                raise InputError(f"template '{ks.template}' does not exist (looked for {tpath})",
-                                 hint="create the template or fix the path (relative to this file)",
-                                 **where)  # type: ignore[arg-type]
+                raise InputError(
+                    f"template '{ks.template}' does not exist (looked for {tpath})",
+                    file=f.path,
+                    key=f"kinds.{name}.template",
+                    line=f.line("kinds", name, "template"),
+                    hint="create the template or fix the path (relative to this file)",
+                )
             text = tpath.read_text(encoding="utf-8")
             try:
                 compile_template(text, str(tpath))
             except jinja2.TemplateSyntaxError as exc:
-                raise InputError(f"template does not compile: {exc.message}", file=tpath,
-                                 line=exc.lineno, key=f"kinds.{name}.template",
-                                 hint="fix the jinja2 syntax") from None
+                raise InputError(
+                    f"template does not compile: {exc.message}",
+                    file=tpath,
+                    line=exc.lineno,
+                    key=f"kinds.{name}.template",
+                    hint="fix the jinja2 syntax",
+                ) from None
             for pname, pspec in ks.params.items():
                 if pspec.default is not None and not _check_type(pspec.default, pspec):
                     raise InputError(
                         f"default of '{pname}' must be {_TYPE_NAMES[pspec.type]}",
-                        file=f.path, key=f"kinds.{name}.params.{pname}.default",
+                        file=f.path,
+                        key=f"kinds.{name}.params.{pname}.default",
                         line=f.line("kinds", name, "params", pname),
-                        hint="fix the default or the declared type")
+                        hint="fix the default or the declared type",
+                    )
             kinds[name] = Kind(
-                name=name, template_path=tpath, template_text=text,
-                template_digest=digest_bytes(text.encode()), params=dict(ks.params),
-                check=ks.check, source=f.path,
+                name=name,
+                template_path=tpath,
+                template_text=text,
+                template_digest=digest_bytes(text.encode()),
+                params=dict(ks.params),
+                check=ks.check,
+                source=f.path,
             )
             kind_files[name] = f
 
@@ -365,13 +385,17 @@ def load_graph(
             if sid in specs:
                 raise InputError(
                     f"step '{sid}' is declared twice (also in {specs[sid][1].path})",
-                    file=f.path, key=f"steps.{sid}", line=f.line("steps", sid),
+                    file=f.path,
+                    key=f"steps.{sid}",
+                    line=f.line("steps", sid),
                     hint="step ids must be unique across included files; rename one",
                 )
             if ss.kind not in kinds:
                 raise InputError(
                     f"step '{sid}' has unknown kind '{ss.kind}'",
-                    file=f.path, key=f"steps.{sid}.kind", line=f.line("steps", sid, "kind"),
+                    file=f.path,
+                    key=f"steps.{sid}.kind",
+                    line=f.line("steps", sid, "kind"),
                     hint=_suggest(ss.kind, list(kinds), "kind under [kinds.<name>]"),
                 )
             specs[sid] = (ss, f)
@@ -384,9 +408,13 @@ def load_graph(
         if isinstance(rep, VarRef):
             rep = r.var(rep, f, "steps", sid, "repeat")
         if not isinstance(rep, int) or isinstance(rep, bool) or rep < 1:
-            raise InputError(f"repeat must be a positive integer, got {rep!r}", file=f.path,
-                             key=f"steps.{sid}.repeat", line=f.line("steps", sid, "repeat"),
-                             hint="set repeat = 1 or more")
+            raise InputError(
+                f"repeat must be a positive integer, got {rep!r}",
+                file=f.path,
+                key=f"steps.{sid}.repeat",
+                line=f.line("steps", sid, "repeat"),
+                hint="set repeat = 1 or more",
+            )
         explicit = "repeat" in ss.model_fields_set
         repeats[sid] = rep if explicit else None
         expansions[sid] = tuple(f"{sid}@{i}" for i in range(1, rep + 1)) if explicit else (sid,)
@@ -410,24 +438,34 @@ def load_graph(
             if need not in specs:
                 raise InputError(
                     f"step '{sid}' needs unknown step '{need}'",
-                    file=f.path, key=f"steps.{sid}.needs", line=f.line("steps", sid, "needs"),
+                    file=f.path,
+                    key=f"steps.{sid}.needs",
+                    line=f.line("steps", sid, "needs"),
                     hint=_suggest(need, list(specs), "step"),
                 )
         params, key_params = _resolve_params(sid, ss, kinds_spec(kind), ss.kind, f, r)
         inputs: dict[str, InputRef] = {}
         for iname, ival in ss.inputs.items():
-            value = r.var(ival, f, "steps", sid, "inputs", iname) if isinstance(ival, VarRef) \
-                else ival
+            value = (
+                r.var(ival, f, "steps", sid, "inputs", iname) if isinstance(ival, VarRef) else ival
+            )
             inputs[iname] = r.path(str(value), f, "steps", sid, "inputs", iname)
         needs_base = {n: expansions[n] for n in ss.needs}
         needs = tuple(x for n in ss.needs for x in expansions[n])
         for idx, xid in enumerate(expansions[sid], 1):
             steps[xid] = Step(
-                id=xid, base_id=sid, kind=ss.kind, needs=needs, needs_base=needs_base,
-                inputs=inputs, params=params, path_params=key_params,
+                id=xid,
+                base_id=sid,
+                kind=ss.kind,
+                needs=needs,
+                needs_base=needs_base,
+                inputs=inputs,
+                params=params,
+                path_params=key_params,
                 repeat_index=idx if repeats[sid] is not None else None,
                 check=kind.check if ss.check is None else ss.check,
-                source=f.path, line=f.line("steps", sid),
+                source=f.path,
+                line=f.line("steps", sid),
             )
 
     sorter = graphlib.TopologicalSorter({s.id: s.needs for s in steps.values()})
@@ -438,14 +476,21 @@ def load_graph(
         first = specs[cycle[0]][1]
         raise InputError(
             "dependency cycle: " + " -> ".join(cycle),
-            file=first.path, key=f"steps.{cycle[0]}.needs",
+            file=first.path,
+            key=f"steps.{cycle[0]}.needs",
             line=first.line("steps", cycle[0], "needs"),
             hint="a step cannot need itself, directly or through others; remove one of these needs",
         ) from None
 
     return Graph(
-        root=root, entry=entry, files=tuple(f.path for f in files), kinds=kinds, steps=steps,
-        order=order, nix=nix, package_set=package_set,
+        root=root,
+        entry=entry,
+        files=tuple(f.path for f in files),
+        kinds=kinds,
+        steps=steps,
+        order=order,
+        nix=nix,
+        package_set=package_set,
     )
 
 

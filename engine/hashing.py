@@ -60,7 +60,9 @@ class StatCache:
                 "CREATE TABLE IF NOT EXISTS stat_cache (path TEXT PRIMARY KEY, size INTEGER,"
                 " mtime_ns INTEGER, ino INTEGER, ctime_ns INTEGER, digest TEXT)"
             )
-            for row in db.execute("SELECT path, size, mtime_ns, ino, ctime_ns, digest FROM stat_cache"):
+            for row in db.execute(
+                "SELECT path, size, mtime_ns, ino, ctime_ns, digest FROM stat_cache"
+            ):
                 self._mem[row[0]] = (row[1], row[2], row[3], row[4], row[5])
 
     def file_digest(self, path: Path, st: os.stat_result | None = None) -> str:
@@ -148,7 +150,10 @@ def git_tree_digest(root: Path) -> str | None:
         capture_output=True,
     )
     tree = subprocess.run(
-        ["git", "-C", str(root), "write-tree"], env=env, check=True, capture_output=True,
+        ["git", "-C", str(root), "write-tree"],
+        env=env,
+        check=True,
+        capture_output=True,
         text=True,
     ).stdout.strip()
     return "git-tree:" + tree

@@ -22,7 +22,7 @@ class Strict(BaseModel):
 
 
 class VarRef(Strict):
-    """`{ var = "candidate.package" }`: the value comes from the run's context (e.g. a candidate)."""
+    """`{ var = "candidate.package" }`: a value from the run's context (e.g. a candidate)."""
 
     var: str = Field(description="Dotted name of a context value, e.g. candidate.patches.")
 

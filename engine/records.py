@@ -52,8 +52,10 @@ class RunRecord(Record):
 
     @property
     def failed(self) -> bool:
-        return self.exit_code not in (0, None) or self.signal is not None or (
-            self.sanitizer is not None
+        return (
+            self.exit_code not in (0, None)
+            or self.signal is not None
+            or (self.sanitizer is not None)
         )
 
 

@@ -72,7 +72,9 @@ def store_name(text: str) -> str:
 def nix_path(abs_path: str, name: str | None = None) -> NixExpr:
     """A file or tree copied into the store by content; its store path ignores where it lives."""
     base = store_name(name or abs_path.rstrip("/").rsplit("/", 1)[-1])
-    return NixExpr(f"(builtins.path {{ path = /. + {nix_string(abs_path)}; name = {nix_string(base)}; }})")
+    return NixExpr(
+        f"(builtins.path {{ path = /. + {nix_string(abs_path)}; name = {nix_string(base)}; }})"
+    )
 
 
 def attr_path(path: str) -> NixExpr:

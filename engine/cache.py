@@ -1,0 +1,189 @@
+"""The persistent cache index: step key -> result, plus the state that makes plans explainable.
+
+One SQLite database per state directory (`.trace/state.db`): writes are transactions, so a run
+killed at any point leaves the previous consistent state, and the next run completes the work (Nix
+keeps whatever outputs were already built). One process at a time holds the state directory
+(`filelock`); a second gets a clear "busy" error instead of waiting silently.
+
+Results are held by GC roots: a symlink per result key under this user's
+`/nix/var/nix/gcroots/per-user/<user>/trace/<state-id>/`, so `nix-collect-garbage` never deletes a
+cached output. `trace gc` removes roots for keys no graph references any more.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+from pydantic import BaseModel
+
+from engine.errors import BusyError, InputError
+
+GCROOTS_BASE = Path("/nix/var/nix/gcroots/per-user")
+
+
+class CachedResult(BaseModel):
+    key: str
+    step_id: str
+    drv: str
+    out: str
+    outcome: Any = None
+    deterministic: bool | None = None
+
+
+class Index:
+    def __init__(self, state_dir: Path, *, wait: float = 0) -> None:
+        self.state_dir = state_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = FileLock(str(state_dir / "lock"))
+        try:
+            self._lock.acquire(timeout=wait)
+        except Timeout:
+            raise BusyError(
+                f"another trace process is using {state_dir}",
+                hint="wait for it to finish (or pass --wait SECONDS); if none is running, the lock "
+                "is stale only if the file system does not support locks",
+            ) from None
+        self.db = sqlite3.connect(state_dir / "state.db", isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS results (
+                key TEXT PRIMARY KEY, step_id TEXT, drv TEXT, out TEXT, outcome TEXT,
+                deterministic INTEGER, created REAL);
+            CREATE TABLE IF NOT EXISTS last_keys (
+                graph TEXT, step_id TEXT, key TEXT, components TEXT,
+                PRIMARY KEY (graph, step_id));
+            """
+        )
+        self.gcroots = self._gcroot_dir()
+
+    def close(self) -> None:
+        self.db.close()
+        self._lock.release()
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- results ----
+    def results(self, keys: Iterable[str]) -> dict[str, CachedResult]:
+        keys = list(keys)
+        found: dict[str, CachedResult] = {}
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self.db.execute(
+                f"SELECT key, step_id, drv, out, outcome, deterministic FROM results "
+                f"WHERE key IN ({marks})",
+                chunk,
+            ):
+                found[row[0]] = CachedResult(
+                    key=row[0],
+                    step_id=row[1],
+                    drv=row[2],
+                    out=row[3],
+                    outcome=json.loads(row[4]) if row[4] is not None else None,
+                    deterministic=None if row[5] is None else bool(row[5]),
+                )
+        return found
+
+    def record(
+        self, results: Iterable[CachedResult], last: dict[str, tuple[str, str, Any]], graph: str
+    ) -> None:
+        """Store new results (rooting their outputs first) and every step's latest key."""
+        results = list(results)
+        for r in results:
+            self.add_root(r.key, r.out)
+        now = time.time()
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany(
+                "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        r.key,
+                        r.step_id,
+                        r.drv,
+                        r.out,
+                        None if r.outcome is None else json.dumps(r.outcome, sort_keys=True),
+                        None if r.deterministic is None else int(r.deterministic),
+                        now,
+                    )
+                    for r in results
+                ],
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO last_keys VALUES (?, ?, ?, ?)",
+                [
+                    (graph, sid, key, json.dumps(comp, sort_keys=True))
+                    for sid, (key, _, comp) in last.items()
+                ],
+            )
+
+    def last_keys(self, graph: str) -> dict[str, tuple[str, dict[str, Any]]]:
+        return {
+            row[0]: (row[1], json.loads(row[2]))
+            for row in self.db.execute(
+                "SELECT step_id, key, components FROM last_keys WHERE graph = ?", (graph,)
+            )
+        }
+
+    # ---- GC roots ----
+    def _gcroot_dir(self) -> Path:
+        state_id = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:16]
+        base = GCROOTS_BASE / getpass.getuser() / "trace" / state_id
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(
+                f"cannot create GC roots under {base}: {exc}",
+                hint="create /nix/var/nix/gcroots/per-user/<you> writable by you "
+                "(scripts/setup does), so cached results survive nix-collect-garbage",
+            ) from None
+        link = self.state_dir / "gcroots"
+        if not link.is_symlink():
+            tmp = self.state_dir / "gcroots.tmp"
+            if tmp.is_symlink():
+                tmp.unlink()
+            tmp.symlink_to(base)
+            os.replace(tmp, link)
+        marker = base / ".state-dir"
+        if not marker.exists():
+            marker.write_text(str(self.state_dir.resolve()) + "\n")
+        return base
+
+    def add_root(self, key: str, out: str) -> None:
+        link = self.gcroots / key
+        if link.is_symlink() and os.readlink(link) == out:
+            return
+        tmp = self.gcroots / f".{key}.tmp"
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(out)
+        os.replace(tmp, link)
+
+    def gc(self, keep: set[str]) -> list[str]:
+        """Drop roots and index entries of results no graph references; return dropped keys."""
+        dropped = [
+            p.name
+            for p in self.gcroots.iterdir()
+            if not p.name.startswith(".") and p.name not in keep
+        ]
+        for key in dropped:
+            (self.gcroots / key).unlink(missing_ok=True)
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in dropped])
+        return dropped

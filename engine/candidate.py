@@ -1,0 +1,211 @@
+"""The candidate file: one proposed fix, what it claims, and how to check the claim.
+
+```toml
+id = "CVE-2026-1001-cparse"
+package = "cparse"                 # attribute path in the package set (pkgs.<package>)
+patches = ["fix.patch"]            # applied in order through overrideAttrs
+origin = "model"                   # model | human | upstream (routing input)
+rationale = "rationale.md"         # optional: why this patch fixes the bug
+review = "review.md"               # optional: an independent review
+
+[advisory]
+osv = "advisory.json"              # OSV JSON
+upstream_fix = "https://github.com/o/r/commit/abc"   # optional
+
+[reproducer]
+script = "repro.sh"                # run with sh; $TARGET is the package, data in the cwd
+data = ["crash.txt"]
+runs = 3                           # independent runs per side (flakiness)
+
+[expect]                           # how the UNPATCHED build must fail; all given must hold
+signal = "SIGSEGV"                 # or exit_code = 1
+sanitizer = "AddressSanitizer: heap-buffer-overflow"
+output = "overflow at .*"          # regex over stdout+stderr
+
+[model]                            # optional, for model-made patches (replay record)
+id = "example-model-2026-01"
+prompt = "prompt.txt"
+parameters = { temperature = 0 }
+```
+Paths are relative to the candidate file.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from engine.errors import InputError
+from engine.graph import find_line
+
+SIGNALS = {
+    "SIGHUP": 1,
+    "SIGINT": 2,
+    "SIGQUIT": 3,
+    "SIGILL": 4,
+    "SIGTRAP": 5,
+    "SIGABRT": 6,
+    "SIGBUS": 7,
+    "SIGFPE": 8,
+    "SIGKILL": 9,
+    "SIGSEGV": 11,
+    "SIGPIPE": 13,
+    "SIGALRM": 14,
+    "SIGTERM": 15,
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Advisory(_Strict):
+    osv: str = Field(description="OSV advisory JSON file")
+    upstream_fix: str | None = Field(default=None, description="upstream fix reference (URL)")
+
+
+class Reproducer(_Strict):
+    script: str = Field(description="shell script run against the build ($TARGET = package)")
+    data: list[str] = Field(default_factory=list, description="files copied into the run's cwd")
+    runs: int = Field(default=3, ge=1, le=50, description="independent runs per side")
+
+
+class Expectation(_Strict):
+    exit_code: int | None = Field(default=None, description="exit status of the target")
+    signal: str | None = Field(default=None, description="e.g. SIGSEGV, SIGABRT")
+    sanitizer: str | None = Field(
+        default=None, description="'Tool: kind', e.g. 'AddressSanitizer: heap-buffer-overflow'"
+    )
+    output: str | None = Field(default=None, description="regex over stdout+stderr")
+
+    @field_validator("signal")
+    @classmethod
+    def _signal(cls, v: str | None) -> str | None:
+        if v is not None and v not in SIGNALS:
+            raise ValueError(f"unknown signal {v!r}; use one of {', '.join(SIGNALS)}")
+        return v
+
+    @field_validator("output")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
+        return v
+
+
+class ModelInfo(_Strict):
+    id: str
+    prompt: str | None = Field(default=None, description="prompt file (its digest is recorded)")
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class CandidateFile(_Strict):
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    package: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_'-]*(\.[A-Za-z_][A-Za-z0-9_'-]*)*$")
+    patches: list[str] = Field(min_length=1)
+    origin: Literal["model", "human", "upstream"] = "model"
+    rationale: str | None = None
+    review: str | None = None
+    scope: list[str] = Field(default_factory=list, description="globs the patch may touch")
+    advisory: Advisory
+    reproducer: Reproducer
+    expect: Expectation
+    model: ModelInfo | None = None
+
+
+class Candidate(BaseModel):
+    """A loaded candidate: the file's content with every path made absolute and checked."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: Path
+    spec: CandidateFile
+
+    @property
+    def dir(self) -> Path:
+        return self.path.parent
+
+    def file(self, rel: str) -> Path:
+        return (self.dir / rel).resolve()
+
+    def context(self) -> dict[str, Any]:
+        """Values for `{ var = "candidate.…" }` references in pipeline files."""
+        s = self.spec
+        return {
+            "id": s.id,
+            "package": s.package,
+            "patches": [str(self.file(p)) for p in s.patches],
+            "reproducer": {
+                "script": str(self.file(s.reproducer.script)),
+                "data": [str(self.file(d)) for d in s.reproducer.data],
+                "runs": s.reproducer.runs,
+            },
+            "advisory": str(self.file(s.advisory.osv)),
+            "expect": s.expect.model_dump(exclude_none=True),
+            "file": str(self.path),
+        }
+
+
+def load_candidate(path: Path) -> Candidate:
+    path = path.resolve()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("candidate file not found", file=path, hint="check the path") from None
+    try:
+        data = tomli.loads(text)
+    except tomli.TOMLDecodeError as exc:
+        raise InputError(
+            f"TOML syntax error: {exc.msg}",
+            file=path,
+            line=exc.lineno,
+            hint="fix the TOML syntax at that line",
+        ) from None
+    try:
+        spec = CandidateFile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        keys = [str(p) for p in err["loc"]]
+        raise InputError(
+            err["msg"],
+            file=path,
+            key=".".join(keys),
+            line=find_line(text, keys),
+            hint="see `trace schema candidate` for the accepted keys",
+        ) from None
+    cand = Candidate(path=path, spec=spec)
+    files = [("patches", p) for p in spec.patches]
+    files += [("reproducer.script", spec.reproducer.script), ("advisory.osv", spec.advisory.osv)]
+    files += [("reproducer.data", d) for d in spec.reproducer.data]
+    for key, rel in [("rationale", spec.rationale), ("review", spec.review)]:
+        if rel:
+            files.append((key, rel))
+    if spec.model and spec.model.prompt:
+        files.append(("model.prompt", spec.model.prompt))
+    for key, rel in files:
+        target = cand.file(rel)
+        if not target.is_file():
+            raise InputError(
+                f"'{rel}' does not exist (looked for {target})",
+                file=path,
+                key=key,
+                line=find_line(text, key.split(".")),
+                hint="fix the path (relative to the candidate file)",
+            )
+    if spec.expect == Expectation():
+        raise InputError(
+            "[expect] names no failure",
+            file=path,
+            key="expect",
+            line=find_line(text, ["expect"]),
+            hint="say how the unpatched build must fail: exit_code, signal, "
+            "sanitizer and/or output",
+        )
+    return cand

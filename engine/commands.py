@@ -1,0 +1,197 @@
+"""Engine subcommands: run, plan, graph, schema, gc."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+# name -> "module:attribute" of a pydantic model whose JSON Schema `trace schema NAME` prints.
+SCHEMAS: dict[str, str] = {
+    "pipeline": "engine.model:PipelineFile",
+    "candidate": "engine.candidate:CandidateFile",
+}
+
+
+def add_state_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="project root: inputs must stay inside it (default: current directory)",
+    )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="cache index and GC roots (default: ROOT/.trace)",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="wait this long for another trace using the state dir (default: fail)",
+    )
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="build a graph; unchanged steps are answered from the cache")
+    p.add_argument("graph", type=Path, help="pipeline TOML file")
+    add_state_args(p)
+    p.add_argument("-j", "--jobs", type=int, default=None, help="parallel builds (nix -j)")
+    p.add_argument("--json", action="store_true", help="print the run result as JSON")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("plan", help="show every step's key and whether (and why) it would build")
+    p.add_argument("graph", type=Path)
+    add_state_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_plan)
+
+    p = sub.add_parser("graph", help="print the step graph as Graphviz dot or Mermaid")
+    p.add_argument("graph", type=Path)
+    p.add_argument("--root", type=Path, default=None)
+    p.add_argument("--format", choices=["dot", "mermaid"], default="dot")
+    p.set_defaults(handler=cmd_graph)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of a file format")
+    p.add_argument("name", nargs="?", default="pipeline", choices=sorted(SCHEMAS))
+    p.set_defaults(handler=cmd_schema)
+
+    p = sub.add_parser("gc", help="drop GC roots of results no graph references any more")
+    add_state_args(p)
+    p.set_defaults(handler=cmd_gc)
+
+
+def _root(args: argparse.Namespace) -> Path:
+    return (args.root or Path.cwd()).resolve()
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    return (args.state_dir or _root(args) / ".trace").resolve()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from engine.cache import Index
+    from engine.graph import load_graph
+    from engine.hashing import StatCache
+    from engine.progress import Progress
+    from engine.run import run_graph
+
+    with Index(_state_dir(args), wait=args.wait) as index:
+        hasher = StatCache(index.db)
+        graph = load_graph(args.graph, root=_root(args), hasher=hasher)
+        hasher.flush()
+        with Progress(enabled=not args.quiet and not args.json) as progress:
+            result = run_graph(graph, index, jobs=args.jobs, reporter=progress)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        counts = ", ".join(
+            f"{result.count(s)} {s}"
+            for s in ("built", "reused", "cached", "failed", "skipped")
+            if result.count(s)
+        )
+        print(f"{len(result.steps)} steps: {counts or 'nothing to do'}")
+        for r in result.steps.values():
+            if r.status == "failed":
+                print(f"\nFAILED {r.id}  ({r.drv})", file=sys.stderr)
+                if r.log_tail:
+                    print("  " + r.log_tail.replace("\n", "\n  "), file=sys.stderr)
+            elif r.status == "skipped":
+                print(f"skipped {r.id}: a step it needs failed", file=sys.stderr)
+            if r.deterministic is False:
+                print(f"NONDETERMINISTIC {r.id}: a --check rebuild differed", file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from engine.cache import Index
+    from engine.graph import load_graph
+    from engine.hashing import StatCache
+    from engine.run import plan
+
+    with Index(_state_dir(args), wait=args.wait) as index:
+        hasher = StatCache(index.db)
+        graph = load_graph(args.graph, root=_root(args), hasher=hasher)
+        hasher.flush()
+        p, _ = plan(graph, index)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "graph": p.graph,
+                    "steps": [
+                        {"id": s.id, "key": s.key, "dirty": s.dirty, "reasons": s.reasons}
+                        for s in (p.steps[i] for i in p.order)
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return 0
+    width = max((len(s) for s in p.order), default=4)
+    for sid in p.order:
+        sp = p.steps[sid]
+        state = "dirty" if sp.dirty else "clean"
+        why = "; ".join(sp.reasons)
+        print(f"{sid:<{width}}  {sp.key[:12]}  {state}" + (f"  {why}" if why else ""))
+    n = len(p.dirty)
+    print(f"{n} of {len(p.order)} steps would build")
+    return 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    import networkx as nx
+
+    from engine.graph import load_graph
+
+    graph = load_graph(args.graph, root=_root(args))
+    g = nx.DiGraph()
+    for sid, step in graph.steps.items():
+        g.add_node(sid, kind=step.kind)
+        g.add_edges_from((n, sid) for n in step.needs)
+    ids = {sid: f"n{i}" for i, sid in enumerate(graph.order)}
+    out: list[str] = []
+    if args.format == "dot":
+        out.append("digraph trace {\n  rankdir=LR;")
+        for layer, nodes in enumerate(nx.topological_generations(g)):
+            out.append(f"  {{ rank=same; // layer {layer}")
+            for sid in sorted(nodes):
+                label = json.dumps(f"{sid}\\n({g.nodes[sid]['kind']})")
+                out.append(f"    {ids[sid]} [label={label}];")
+            out.append("  }")
+        out.extend(f"  {ids[a]} -> {ids[b]};" for a, b in sorted(g.edges))
+        out.append("}")
+    else:
+        out.append("flowchart LR")
+        for sid in graph.order:
+            out.append(f'  {ids[sid]}["{sid} ({g.nodes[sid]["kind"]})"]')
+        out.extend(f"  {ids[a]} --> {ids[b]}" for a, b in sorted(g.edges))
+    print("\n".join(out))
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    import importlib
+
+    module, attr = SCHEMAS[args.name].split(":")
+    model = getattr(importlib.import_module(module), attr)
+    print(json.dumps(model.model_json_schema(), indent=2))
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from engine.cache import Index
+
+    state = _state_dir(args)
+    with Index(state, wait=args.wait) as index:
+        keep = {row[0] for row in index.db.execute("SELECT key FROM last_keys")}
+        dropped = index.gc(keep)
+    print(f"dropped {len(dropped)} GC roots; kept {len(keep)}")
+    print("run `nix-collect-garbage` to free the store paths no root holds any more")
+    return 0

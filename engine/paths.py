@@ -1,0 +1,26 @@
+"""Where trace's shipped data (graphs/, templates/, policy/) lives, and `trace:` references to it.
+
+In a checkout this is the repository root; an installed package (e.g. the flake's) sets
+TRACE_DATA_DIR to the directory holding its copies.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PREFIX = "trace:"
+
+
+def data_dir() -> Path:
+    env = os.environ.get("TRACE_DATA_DIR")
+    if env:
+        return Path(env).resolve()
+    return Path(__file__).resolve().parent.parent
+
+
+def resolve_ref(value: str, base: Path) -> Path:
+    """`trace:graphs/verify.toml` -> inside the data dir; anything else relative to `base`."""
+    if value.startswith(PREFIX):
+        return (data_dir() / value[len(PREFIX) :]).resolve()
+    return (base / value).resolve()

@@ -1,0 +1,436 @@
+"""Plan and execute a graph: content keys, clean/dirty with reasons, one nix call for the rest.
+
+Plan: each step's key is the digest of its components (kind, template digest, resolved params,
+input digests, the keys of the steps it needs, package-set digest, Nix settings, engine version).
+A step whose key has a result in the index and whose output still exists is clean: no Nix
+evaluation at all. Execute: the dirty steps and their upstream closure are rendered into one Nix
+file, evaluated by one `nix-instantiate`, and the dirty derivations built by one
+`nix-store --realise --keep-going`. Failures are reported with their log tail, never cached, and
+their downstream steps are skipped. Steps of `check` kinds are rebuilt once with `--check`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from engine import __version__
+from engine.cache import CachedResult, Index
+from engine.errors import InputError
+from engine.hashing import digest_bytes, digest_json
+from engine.model import Graph, InputRef, Step
+from engine.render import NixExpr, nix_path, nix_string, render
+
+Status = Literal["cached", "built", "reused", "failed", "skipped"]
+
+
+class StepPlan(BaseModel):
+    id: str
+    key: str
+    dirty: bool
+    reasons: list[str] = Field(default_factory=list)
+    components: dict[str, Any]
+
+
+class Plan(BaseModel):
+    graph: str
+    steps: dict[str, StepPlan]
+    order: list[str]
+
+    @property
+    def dirty(self) -> list[str]:
+        return [s for s in self.order if self.steps[s].dirty]
+
+
+class StepResult(BaseModel):
+    id: str
+    key: str
+    status: Status
+    drv: str | None = None
+    out: str | None = None
+    outcome: Any = None
+    deterministic: bool | None = None
+    log_tail: str | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+
+class RunResult(BaseModel):
+    graph: str
+    steps: dict[str, StepResult]
+    evaluated: bool = False
+    nix_calls: int = 0
+
+    def count(self, status: Status) -> int:
+        return sum(1 for s in self.steps.values() if s.status == status)
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status not in ("failed", "skipped") for s in self.steps.values())
+
+
+def graph_id(graph: Graph) -> str:
+    try:
+        return str(graph.entry.relative_to(graph.root))
+    except ValueError:
+        return str(graph.entry)
+
+
+def _input_key(ref: InputRef) -> dict[str, str]:
+    return {"path": ref.rel, "digest": ref.digest}
+
+
+def components(graph: Graph, step: Step, keys: dict[str, str]) -> dict[str, Any]:
+    kind = graph.kinds[step.kind]
+    return {
+        "engine": __version__,
+        "id": step.id,
+        "kind": step.kind,
+        "template": kind.template_digest,
+        "params": step.path_params,
+        "inputs": {k: _input_key(v) for k, v in step.inputs.items()},
+        "needs": {n: keys[n] for n in step.needs},
+        "package_set": graph.package_set.digest if graph.package_set else None,
+        "nix": {"extra_sandbox_paths": graph.nix.extra_sandbox_paths, "options": graph.nix.options},
+        "repeat_index": step.repeat_index,
+        "check": step.check,
+    }
+
+
+def _why(old: dict[str, Any] | None, new: dict[str, Any], changed_upstream: set[str]) -> list[str]:
+    if old is None:
+        return ["never built"]
+    reasons: list[str] = []
+    labels = {
+        "engine": "engine version changed",
+        "template": "template changed",
+        "kind": "kind changed",
+        "package_set": "package set changed",
+        "nix": "nix settings changed",
+        "check": "check setting changed",
+    }
+    for field, label in labels.items():
+        if old.get(field) != new.get(field):
+            reasons.append(label)
+    for group, noun in (("params", "param"), ("inputs", "input")):
+        o, n = old.get(group, {}), new.get(group, {})
+        for name in sorted(set(o) | set(n)):
+            if o.get(name) != n.get(name):
+                reasons.append(f"{noun} '{name}' changed")
+    o_needs, n_needs = old.get("needs", {}), new.get("needs", {})
+    for name in sorted(set(o_needs) | set(n_needs)):
+        if name not in o_needs:
+            reasons.append(f"now needs '{name}'")
+        elif name not in n_needs:
+            reasons.append(f"no longer needs '{name}'")
+        elif o_needs[name] != n_needs[name] or name in changed_upstream:
+            reasons.append(f"upstream '{name}' changed")
+    return reasons
+
+
+def plan(graph: Graph, index: Index) -> tuple[Plan, dict[str, CachedResult]]:
+    keys: dict[str, str] = {}
+    comps: dict[str, dict[str, Any]] = {}
+    for sid in graph.order:
+        comp = components(graph, graph.steps[sid], keys)
+        comps[sid] = comp
+        keys[sid] = digest_json(comp)
+    cached = index.results(keys.values())
+    last = index.last_keys(graph_id(graph))
+    steps: dict[str, StepPlan] = {}
+    for sid in graph.order:
+        key = keys[sid]
+        hit = cached.get(key)
+        if hit is not None and os.path.exists(hit.out):
+            steps[sid] = StepPlan(id=sid, key=key, dirty=False, components=comps[sid])
+            continue
+        prev = last.get(sid)
+        if hit is not None:
+            reasons = ["output missing from the store"]
+        elif prev is not None and prev[0] == key:
+            reasons = ["not built yet (the last run failed or was interrupted)"]
+        else:
+            dirty_up = {n for n in graph.steps[sid].needs if steps[n].dirty}
+            reasons = _why(prev[1] if prev else None, comps[sid], dirty_up)
+            reasons = reasons or ["no cached result for this key"]
+        steps[sid] = StepPlan(id=sid, key=key, dirty=True, reasons=reasons, components=comps[sid])
+    return Plan(graph=graph_id(graph), steps=steps, order=list(graph.order)), cached
+
+
+def _context(graph: Graph, step: Step, keys: dict[str, str]) -> dict[str, Any]:
+    def ref(sid: str) -> NixExpr:
+        return NixExpr(f"steps.{nix_string(sid)}")
+
+    params: dict[str, Any] = {}
+    for name, value in step.params.items():
+        if isinstance(value, InputRef):
+            params[name] = nix_path(str(value.path))
+        elif isinstance(value, list) and value and isinstance(value[0], InputRef):
+            params[name] = [nix_path(str(v.path)) for v in value]
+        else:
+            params[name] = value
+    needs: dict[str, Any] = {}
+    for base, ids in step.needs_base.items():
+        repeated = graph.steps[ids[0]].repeat_index is not None
+        needs[base] = [ref(i) for i in ids] if repeated else ref(ids[0])
+    return {
+        "params": params,
+        "inputs": {k: nix_path(str(v.path)) for k, v in step.inputs.items()},
+        "needs": needs,
+        "step": {"id": step.id, "key": keys[step.id], "base_id": step.base_id},
+        "repeat_index": step.repeat_index,
+    }
+
+
+def _closure(graph: Graph, targets: list[str]) -> list[str]:
+    seen: set[str] = set()
+    stack = list(targets)
+    while stack:
+        sid = stack.pop()
+        if sid in seen:
+            continue
+        seen.add(sid)
+        stack.extend(graph.steps[sid].needs)
+    return [s for s in graph.order if s in seen]
+
+
+def render_expression(graph: Graph, p: Plan, targets: list[str]) -> tuple[str, dict[int, str]]:
+    """One Nix file evaluating to the list of target derivations; also line -> step id."""
+    keys = {sid: sp.key for sid, sp in p.steps.items()}
+    if graph.package_set is not None:
+        pkgs = f"import (/. + {nix_string(str(graph.package_set.path))}) {{ }}"
+    else:
+        pkgs = 'throw "this pipeline declares no [nix] package_set"'
+    lines = ["# generated by trace; do not edit", "let", f"  pkgs = {pkgs};", "  steps = {"]
+    owner: dict[int, str] = {}
+    for sid in _closure(graph, targets):
+        step = graph.steps[sid]
+        kind = graph.kinds[step.kind]
+        try:
+            body = render(kind.template_text, str(kind.template_path), _context(graph, step, keys))
+        except Exception as exc:  # jinja2 errors: undefined names, filters, type errors
+            raise InputError(
+                f"template for step '{sid}' does not render: {exc}",
+                file=kind.template_path,
+                line=getattr(exc, "lineno", None),
+                key=f"steps.{step.base_id}",
+                hint=f"fix the template or the step's params (step declared in {step.source})",
+            ) from None
+        start = len(lines) + 1
+        lines.append(f"    {nix_string(sid)} = (")
+        lines.extend("      " + ln for ln in body.rstrip("\n").splitlines())
+        lines.append("    );")
+        for n in range(start, len(lines) + 1):
+            owner[n] = sid
+    lines.append("  };")
+    lines.append("in [")
+    lines.extend(f"  steps.{nix_string(t)}" for t in targets)
+    lines.append("]")
+    return "\n".join(lines) + "\n", owner
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_outcome(out: str) -> Any:
+    p = Path(out)
+    target = p / "outcome.json" if p.is_dir() else p
+    if target.is_file() and (target.name.endswith(".json") or target != p):
+        try:
+            return json.loads(target.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return None
+    return None
+
+
+Reporter = Callable[[str, str], None]
+
+
+def _default_reporter(progress: bool) -> Reporter:
+    def report(step_id: str, state: str) -> None:
+        if progress:
+            print(f"[{state:>8}] {step_id}", file=sys.stderr, flush=True)
+
+    return report
+
+
+def run_graph(
+    graph: Graph,
+    state: Path | Index,
+    *,
+    jobs: int | None = None,
+    progress: bool = False,
+    reporter: Reporter | None = None,
+    wait: float = 0,
+) -> RunResult:
+    """Build every dirty step of the graph; answer clean steps from the index.
+
+    `state` is a state directory (locked for the duration) or an Index the caller already holds.
+    """
+    if isinstance(state, Index):
+        return _run(graph, state, jobs, reporter or _default_reporter(progress))
+    with Index(state, wait=wait) as index:
+        return _run(graph, index, jobs, reporter or _default_reporter(progress))
+
+
+def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunResult:
+    from engine.nix import Nix, output_of
+
+    state_dir = index.state_dir
+    p, cached = plan(graph, index)
+    results: dict[str, StepResult] = {}
+    for sid in p.order:
+        sp = p.steps[sid]
+        if not sp.dirty:
+            hit = cached[sp.key]
+            results[sid] = StepResult(
+                id=sid,
+                key=sp.key,
+                status="cached",
+                drv=hit.drv,
+                out=hit.out,
+                outcome=hit.outcome,
+                deterministic=hit.deterministic,
+            )
+            report(sid, "cached")
+    dirty = p.dirty
+    run = RunResult(graph=p.graph, steps={})
+    last = {sid: (sp.key, sid, sp.components) for sid, sp in p.steps.items()}
+    if not dirty:
+        index.record([], last, p.graph)
+        run.steps = results
+        return run
+
+    nix = Nix(graph.nix, jobs)
+    text, owner = render_expression(graph, p, dirty)
+    expr_file = state_dir / "build" / f"{digest_bytes(text.encode())[:32]}.nix"
+    _write_atomic(expr_file, text)
+    for sid in dirty:
+        report(sid, "queued")
+    rc, drvs, err = nix.instantiate(expr_file)
+    run.evaluated = True
+    run.nix_calls += 1
+    if rc != 0 or len(drvs) != len(dirty):
+        raise _eval_error(err, owner, graph, expr_file)
+    drv_of = dict(zip(dirty, drvs, strict=True))
+    step_of = {d: s for s, d in drv_of.items()}
+    out_of = {s: output_of(d) for s, d in drv_of.items()}
+
+    def on_event(event: str, drv: str) -> None:
+        sid = step_of.get(drv)
+        if sid is not None:
+            report(sid, event)
+
+    todo = [drv_of[s] for s in dirty if not os.path.exists(out_of[s])]
+    built: set[str] = set()
+    failed_drvs: set[str] = set()
+    if todo:
+        rep = nix.realise(todo, on_event=on_event)
+        run.nix_calls += 1
+        built, failed_drvs = rep.built, rep.failed
+
+    new: list[CachedResult] = []
+    failed_steps: set[str] = set()
+    for sid in dirty:
+        sp = p.steps[sid]
+        drv, out = drv_of[sid], out_of[sid]
+        if os.path.exists(out):
+            status: Status = "built" if drv in built else "reused"
+            res = StepResult(
+                id=sid,
+                key=sp.key,
+                status=status,
+                drv=drv,
+                out=out,
+                outcome=read_outcome(out),
+                reasons=sp.reasons,
+            )
+            report(sid, status)
+        else:
+            upstream_failed = any(n in failed_steps for n in graph.steps[sid].needs)
+            if upstream_failed and drv not in failed_drvs:
+                res = StepResult(
+                    id=sid,
+                    key=sp.key,
+                    status="skipped",
+                    drv=drv,
+                    reasons=sp.reasons,
+                    log_tail="skipped: a step it needs failed",
+                )
+                report(sid, "skipped")
+            else:
+                log = nix.read_log(drv) if drv in failed_drvs else ""
+                if not log:
+                    inner = sorted(failed_drvs - set(drv_of.values()))
+                    log = "\n".join(nix.read_log(d) for d in inner[:1]) if inner else ""
+                res = StepResult(
+                    id=sid, key=sp.key, status="failed", drv=drv, reasons=sp.reasons, log_tail=log
+                )
+                report(sid, "failed")
+            failed_steps.add(sid)
+        results[sid] = res
+
+    checks = [
+        sid
+        for sid in dirty
+        if results[sid].status in ("built", "reused") and graph.steps[sid].check
+    ]
+    if checks:
+        rep = nix.realise([drv_of[s] for s in checks], check=True)
+        run.nix_calls += 1
+        for sid in checks:
+            results[sid].deterministic = drv_of[sid] not in rep.failed
+            report(sid, "checked" if results[sid].deterministic else "nondeterministic")
+
+    for sid in dirty:
+        r = results[sid]
+        if r.status in ("built", "reused") and r.out and r.drv:
+            new.append(
+                CachedResult(
+                    key=r.key,
+                    step_id=sid,
+                    drv=r.drv,
+                    out=r.out,
+                    outcome=r.outcome,
+                    deterministic=r.deterministic,
+                )
+            )
+    index.record(new, last, p.graph)
+    run.steps = {sid: results[sid] for sid in p.order}
+    return run
+
+
+def _eval_error(err: str, owner: dict[int, str], graph: Graph, expr_file: Path) -> InputError:
+    import re
+
+    sid = None
+    for m in re.finditer(re.escape(str(expr_file)) + r":(\d+):", err):
+        sid = owner.get(int(m.group(1)))
+        if sid:
+            break
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    msg = "\n    ".join(lines[-12:]) if lines else "nix-instantiate failed"
+    if sid:
+        step = graph.steps[sid]
+        return InputError(
+            f"step '{sid}' does not evaluate:\n    {msg}",
+            file=step.source,
+            key=f"steps.{step.base_id}",
+            line=step.line,
+            hint=f"check its template {graph.kinds[step.kind].template_path} and params; "
+            f"the generated Nix is in {expr_file}",
+        )
+    return InputError(
+        f"the graph does not evaluate:\n    {msg}",
+        file=expr_file,
+        hint="check [nix] package_set and the templates",
+    )
