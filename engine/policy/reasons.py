@@ -1,0 +1,87 @@
+"""The one catalogue of stable reason codes (policy/reasons.toml), in the manner of Conforma rules.
+
+Each code is `<area>.<rule>` and carries a message, what to do, the date from which it denies
+(`effective_on`; before that date a hit is only a warning) and whether a waiver may lift it.
+A code, once published, never changes meaning: retire it and add a new one instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from engine.errors import PolicyError
+from engine.policy.source import (
+    PolicyHeader,
+    PolicyRef,
+    Strict,
+    check_schema,
+    closest,
+    find_line,
+    read_toml,
+    ref,
+    validate,
+)
+
+SCHEMA = "trace.reasons/v1"
+CODE_RE = r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$"
+
+
+class ReasonSpec(Strict):
+    code: str = Field(pattern=CODE_RE, description="stable machine code, <area>.<rule>")
+    message: str = Field(min_length=1, description="what went wrong, for a human")
+    solution: str = Field(min_length=1, description="what to do about it")
+    effective_on: dt.date = Field(description="from this date a hit denies; before: a warning")
+    waivable: bool = Field(default=True, description="may a waiver lift it for one candidate")
+
+
+class CatalogueFile(Strict):
+    policy: PolicyHeader
+    reasons: list[ReasonSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> CatalogueFile:
+        seen: set[str] = set()
+        for r in self.reasons:
+            if r.code in seen:
+                raise ValueError(f"reason code '{r.code}' is declared twice")
+            seen.add(r.code)
+        return self
+
+
+class Catalogue(Strict):
+    ref: PolicyRef
+    reasons: dict[str, ReasonSpec]
+
+    def get(self, code: str) -> ReasonSpec | None:
+        return self.reasons.get(code)
+
+    def __contains__(self, code: object) -> bool:
+        return code in self.reasons
+
+    def suggest(self, code: str) -> str:
+        guess = closest(code, list(self.reasons))
+        return f"did you mean '{guess}'?" if guess else "see policy/reasons.toml for the codes"
+
+
+def load_catalogue(path: Path) -> Catalogue:
+    text, data, digest = read_toml(path, what="reason catalogue")
+    spec = validate(CatalogueFile, data, path=path, text=text, what="reason catalogue")
+    check_schema(spec.policy, SCHEMA, path=path, text=text)
+    return Catalogue(ref=ref(spec.policy, path, digest), reasons={r.code: r for r in spec.reasons})
+
+
+def require_code(
+    catalogue: Catalogue, code: str, *, file: Path, text: str, loc: tuple[str | int, ...]
+) -> None:
+    """A policy or waiver file may only name codes the catalogue defines."""
+    if code not in catalogue:
+        raise PolicyError(
+            f"unknown reason code '{code}'",
+            file=file,
+            key=".".join(str(p) for p in loc),
+            line=find_line(text, loc),
+            hint=f"{catalogue.suggest(code)} Codes are declared in {catalogue.ref.path}",
+        )
