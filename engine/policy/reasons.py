@@ -1,6 +1,6 @@
 """The one catalogue of stable reason codes (policy/reasons.toml), in the manner of Conforma rules.
 
-Each code is `<area>.<rule>` and carries a message, what to do, the date from which it denies
+Each code is kebab-case, led by its area (`scope-too-large`), and carries a message, what to do, the date from which it denies
 (`effective_on`; before that date a hit is only a warning) and whether a waiver may lift it.
 A code, once published, never changes meaning: retire it and add a new one instead.
 """
@@ -26,11 +26,11 @@ from engine.policy.source import (
 )
 
 SCHEMA = "trace.reasons/v1"
-CODE_RE = r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$"
+CODE_RE = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
 
 
 class ReasonSpec(Strict):
-    code: str = Field(pattern=CODE_RE, description="stable machine code, <area>.<rule>")
+    code: str = Field(pattern=CODE_RE, description="stable machine code, kebab-case, area first")
     message: str = Field(min_length=1, description="what went wrong, for a human")
     solution: str = Field(min_length=1, description="what to do about it")
     effective_on: dt.date = Field(description="from this date a hit denies; before: a warning")
