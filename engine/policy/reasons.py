@@ -1,7 +1,8 @@
 """The one catalogue of stable reason codes (policy/reasons.toml), in the manner of Conforma rules.
 
-Each code is kebab-case, led by its area (`scope-too-large`), and carries a message, what to do, the date from which it denies
-(`effective_on`; before that date a hit is only a warning) and whether a waiver may lift it.
+Each code is kebab-case, led by its area (`scope-too-large`), and carries a message, what to
+do, the date from which it denies (`effective_on`; before that date a hit is only a warning) and
+whether a waiver may lift it.
 A code, once published, never changes meaning: retire it and add a new one instead.
 """
 
