@@ -109,6 +109,17 @@ class Nix:
         report.stderr_tail = tail[-40:]
         return report
 
+    def invalid(self, paths: Sequence[str]) -> set[str]:
+        """The paths that are not valid store paths (failed builds may leave unregistered dirs)."""
+        if not paths:
+            return set()
+        rc, out, err = self._cmd("nix-store").run(
+            ["--check-validity", "--print-invalid", *paths], retcode=None
+        )
+        if rc != 0:
+            raise NixError(f"nix-store --check-validity failed: {str(err).strip()}")
+        return set(str(out).split())
+
     def read_log(self, drv: str, lines: int = 25) -> str:
         rc, out, _ = self._cmd("nix-store").run(["--read-log", drv], retcode=None)
         if rc != 0:

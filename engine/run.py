@@ -330,20 +330,17 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
         if sid is not None:
             report(sid, event)
 
-    todo = [drv_of[s] for s in dirty if not os.path.exists(out_of[s])]
-    built: set[str] = set()
-    failed_drvs: set[str] = set()
-    if todo:
-        rep = nix.realise(todo, on_event=on_event)
-        run.nix_calls += 1
-        built, failed_drvs = rep.built, rep.failed
+    rep = nix.realise([drv_of[s] for s in dirty], on_event=on_event)
+    run.nix_calls += 1
+    built, failed_drvs = rep.built, rep.failed
+    invalid = nix.invalid([out_of[s] for s in dirty])
 
     new: list[CachedResult] = []
     failed_steps: set[str] = set()
     for sid in dirty:
         sp = p.steps[sid]
         drv, out = drv_of[sid], out_of[sid]
-        if os.path.exists(out):
+        if out not in invalid:
             status: Status = "built" if drv in built else "reused"
             res = StepResult(
                 id=sid,

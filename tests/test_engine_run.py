@@ -1,0 +1,263 @@
+"""Real nix builds of small generated graphs: cold, no-op, incremental, failure, lock, kill, GC."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from engine.cache import Index
+from engine.errors import BusyError
+from engine.graph import load_graph
+from engine.run import RunResult, run_graph
+from tests.enginekit import layered_steps, make_project, write_inputs
+
+pytestmark = pytest.mark.nix
+
+
+def build(graph: Path, **kw: object) -> RunResult:
+    g = load_graph(graph, root=graph.parent)
+    return run_graph(g, graph.parent / ".trace", **kw)  # type: ignore[arg-type]
+
+
+def statuses(result: RunResult, status: str) -> set[str]:
+    return {s.id for s in result.steps.values() if s.status == status}
+
+
+@pytest.fixture(scope="module")
+def layered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunResult]:
+    """30 steps in 3 layers, built once (cold) for the tests below."""
+    project = tmp_path_factory.mktemp("layered")
+    graph = make_project(project, layered_steps(30, salt=uuid.uuid4().hex))
+    write_inputs(project)
+    return graph, build(graph)
+
+
+def test_cold_build_builds_every_step(layered: tuple[Path, RunResult]) -> None:
+    _, cold = layered
+    assert cold.ok and cold.evaluated
+    assert statuses(cold, "built") == {f"s{i}" for i in range(30)}
+    s12 = Path(cold.steps["s12"].out or "") / "text"
+    assert s12.read_text().startswith("step 12")
+
+
+def test_noop_run_builds_and_evaluates_nothing(layered: tuple[Path, RunResult]) -> None:
+    graph, _ = layered
+    again = build(graph)
+    assert again.ok
+    assert statuses(again, "cached") == set(again.steps)
+    assert not again.evaluated and again.nix_calls == 0
+
+
+def test_one_input_changed_rebuilds_exactly_its_cone(layered: tuple[Path, RunResult]) -> None:
+    graph, _ = layered
+    data = graph.parent / "data" / "in3.txt"
+    old = data.read_text()
+    data.write_text("changed input\n")
+    try:
+        result = build(graph)
+    finally:
+        data.write_text(old)
+    # s3 is read by layer 0; s12 (3,4) and s13 (... ) need it in layer 1; layer 2 follows.
+    expected = {"s3", "s12", "s13", "s21", "s22", "s23"}
+    expected = {"s3"} | {f"s{10 + p}" for p in (2, 3)} | {f"s{20 + p}" for p in (1, 2, 3)}
+    assert statuses(result, "built") == expected
+    assert statuses(result, "cached") == {f"s{i}" for i in range(30)} - expected
+    # and back: the old results are still cached, nothing builds
+    assert statuses(build(graph), "cached") == {f"s{i}" for i in range(30)}
+
+
+def test_plan_explains_why(
+    layered: tuple[Path, RunResult], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engine.cli import main
+
+    graph, _ = layered
+    text = graph.read_text()
+    graph.write_text(text.replace('message = "step 25 ', 'message = "step 25 edited '))
+    try:
+        rc = main(["plan", str(graph), "--root", str(graph.parent)])
+        out = capsys.readouterr().out
+    finally:
+        graph.write_text(text)
+    assert rc == 0
+    lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith("s")}
+    assert "dirty" in lines["s25"] and "param 'message' changed" in lines["s25"]
+    assert "clean" in lines["s24"]
+    assert "1 of 30 steps would build" in out
+
+
+def test_new_kind_declared_in_toml_only(tmp_path: Path) -> None:
+    graph = make_project(
+        tmp_path,
+        """
+        [kinds.shout]
+        template = "templates/shout.nix.j2"
+        [kinds.shout.params.word]
+        type = "string"
+        required = true
+
+        [steps.a]
+        kind = "text"
+        params = { message = "quiet" }
+
+        [steps.b]
+        kind = "shout"
+        needs = ["a"]
+        params = { word = "loud ${x} \\" '' quote" }
+        """,
+    )
+    (tmp_path / "templates" / "shout.nix.j2").write_text(
+        "pkgs.runCommand \"shout\" { word = {{ params.word }}; a = {{ needs.a }}; } ''\n"
+        '  printf "%s!" "$word" > $out; cat $a/text >> $out\n'
+        "''\n"
+    )
+    result = build(graph)
+    assert result.ok
+    assert Path(result.steps["b"].out or "").read_text() == "loud ${x} \" '' quote!quiet\n"
+
+
+def test_failure_is_reported_not_cached_and_downstream_skipped(tmp_path: Path) -> None:
+    graph = make_project(
+        tmp_path,
+        f"""
+        [steps.ok]
+        kind = "text"
+        params = {{ message = "{uuid.uuid4().hex}" }}
+        [steps.bad]
+        kind = "text"
+        params = {{ fail = true, message = "{uuid.uuid4().hex}" }}
+        [steps.after]
+        kind = "text"
+        needs = ["bad", "ok"]
+        """,
+    )
+    result = build(graph)
+    assert not result.ok
+    assert result.steps["ok"].status == "built"
+    bad = result.steps["bad"]
+    assert bad.status == "failed" and bad.drv and "failing on purpose: bad" in (bad.log_tail or "")
+    assert result.steps["after"].status == "skipped"
+    again = build(graph)  # failures are not cached: the step is tried again
+    assert again.steps["bad"].status == "failed" and again.steps["ok"].status == "cached"
+
+
+def test_cli_run_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import main
+
+    graph = make_project(tmp_path, '[steps.bad]\nkind = "text"\nparams = { fail = true }\n')
+    rc = main(["run", str(graph), "--root", str(tmp_path), "-q"])
+    assert rc == 1
+    assert "FAILED bad" in capsys.readouterr().err
+
+
+def test_nix_evaluation_error_names_the_step(tmp_path: Path) -> None:
+    from engine.errors import InputError
+
+    graph = make_project(tmp_path, '[steps.a]\nkind = "text"\n[steps.broken]\nkind = "broken"\n')
+    graph.write_text(graph.read_text() + '[kinds.broken]\ntemplate = "templates/broken.nix.j2"\n')
+    (tmp_path / "templates" / "broken.nix.j2").write_text("pkgs.noSuchThing { }\n")
+    with pytest.raises(InputError) as info:
+        build(graph)
+    assert "step 'broken' does not evaluate" in info.value.message
+    assert "noSuchThing" in info.value.message
+
+
+def _slow_project(tmp_path: Path, seconds: int) -> Path:
+    salt = uuid.uuid4().hex
+    return make_project(
+        tmp_path,
+        f"""
+        [steps.fast]
+        kind = "text"
+        params = {{ message = "fast {salt}" }}
+        [steps.slow]
+        kind = "text"
+        needs = ["fast"]
+        params = {{ message = "slow {salt}", sleep = {seconds} }}
+        """,
+    )
+
+
+def _start_run(graph: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "run", str(graph), "--root", str(graph.parent)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _wait_building(proc: subprocess.Popen[str], step: str) -> None:
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 60
+    for line in proc.stderr:
+        if "building" in line and line.split()[-1] == step:
+            return
+        assert time.monotonic() < deadline
+    raise AssertionError(f"{step} never started building")
+
+
+def test_concurrent_run_is_refused_then_waits(tmp_path: Path) -> None:
+    graph = _slow_project(tmp_path, 3)
+    first = _start_run(graph)
+    try:
+        _wait_building(first, "slow")
+        with pytest.raises(BusyError):
+            build(graph)
+        waited = build(graph, wait=60)  # blocks until the first run releases the lock
+        assert statuses(waited, "cached") == {"fast", "slow"}
+    finally:
+        first.wait(timeout=60)
+    assert first.returncode == 0
+
+
+def test_run_killed_mid_build_resumes_correctly(tmp_path: Path) -> None:
+    graph = _slow_project(tmp_path, 30)
+    proc = _start_run(graph)
+    _wait_building(proc, "slow")
+    os.killpg(proc.pid, signal.SIGKILL)  # trace and its nix child, mid-build
+    proc.wait(timeout=10)
+    text = graph.read_text().replace("sleep = 30", "sleep = 0")
+    graph.write_text(text)
+    resumed = build(graph)
+    assert resumed.ok
+    assert resumed.steps["fast"].status in ("reused", "cached")
+    assert resumed.steps["slow"].status == "built"
+    assert statuses(build(graph), "cached") == {"fast", "slow"}
+
+
+def test_results_survive_garbage_collection(layered: tuple[Path, RunResult]) -> None:
+    graph, cold = layered
+    outs = [s.out for s in cold.steps.values() if s.out]
+    # What nix-collect-garbage would delete right now: none of our cached outputs.
+    dead = subprocess.run(
+        ["nix-store", "--gc", "--print-dead"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert not set(outs) & set(dead)
+    # Deleting one of them is refused because a root holds it.
+    refused = subprocess.run(["nix-store", "--delete", outs[0]], capture_output=True, text=True)
+    assert refused.returncode != 0 and "alive" in refused.stderr
+    assert statuses(build(graph), "cached") == set(cold.steps)
+
+
+def test_gc_drops_roots_no_graph_references(tmp_path: Path) -> None:
+    salt = uuid.uuid4().hex
+    graph = make_project(tmp_path, f'[steps.a]\nkind = "text"\nparams = {{ message = "{salt}" }}\n')
+    first = build(graph)
+    graph.write_text(graph.read_text().replace(salt, salt + "-v2"))
+    second = build(graph)
+    with Index(tmp_path / ".trace") as index:
+        roots = {p.name for p in index.gcroots.iterdir() if not p.name.startswith(".")}
+        assert {first.steps["a"].key, second.steps["a"].key} <= roots
+        keep = {row[0] for row in index.db.execute("SELECT key FROM last_keys")}
+        dropped = index.gc(keep)
+    assert dropped == [first.steps["a"].key]
+    assert statuses(build(graph), "cached") == {"a"}
