@@ -1,0 +1,63 @@
+"""The critical-package list (policy/critical-packages.toml): packages whose fixes always get a
+human, whatever else routing says. Entries match a package's attribute path exactly or by glob.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from pydantic import Field
+
+from engine.errors import PolicyError
+from engine.policy.source import (
+    PolicyHeader,
+    PolicyRef,
+    Strict,
+    check_schema,
+    find_line,
+    read_toml,
+    ref,
+    validate,
+)
+
+SCHEMA = "trace.critical/v1"
+
+
+class CriticalEntry(Strict):
+    pattern: str = Field(
+        pattern=r"^[A-Za-z0-9_*?\[\]'.-]+$",
+        description="attribute path, or a glob over it (python3Packages.*)",
+    )
+    why: str = Field(min_length=1, description="why a fix here needs a human")
+
+
+class CriticalFile(Strict):
+    policy: PolicyHeader
+    packages: list[CriticalEntry] = Field(default_factory=list)
+
+
+class CriticalList(Strict):
+    ref: PolicyRef
+    packages: list[CriticalEntry]
+
+    def match(self, package: str) -> CriticalEntry | None:
+        return next((e for e in self.packages if fnmatchcase(package, e.pattern)), None)
+
+
+def load_critical(path: Path) -> CriticalList:
+    text, data, digest = read_toml(path, what="critical-package list")
+    spec = validate(CriticalFile, data, path=path, text=text, what="critical-package list")
+    check_schema(spec.policy, SCHEMA, path=path, text=text)
+    seen: set[str] = set()
+    for i, entry in enumerate(spec.packages):
+        if entry.pattern in seen:
+            raise PolicyError(
+                f"pattern '{entry.pattern}' is listed twice",
+                file=path,
+                key=f"packages.{i}.pattern",
+                line=find_line(text, ("packages", i, "pattern")),
+                hint="keep one entry per pattern",
+            )
+        seen.add(entry.pattern)
+    return CriticalList(ref=ref(spec.policy, path, digest), packages=spec.packages)
