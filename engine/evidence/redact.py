@@ -1,0 +1,133 @@
+"""Redaction rules, applied to every text payload before it is hashed or stored.
+
+The rules are data (`RULES`), versioned (`REDACTION_VERSION`) and written into every bundle as
+`payload/redaction.json`, so a reviewer sees exactly what was removed and why. Each match is
+replaced by `[REDACTED:<rule id>]`. Rules run in order; earlier, more specific rules win
+(a JWT is reported as a JWT, not as a generic secret assignment). Binary payloads (not UTF-8) are
+left alone and must not carry secrets.
+
+Rules (change a rule only together with a new `REDACTION_VERSION`):
+
+| id                  | removes                                                                |
+|---------------------|------------------------------------------------------------------------|
+| private-key         | PEM private key blocks (`-----BEGIN … PRIVATE KEY-----` … `END …`)     |
+| jwt                 | JSON Web Tokens (`eyJ….eyJ….sig`), e.g. OIDC identity tokens           |
+| github-token        | GitHub tokens (`ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_`, `github_pat_`)  |
+| aws-access-key      | AWS access key ids (`AKIA…`, `ASIA…`)                                  |
+| bearer              | the credential after `Authorization: Bearer` / `Basic`                 |
+| secret-assignment   | the value in `token=…`, `password: …`, `api_key = "…"` (8+ characters) |
+| email               | e-mail addresses                                                       |
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+from pydantic import BaseModel, ConfigDict
+
+from engine.evidence.payload import PayloadEntry
+
+REDACTION_VERSION = "trace.redaction/1"
+
+
+class RedactionRule(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    description: str
+    pattern: str
+    keep_group: int = 0  # a capture group kept verbatim before the replacement (e.g. "token=")
+
+
+class RedactionReport(BaseModel):
+    """What a redaction pass did to one payload file: rule id -> number of replacements."""
+
+    path: str
+    counts: dict[str, int]
+
+
+RULES: tuple[RedactionRule, ...] = (
+    RedactionRule(
+        id="private-key",
+        description="PEM private key blocks",
+        pattern=r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----",
+    ),
+    RedactionRule(
+        id="jwt",
+        description="JSON Web Tokens (three base64url parts, header and claims start with eyJ)",
+        pattern=r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*",
+    ),
+    RedactionRule(
+        id="github-token",
+        description="GitHub personal, OAuth, app and fine-grained tokens",
+        pattern=r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})\b",
+    ),
+    RedactionRule(
+        id="aws-access-key",
+        description="AWS access key ids",
+        pattern=r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    ),
+    RedactionRule(
+        id="bearer",
+        description="credentials in HTTP Authorization headers",
+        pattern=r"(?i)(authorization:\s*(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]+",
+        keep_group=1,
+    ),
+    RedactionRule(
+        id="secret-assignment",
+        description="values assigned to token/secret/password/api key names (8+ characters)",
+        pattern=r"(?i)(\b[A-Za-z0-9_]*(?:token|secret|password|passwd|api[_-]?key)[A-Za-z0-9_]*"
+        r"[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]{8,}",
+        keep_group=1,
+    ),
+    RedactionRule(
+        id="email",
+        description="e-mail addresses",
+        pattern=r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
+    ),
+)
+
+
+@cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def redact_text(text: str, rules: tuple[RedactionRule, ...] = RULES) -> tuple[str, dict[str, int]]:
+    counts: dict[str, int] = {}
+    for rule in rules:
+        marker = f"[REDACTED:{rule.id}]"
+
+        def repl(m: re.Match[str], rule: RedactionRule = rule, marker: str = marker) -> str:
+            return (m.group(rule.keep_group) if rule.keep_group else "") + marker
+
+        text, n = _compiled(rule.pattern).subn(repl, text)
+        if n:
+            counts[rule.id] = n
+    return text, counts
+
+
+def redact_entry(
+    entry: PayloadEntry, rules: tuple[RedactionRule, ...] = RULES
+) -> tuple[PayloadEntry, RedactionReport]:
+    if not entry.is_text:
+        return entry, RedactionReport(path=entry.path, counts={})
+    text, counts = redact_text(entry.data.decode("utf-8"), rules)
+    if not counts:
+        return entry, RedactionReport(path=entry.path, counts={})
+    return entry.model_copy(update={"data": text.encode("utf-8")}), RedactionReport(
+        path=entry.path, counts=counts
+    )
+
+
+def rules_document(
+    rules: tuple[RedactionRule, ...], reports: list[RedactionReport]
+) -> dict[str, object]:
+    """The `payload/redaction.json` content: the rules and what each file lost."""
+    return {
+        "version": REDACTION_VERSION,
+        "replacement": "[REDACTED:<rule id>]",
+        "rules": [r.model_dump() for r in rules],
+        "applied": {r.path: r.counts for r in reports if r.counts},
+    }

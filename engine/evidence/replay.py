@@ -1,0 +1,115 @@
+"""The replay record: everything needed to rerun a verification and compare its outcomes.
+
+It pins the package set (git commit and tree of the fork), the candidate file, the graph and
+template files (sha256), the engine version, `nix --version`, the Nix system, and for model-made
+patches the model id, prompt digest and parameters. `steps` records each step's content key,
+derivation and the sha256 of its canonical outcome, so `trace verify-bundle --replay` can rebuild
+and compare step by step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.errors import InputError
+from engine.hashing import digest_json
+
+SCHEMA: Final = "trace.replay/v1"
+_DEADLINE = 30.0
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class FilePin(_Model):
+    path: str = Field(description="relative to the project root")
+    sha256: str
+
+
+class ForkPin(_Model):
+    path: str = Field(description="package set directory, relative to the project root")
+    commit: str | None = Field(description="git commit of HEAD (None outside git)")
+    tree: str | None = Field(description="git tree of HEAD")
+    dirty: bool = Field(description="the work tree differs from HEAD")
+
+
+class ModelPin(_Model):
+    id: str
+    prompt_sha256: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class StepPin(_Model):
+    key: str
+    drv: str | None = None
+    outcome_sha256: str | None = Field(
+        default=None, description="sha256 of the RFC 8785 form of the step's outcome JSON"
+    )
+
+
+class ReplayRecord(_Model):
+    schema_: Literal["trace.replay/v1"] = Field(default=SCHEMA, alias="schema")
+    engine_version: str
+    nix_version: str
+    system: str
+    candidate: FilePin
+    graph: FilePin = Field(description="the entry pipeline file")
+    graph_files: list[FilePin] = Field(default_factory=list, description="included files")
+    templates: list[FilePin] = Field(default_factory=list)
+    package_set: ForkPin | None = None
+    model: ModelPin | None = None
+    steps: dict[str, StepPin] = Field(default_factory=dict)
+
+
+def outcome_digest(outcome: Any) -> str | None:
+    return None if outcome is None else digest_json(outcome)
+
+
+def file_pin(path: Path, root: Path) -> FilePin:
+    try:
+        rel = path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        raise InputError(
+            f"{path} is outside the project root {root}",
+            file=path,
+            hint="keep candidates, graphs and templates inside the project",
+        ) from None
+    return FilePin(path=rel, sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
+    try:
+        proc = subprocess.run(
+            cmd, cwd=cwd, capture_output=True, text=True, timeout=_DEADLINE, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def fork_pin(package_set: Path, root: Path) -> ForkPin:
+    """git commit + tree of the package set's repository (None when it is not a git checkout)."""
+    d = package_set if package_set.is_dir() else package_set.parent
+    try:
+        rel = package_set.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        rel = str(package_set.resolve())
+    commit = _run(["git", "-C", str(d), "rev-parse", "HEAD"])
+    tree = _run(["git", "-C", str(d), "rev-parse", "HEAD^{tree}"]) if commit else None
+    status = _run(["git", "-C", str(d), "status", "--porcelain", "--", "."]) if commit else None
+    return ForkPin(path=rel, commit=commit, tree=tree, dirty=bool(status) or commit is None)
+
+
+def nix_version() -> str:
+    return _run(["nix", "--version"]) or "unknown"
+
+
+def nix_system() -> str:
+    out = _run(["nix-instantiate", "--eval", "--json", "-E", "builtins.currentSystem"])
+    return out.strip('"') if out else "unknown"

@@ -1,0 +1,74 @@
+"""Keyless signing with sigstore-python 4.x: Fulcio certificate, DSSE signature, Rekor entry.
+
+`--trust-config FILE` selects a non-production instance (a ClientTrustConfig JSON: trusted root
+plus signing config); without it the production instance is used through its TUF repository.
+Every network step (TUF refresh, Fulcio, Rekor) runs under a hard deadline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.signing.deadline import DEFAULT_SECONDS, call_with_deadline
+from engine.signing.errors import SigningError
+
+
+def load_trust_config(path: Path | None, *, deadline: float = DEFAULT_SECONDS) -> object:
+    """A sigstore ClientTrustConfig from `path`, or production's (TUF, under the deadline)."""
+    from sigstore.models import ClientTrustConfig
+
+    if path is None:
+        return call_with_deadline(
+            ClientTrustConfig.production, deadline, "Sigstore TUF trust root refresh"
+        )
+    try:
+        return ClientTrustConfig.from_json(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SigningError(f"cannot read trust config: {exc.strerror}", file=path) from None
+    except Exception as exc:  # sigstore raises pydantic/ValueError/its own Error
+        raise SigningError(
+            f"not a Sigstore ClientTrustConfig: {exc}".splitlines()[0],
+            file=path,
+            hint="expected mediaType application/vnd.dev.sigstore.clienttrustconfig.v0.1+json "
+            "with trustedRoot and signingConfig",
+        ) from None
+
+
+def sign_keyless(
+    payload: bytes,
+    *,
+    token: str,
+    trust_config: Path | None,
+    deadline: float = DEFAULT_SECONDS,
+) -> str:
+    """Sign the in-toto statement bytes; returns the Sigstore bundle v0.3 JSON."""
+    from sigstore.dsse import Statement
+    from sigstore.errors import Error as SigstoreError
+    from sigstore.models import ClientTrustConfig
+    from sigstore.oidc import IdentityToken
+    from sigstore.sign import Signer, SigningContext
+
+    config = load_trust_config(trust_config, deadline=deadline)
+    assert isinstance(config, ClientTrustConfig)
+    try:
+        identity = IdentityToken(token)
+        statement = Statement(payload)
+        ctx = SigningContext.from_trust_config(config)
+    except SigstoreError as exc:
+        raise SigningError(f"cannot start keyless signing: {exc}") from None
+
+    try:
+        signer = call_with_deadline(
+            lambda: Signer(identity, ctx, cache=True), deadline, "Fulcio certificate request"
+        )
+        bundle = call_with_deadline(
+            lambda: signer.sign_dsse(statement), deadline, "Rekor transparency log entry"
+        )
+        return str(bundle.to_json())
+    except SigningError:
+        raise
+    except Exception as exc:  # requests errors, FulcioClientError, RekorClientError, ...
+        raise SigningError(
+            f"keyless signing failed: {type(exc).__name__}: {exc}",
+            hint="check the identity token and the Fulcio/Rekor URLs in the trust config",
+        ) from None
