@@ -1,0 +1,169 @@
+"""The two sides of the benchmark: the `trace` CLI and the raw nix commands, on the same graph.
+
+`render_all` renders the whole graph with the engine's own `render_expression`, so `nix-build`
+of that file instantiates exactly the derivations trace builds (the benchmark asserts it).
+Store paths are deleted between the two sides of a measurement so each really builds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from graphgen import Project
+
+TRACE = str(Path(sys.executable).with_name("trace"))
+_SUMMARY = re.compile(r"^(\d+) steps: (.*)$", re.M)
+_BUILDING = re.compile(r"^building '/nix/store/[^']+\.drv'", re.M)
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+@dataclass
+class Timed:
+    seconds: float
+    stdout: str
+    stderr: str
+
+
+def timed(cmd: list[str], cwd: Path) -> Timed:
+    """Run a command as a real subprocess; wall-clock seconds; fail loudly on a non-zero exit."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise BenchError(
+            f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stderr[-3000:]}{proc.stdout[-1000:]}"
+        )
+    return Timed(dt, proc.stdout, proc.stderr)
+
+
+# ---- trace ----
+
+
+def trace_cmd(project: Project, state: Path, jobs: int, *extra: str) -> list[str]:
+    return [
+        TRACE,
+        "run",
+        str(project.graph),
+        "--root",
+        str(project.root),
+        "--state-dir",
+        str(state),
+        "-j",
+        str(jobs),
+        *extra,
+    ]
+
+
+def trace_run(project: Project, state: Path, jobs: int) -> tuple[float, dict[str, int]]:
+    """`trace run --quiet`: seconds and the status counts of its summary line."""
+    t = timed(trace_cmd(project, state, jobs, "--quiet"), project.root)
+    m = _SUMMARY.search(t.stdout)
+    if not m:
+        raise BenchError(f"no summary line in trace's output:\n{t.stdout}")
+    counts = {"steps": int(m.group(1))}
+    for part in m.group(2).split(", "):
+        num, _, status = part.partition(" ")
+        if num.isdigit():
+            counts[status] = int(num)
+    return t.seconds, counts
+
+
+def trace_drvs(project: Project, state: Path, jobs: int) -> dict[str, str]:
+    """step id -> .drv path, from `trace run --json` (every step must have a result)."""
+    t = timed(trace_cmd(project, state, jobs, "--json", "--quiet"), project.root)
+    steps = json.loads(t.stdout)["steps"]
+    return {sid: s["drv"] for sid, s in steps.items()}
+
+
+def drop_gcroots(state: Path, outs: set[str] | None = None) -> None:
+    """Remove trace's GC roots of a state dir (all, or those pointing at `outs`)."""
+    link = state / "gcroots"
+    if not link.is_symlink():
+        return
+    base = Path(os.readlink(link))
+    if outs is None:
+        shutil.rmtree(base, ignore_errors=True)
+        return
+    for entry in base.iterdir():
+        if entry.is_symlink() and os.readlink(entry) in outs:
+            entry.unlink()
+
+
+# ---- raw nix ----
+
+
+@dataclass
+class Expression:
+    file: Path
+    order: list[str]  # list position in the expression -> step id
+
+    def index(self, sid: str) -> int:
+        return self.order.index(sid)
+
+
+def render_all(project: Project) -> Expression:
+    """Render every step of the graph into one Nix file with the engine's renderer."""
+    from engine.graph import load_graph
+    from engine.hashing import digest_json
+    from engine.run import Plan, StepPlan, components, graph_id, render_expression
+
+    graph = load_graph(project.graph, root=project.root)
+    keys: dict[str, str] = {}
+    steps: dict[str, StepPlan] = {}
+    for sid in graph.order:
+        comp = components(graph, graph.steps[sid], keys)
+        keys[sid] = digest_json(comp)
+        steps[sid] = StepPlan(id=sid, key=keys[sid], dirty=True, components=comp)
+    order = list(graph.order)
+    plan = Plan(graph=graph_id(graph), steps=steps, order=order)
+    text, _ = render_expression(graph, plan, order)
+    path = project.root / "raw" / "all.nix"
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_name(".all.nix.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return Expression(path, order)
+
+
+def nix_build(expr: Expression, jobs: int, attr: int | None = None) -> tuple[float, int]:
+    """`nix-build --no-out-link` of the expression (or one list element): seconds, builds."""
+    cmd = ["nix-build", "--no-out-link", "--max-jobs", str(jobs), str(expr.file)]
+    if attr is not None:
+        cmd += ["-A", str(attr)]
+    t = timed(cmd, expr.file.parent)
+    return t.seconds, len(_BUILDING.findall(t.stderr))
+
+
+def instantiate(expr: Expression, attr: int | None = None) -> list[str]:
+    cmd = ["nix-instantiate", str(expr.file)] + (["-A", str(attr)] if attr is not None else [])
+    return [ln for ln in timed(cmd, expr.file.parent).stdout.splitlines() if ln.strip()]
+
+
+def output_of(drv: str) -> str:
+    from engine.nix import output_of as out
+
+    return out(drv)
+
+
+def delete_paths(paths: list[str], states: list[Path]) -> None:
+    """Delete store paths (outputs and .drv files) after dropping trace's roots of them."""
+    outs = set(paths)
+    for state in states:
+        drop_gcroots(state, outs)
+    present = [p for p in paths if os.path.lexists(p)]
+    if present:
+        timed(["nix-store", "--delete", *present], Path("/"))
+    left = [p for p in paths if os.path.lexists(p)]
+    if left:
+        raise BenchError(f"could not delete {len(left)} store paths, e.g. {left[0]}")
