@@ -142,6 +142,7 @@ class Candidate(BaseModel):
             "id": s.id,
             "package": s.package,
             "patches": [str(self.file(p)) for p in s.patches],
+            "scope": list(s.scope),
             "reproducer": {
                 "script": str(self.file(s.reproducer.script)),
                 "data": [str(self.file(d)) for d in s.reproducer.data],
