@@ -1,0 +1,113 @@
+"""What the signing policy reads: the records `trace verify` and the gates actually produced.
+
+The verify result (engine/verify/result.py, `trace.verify/v1`) carries the reproducer run
+records of both sides, the determinism check and the expectation gate's record; further gate
+records (scope, mutation, coverage: `trace.gate/v1` JSON) are collected beside it. Nothing here
+reads logs or summaries' prose: the signing policy re-derives what it can from the raw run
+records and reads gate verdicts only as the typed records the gates wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pydantic import Field, ValidationError
+
+from engine.errors import InputError
+from engine.policy.source import Strict
+from engine.records import GateRecord
+from engine.verify.result import VerifyResult
+
+
+class SourceRef(Strict):
+    """A file the decision read: where, and the sha256 of its bytes."""
+
+    path: str
+    sha256: str
+
+
+class Evidence(Strict):
+    candidate: str = Field(description="candidate id the evidence is about")
+    verify: VerifyResult | None = Field(description="None when no verify result exists")
+    gates: dict[str, GateRecord] = Field(default_factory=dict, description="by gate name")
+    sources: list[SourceRef] = Field(default_factory=list)
+
+
+def _read_json(path: Path, what: str) -> tuple[object, SourceRef]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(
+            f"{what} not found", file=path, hint="run `trace verify` first or pass the right file"
+        ) from None
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        line = exc.lineno if isinstance(exc, json.JSONDecodeError) else None
+        raise InputError(
+            f"{what} is not valid JSON: {exc}",
+            file=path,
+            line=line,
+            hint="rerun the step that writes it",
+        ) from None
+    return data, SourceRef(path=str(path), sha256=hashlib.sha256(raw).hexdigest())
+
+
+def _invalid(path: Path, what: str, exc: ValidationError) -> InputError:
+    err = exc.errors()[0]
+    return InputError(
+        f"{what} does not match its schema: {err['msg']}",
+        file=path,
+        key=".".join(str(p) for p in err["loc"]) or None,
+        hint="it was written by another trace version or edited by hand; rerun `trace verify`",
+    )
+
+
+def load_evidence(
+    candidate: str, verify_result: Path | None, gate_files: list[Path] | None = None
+) -> Evidence:
+    """Read the verify result (if it exists) and extra gate record files into one view.
+
+    A missing verify result is not an error here: the signing policy turns it into
+    `evidence-missing`. An unreadable or malformed one is an error (never silently ignored).
+    """
+    sources: list[SourceRef] = []
+    verify: VerifyResult | None = None
+    gates: dict[str, GateRecord] = {}
+    if verify_result is not None and verify_result.exists():
+        data, src = _read_json(verify_result, "verify result")
+        sources.append(src)
+        try:
+            verify = VerifyResult.model_validate(data)
+        except ValidationError as exc:
+            raise _invalid(verify_result, "verify result", exc) from None
+        for record in _gate_records(verify):
+            gates[record.gate] = record
+    for path in gate_files or []:
+        data, src = _read_json(path, "gate record")
+        sources.append(src)
+        try:
+            record = GateRecord.model_validate(data)
+        except ValidationError as exc:
+            raise _invalid(path, "gate record", exc) from None
+        if record.gate in gates:
+            raise InputError(
+                f"a second record for gate '{record.gate}'",
+                file=path,
+                hint="pass each gate's record once",
+            )
+        gates[record.gate] = record
+    return Evidence(candidate=candidate, verify=verify, gates=gates, sources=sources)
+
+
+def _gate_records(verify: VerifyResult) -> list[GateRecord]:
+    """The gate records a verify result carries (the expectation gate, and any later gates)."""
+    records = [verify.expectation] if verify.expectation is not None else []
+    extra = getattr(verify, "gates", None)
+    if isinstance(extra, dict):
+        extra = list(extra.values())
+    if isinstance(extra, list):
+        records += [g for g in extra if isinstance(g, GateRecord)]
+    return records

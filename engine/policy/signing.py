@@ -1,0 +1,340 @@
+"""Signing: after the evidence exists, allow or deny signing its bundle.
+
+`decide()` is pure: the evidence view, the routing decision, the signing policy, the catalogue,
+the waivers and `today` in; a `Decision` out. It denies with a catalogued reason code for every
+problem it finds, and never allows on absent evidence: a gate the policy requires that left no
+record is `evidence-missing`. It re-derives what it can from the raw reproducer run records
+instead of trusting the verify summary, and applies its own thresholds to gate scores.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from engine.errors import PolicyError
+from engine.policy.evidence import Evidence, SourceRef
+from engine.policy.reasons import Catalogue, load_catalogue, require_code
+from engine.policy.routing import RouteDecision, State
+from engine.policy.source import (
+    PolicyHeader,
+    PolicyRef,
+    Strict,
+    check_schema,
+    find_line,
+    read_toml,
+    ref,
+    validate,
+)
+from engine.policy.waivers import Waiver, WaiverSet
+from engine.records import RunRecord
+
+SCHEMA = "trace.signing/v1"
+
+
+class GateRule(Strict):
+    required: bool = Field(default=True, description="an absent record denies (evidence-missing)")
+    min_score: float | None = Field(
+        default=None, ge=0, le=1, description="deny when the gate's score is below this"
+    )
+    below_threshold: str | None = Field(
+        default=None, description="reason code for a score below min_score"
+    )
+    not_measurable: str | None = Field(
+        default=None, description="reason code when the gate could not measure (measurable=false)"
+    )
+
+
+_SIGNABLE: tuple[State, ...] = ("auto-merge-eligible", "human-review-required")
+
+
+class SigningRules(Strict):
+    routes: list[State] = Field(
+        default_factory=lambda: list(_SIGNABLE),
+        description="routing states whose candidates may be signed",
+    )
+    min_runs: int = Field(default=3, ge=1, description="reproducer runs required per side")
+    require_determinism_check: bool = Field(
+        default=True, description="a missing --check result denies (determinism-unchecked)"
+    )
+
+
+class SigningFile(Strict):
+    catalogue: str = Field(default="reasons.toml", description="reason catalogue, relative")
+    policy: PolicyHeader
+    signing: SigningRules = Field(default_factory=SigningRules)
+    gates: dict[str, GateRule] = Field(default_factory=dict, description="by gate name")
+
+
+class SigningPolicy(Strict):
+    ref: PolicyRef
+    rules: SigningRules
+    gates: dict[str, GateRule]
+
+
+def load_signing(path: Path) -> tuple[SigningPolicy, Catalogue]:
+    """The signing policy and the catalogue it names; every code it names must be catalogued."""
+    text, data, digest = read_toml(path, what="signing policy")
+    spec = validate(SigningFile, data, path=path, text=text, what="signing policy")
+    check_schema(spec.policy, SCHEMA, path=path, text=text)
+    catalogue = load_catalogue((path.parent / spec.catalogue).resolve())
+    for name, rule in spec.gates.items():
+        for field in ("below_threshold", "not_measurable"):
+            code = getattr(rule, field)
+            if code is not None:
+                require_code(catalogue, code, file=path, text=text, loc=("gates", name, field))
+        if rule.min_score is not None and rule.below_threshold is None:
+            raise PolicyError(
+                "min_score without below_threshold",
+                file=path,
+                key=f"gates.{name}.min_score",
+                line=find_line(text, ("gates", name, "min_score")),
+                hint="name the reason code a low score denies with, e.g. "
+                'below_threshold = "coverage-below-threshold"',
+            )
+    policy = SigningPolicy(ref=ref(spec.policy, path, digest), rules=spec.signing, gates=spec.gates)
+    return policy, catalogue
+
+
+# ---- the decision -------------------------------------------------------------------------
+
+
+class Hit(Strict):
+    """One finding before classification: a code, where it came from, what exactly."""
+
+    code: str
+    source: str = Field(description="which record showed it: verify, gate:<name>, routing, ...")
+    detail: str = ""
+
+
+class Reason(Strict):
+    code: str
+    message: str
+    solution: str
+    effective_on: dt.date
+    sources: list[str]
+    details: list[str] = Field(default_factory=list)
+
+
+class WaiverUse(Strict):
+    waiver: Waiver
+    status: Literal["applied", "expired", "unused"]
+
+
+class Decision(Strict):
+    """The decision record the evidence bundle includes."""
+
+    schema_: Literal["trace.decision/v1"] = Field(default="trace.decision/v1", alias="schema")
+    candidate: str
+    decision: Literal["allow", "deny"]
+    date: dt.date = Field(description="the day the decision was made (waiver expiry, effective_on)")
+    policy: PolicyRef
+    catalogue: PolicyRef
+    waivers_file: PolicyRef | None
+    routing: RouteDecision
+    evidence: list[SourceRef]
+    reasons: list[Reason] = Field(description="every reason that denies")
+    warnings: list[Reason] = Field(description="hits of codes not yet effective on `date`")
+    waived: list[Reason] = Field(description="hits lifted by an applied waiver")
+    waivers: list[WaiverUse] = Field(description="every waiver naming this candidate")
+
+
+def _outcome(run: RunRecord) -> tuple[bool, int | None, str | None, str | None]:
+    kind = run.sanitizer.kind if run.sanitizer else None
+    return (run.failed, run.exit_code, run.signal, kind)
+
+
+def _run_hits(ev: Evidence, rules: SigningRules) -> list[Hit]:
+    """What the raw reproducer run records show, independent of verify's own verdicts."""
+    v = ev.verify
+    if v is None:
+        return [Hit(code="evidence-missing", source="verify", detail="no verify result")]
+    hits: list[Hit] = []
+    if v.candidate != ev.candidate:
+        hits.append(
+            Hit(
+                code="evidence-candidate-mismatch",
+                source="verify",
+                detail=f"verify result is for '{v.candidate}', not '{ev.candidate}'",
+            )
+        )
+    for side, res, broken in (
+        ("pre", v.pre, "pre-fix-build-broken"),
+        ("post", v.post, "post-fix-build-broken"),
+    ):
+        src = f"verify:{side}"
+        built = [r for r in res.runs if r.build == "ok"]
+        if not res.build_ok or len(built) < len(res.runs):
+            hits.append(Hit(code=broken, source=src, detail=f"{side}-fix build did not succeed"))
+            continue
+        if len(res.runs) < rules.min_runs:
+            hits.append(
+                Hit(
+                    code="too-few-runs",
+                    source=src,
+                    detail=f"{len(res.runs)} {side}-fix run(s), policy requires {rules.min_runs}",
+                )
+            )
+        if not res.runs:
+            continue
+        if any(not r.target_ran for r in res.runs):
+            hits.append(
+                Hit(code="target-never-ran", source=src, detail=f"a {side}-fix run never ran it")
+            )
+        if len({_outcome(r) for r in res.runs}) > 1:
+            hits.append(Hit(code="flaky", source=src, detail=f"{side}-fix runs disagree"))
+        if side == "pre" and not any(r.failed for r in res.runs):
+            hits.append(
+                Hit(code="pre-fix-did-not-fail", source=src, detail="no pre-fix run failed")
+            )
+        if side == "post" and any(r.failed for r in res.runs):
+            n = sum(r.failed for r in res.runs)
+            hits.append(
+                Hit(code="post-fix-still-fails", source=src, detail=f"{n} post-fix run(s) failed")
+            )
+    if v.deterministic is False:
+        hits.append(Hit(code="nondeterministic", source="verify", detail="--check differed"))
+    elif v.deterministic is None and rules.require_determinism_check:
+        hits.append(Hit(code="determinism-unchecked", source="verify", detail="no --check result"))
+    for claim in v.claims:
+        if not claim.holds:
+            hits.append(Hit(code=claim.reason, source=f"verify:{claim.claim}", detail=claim.detail))
+    hits += [Hit(code=code, source="verify") for code in v.reasons]
+    return hits
+
+
+def _gate_hits(
+    ev: Evidence, policy: SigningPolicy, known: dict[str, str], catalogue: Catalogue
+) -> list[Hit]:
+    hits: list[Hit] = []
+    for name, rule in sorted(policy.gates.items()):
+        if name not in ev.gates and rule.required:
+            hits.append(
+                Hit(code="evidence-missing", source=f"gate:{name}", detail="no record written")
+            )
+    for name, rec in sorted(ev.gates.items()):
+        src = f"gate:{name}"
+        for code in rec.reasons:
+            if code in catalogue:
+                hits.append(Hit(code=code, source=src))
+            else:
+                hits.append(Hit(code="evidence-unknown-reason", source=src, detail=code))
+        if not rec.passed and not rec.reasons:
+            hits.append(Hit(code="evidence-unexplained-failure", source=src))
+        pol = rec.details.get("policy")
+        if isinstance(pol, dict):
+            pname, pver = str(pol.get("name")), str(pol.get("version"))
+            if known.get(pname) != pver:
+                hits.append(
+                    Hit(
+                        code="policy-unknown-version",
+                        source=src,
+                        detail=f"evaluated under {pname} {pver}; known: "
+                        + (f"{pname} {known[pname]}" if pname in known else "none of that name"),
+                    )
+                )
+        gate_rule = policy.gates.get(name)
+        if gate_rule is None or gate_rule.min_score is None:
+            continue
+        if not rec.measurable:
+            code = gate_rule.not_measurable or "evidence-missing"
+            hits.append(Hit(code=code, source=src, detail="gate could not measure"))
+        elif rec.score is None:
+            hits.append(Hit(code="evidence-missing", source=src, detail="record has no score"))
+        elif rec.score < gate_rule.min_score:
+            hits.append(
+                Hit(
+                    code=gate_rule.below_threshold or "evidence-missing",
+                    source=src,
+                    detail=f"score {rec.score:g} < {gate_rule.min_score:g}",
+                )
+            )
+    return hits
+
+
+def decide(
+    evidence: Evidence,
+    routing: RouteDecision,
+    policy: SigningPolicy,
+    catalogue: Catalogue,
+    waivers: WaiverSet,
+    today: dt.date,
+    known_policies: dict[str, str] | None = None,
+) -> Decision:
+    """Allow only when no effective, unwaived reason remains. Pure: no I/O, no clock."""
+    known = dict(known_policies or {})
+    known.update({policy.ref.name: policy.ref.version, catalogue.ref.name: catalogue.ref.version})
+    known[routing.policy.name] = routing.policy.version
+    hits: list[Hit] = []
+    if routing.state not in policy.rules.routes:
+        hits.append(Hit(code="routing-not-signable", source="routing", detail=routing.state))
+    if routing.facts.candidate != evidence.candidate:
+        hits.append(
+            Hit(
+                code="evidence-candidate-mismatch",
+                source="routing",
+                detail=f"routed '{routing.facts.candidate}', evidence for '{evidence.candidate}'",
+            )
+        )
+    hits += _run_hits(evidence, policy.rules)
+    hits += _gate_hits(evidence, policy, known, catalogue)
+
+    merged: dict[str, tuple[list[str], list[str]]] = {}
+    for h in hits:
+        code = h.code if h.code in catalogue else "evidence-unknown-reason"
+        sources, details = merged.setdefault(code, ([], []))
+        if h.source not in sources:
+            sources.append(h.source)
+        detail = h.detail if code == h.code else (h.detail or h.code)
+        if detail and detail not in details:
+            details.append(detail)
+
+    mine = waivers.for_candidate(evidence.candidate)
+    active = {w.reason: w for w in mine if w.active_on(today)}
+    used: set[str] = set()
+    reasons: list[Reason] = []
+    warnings: list[Reason] = []
+    waived: list[Reason] = []
+    for code, (sources, details) in merged.items():
+        spec = catalogue.reasons[code]
+        reason = Reason(
+            code=code,
+            message=spec.message,
+            solution=spec.solution,
+            effective_on=spec.effective_on,
+            sources=sources,
+            details=details,
+        )
+        if spec.effective_on > today:
+            warnings.append(reason)
+        elif code in active and spec.waivable:
+            waived.append(reason)
+            used.add(code)
+        else:
+            reasons.append(reason)
+    uses = [
+        WaiverUse(
+            waiver=w,
+            status="expired"
+            if not w.active_on(today)
+            else ("applied" if w.reason in used else "unused"),
+        )
+        for w in mine
+    ]
+    return Decision(
+        candidate=evidence.candidate,
+        decision="deny" if reasons else "allow",
+        date=today,
+        policy=policy.ref,
+        catalogue=catalogue.ref,
+        waivers_file=waivers.ref,
+        routing=routing,
+        evidence=evidence.sources,
+        reasons=reasons,
+        warnings=warnings,
+        waived=waived,
+        waivers=uses,
+    )
