@@ -1,0 +1,130 @@
+"""The gates' rules and the reason codes they emit.
+
+A gate record's `reasons` are codes of the one catalogue, policy/reasons.toml (kebab-case,
+stable; a test checks every code here is declared there). Each finding also names its finer
+`rule` (`<gate>.<rule>`, also stable), so a reviewer sees *which* check was weakened.
+RULES: rule -> (reason code, message, what to do).
+"""
+
+from __future__ import annotations
+
+RULES: dict[str, tuple[str, str, str]] = {
+    # scope / minimality
+    "scope.outside-declared-scope": (
+        "scope-outside-declared",
+        "the patch touches a file outside the candidate's declared scope",
+        "drop the change to that file, or widen `scope` in the candidate and say why",
+    ),
+    "scope.too-many-files": (
+        "scope-too-large",
+        "the patch touches more files than the policy allows",
+        "split the patch or keep it to the files the fix needs",
+    ),
+    "scope.too-many-hunks": (
+        "scope-too-large",
+        "the patch has more hunks than the policy allows",
+        "keep the fix minimal; move refactoring into its own change",
+    ),
+    "scope.too-many-lines": (
+        "scope-too-large",
+        "the patch adds and removes more lines than the policy allows",
+        "keep the fix minimal; move refactoring into its own change",
+    ),
+    "scope.binary-file": (
+        "scope-outside-declared",
+        "the patch changes a binary file, which no gate can review",
+        "ship source changes only",
+    ),
+    "scope.public-interface-changed": (
+        "scope-interface-changed",
+        "a public function signature changed (C header prototype or public Python def)",
+        "keep the interface stable, or route the change to human review",
+    ),
+    "scope.weakened.assert-removed": (
+        "scope-weakened-checks",
+        "the patch removes an assertion",
+        "keep the assertion; fix the cause instead of the check",
+    ),
+    "scope.weakened.bounds-check-removed": (
+        "scope-weakened-checks",
+        "the patch removes a bounds check (a comparison guarding an access)",
+        "keep the check or replace it with a stricter one",
+    ),
+    "scope.weakened.error-return-removed": (
+        "scope-weakened-checks",
+        "the patch removes an error return (return -1/NULL, goto err, raise, exit)",
+        "keep the error path",
+    ),
+    "scope.weakened.catch-all-added": (
+        "scope-weakened-checks",
+        "the patch adds a catch-all handler (bare except, except Exception, catch (...))",
+        "catch the specific error the fix is about",
+    ),
+    "scope.weakened.error-suppressed": (
+        "scope-weakened-checks",
+        "the patch suppresses errors (`|| true`, `2>/dev/null`, `set +e`)",
+        "let the error surface",
+    ),
+    "scope.weakened.return-code-ignored": (
+        "scope-weakened-checks",
+        "the patch ignores a return code ((void) cast, check=False)",
+        "handle the result",
+    ),
+    "scope.weakened.test-disabled": (
+        "scope-tests-disabled",
+        "the patch skips or disables a test",
+        "keep the test running; fix the code, not the test",
+    ),
+    "scope.weakened.test-deleted": (
+        "scope-tests-disabled",
+        "the patch deletes a test (a test file or test function)",
+        "keep the test",
+    ),
+    # mutation testing
+    "mutation.score-below-threshold": (
+        "mutation-score-below-threshold",
+        "too many mutants of the patch survive the reproducer",
+        "strengthen the reproducer (or the patch) until mutants of the fix are killed",
+    ),
+    "mutation.no-mutants": (
+        "mutation-not-measurable",
+        "no mutant could be made of the patch's added lines (not measurable)",
+        "review the patch by hand; the mutation gate cannot judge it",
+    ),
+    "mutation.none-built": (
+        "mutation-not-measurable",
+        "no mutant built, so no mutant could be judged (not measurable)",
+        "check that the post-fix build works; the mutation gate cannot judge it",
+    ),
+    "mutation.post-fix-fails": (
+        "mutation-not-measurable",
+        "the unmutated post-fix build does not pass the reproducer, so kills mean nothing",
+        "fix the candidate first (see the verify gate)",
+    ),
+    # diff coverage
+    "coverage.below-threshold": (
+        "coverage-below-threshold",
+        "the reproducer executes too few of the patch's changed lines",
+        "extend the reproducer so it reaches the changed code",
+    ),
+    "coverage.not-measurable": (
+        "coverage-not-measurable",
+        "the package cannot report coverage for the changed lines (not a pass)",
+        "build the package with coverage support, or review coverage by hand",
+    ),
+    "coverage.no-executable-lines": (
+        "coverage-not-measurable",
+        "the patch adds no executable line that coverage could see (not measurable)",
+        "review the patch by hand",
+    ),
+}
+
+
+CODES: tuple[str, ...] = tuple(dict.fromkeys(code for code, _, _ in RULES.values()))
+
+
+def code_of(rule: str) -> str:
+    """The catalogue code a rule reports under (a typo in a rule name fails loudly)."""
+    if rule not in RULES:
+        raise KeyError(f"unknown gate rule {rule!r}")
+    return RULES[rule][0]

@@ -1,0 +1,63 @@
+"""Entry point inside the Nix sandbox: `python3 -B -m trace_gates.main GATE OUT`.
+
+The gate's configuration comes as JSON in the environment variable TRACE_GATE_CONFIG (a
+derivation attribute, so it is part of the derivation's hash); the gate writes its GateRecord
+JSON to OUT. Exit status is 0 whenever a record was written, pass or fail: the record is the
+result, and a failing gate is still a successful measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .scope import DEFAULT_SCOPE, ScopePolicy
+from .scope import evaluate as scope_evaluate
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        return fh.read()
+
+
+def scope_gate(cfg: dict[str, Any]) -> dict[str, Any]:
+    policy = ScopePolicy(
+        scope=tuple(cfg.get("scope") or ()),
+        default_scope=tuple(cfg.get("default_scope") or DEFAULT_SCOPE),
+        max_files=int(cfg["max_files"]),
+        max_hunks=int(cfg["max_hunks"]),
+        max_lines=int(cfg["max_lines"]),
+    )
+    return scope_evaluate([_read(p) for p in cfg["patches"]], policy)
+
+
+GATES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "scope": scope_gate,
+}
+
+
+def write_json(path: str, value: object) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(value, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in GATES:
+        print(f"usage: python3 -m trace_gates.main {{{','.join(GATES)}}} OUT", file=sys.stderr)
+        return 2
+    cfg = json.loads(os.environ["TRACE_GATE_CONFIG"])
+    record = GATES[argv[0]](cfg)
+    write_json(argv[1], record)
+    verdict = "pass" if record["passed"] else "fail"
+    print(f"gate {argv[0]}: {verdict} {' '.join(record['reasons'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

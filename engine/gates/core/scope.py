@@ -1,0 +1,368 @@
+"""The scope/minimality gate: what a patch touches, how much, and whether it weakens checks.
+
+All judgements are made on the diff alone, line by line, as a reviewer reads it. "Weakened"
+rules compare counts per file: removing an assertion and adding a changed one is a change, not a
+removal; removing more assertions than the file gains is a removal. Multi-line constructs are
+joined while their brackets are open (a prototype over two lines is one prototype).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from .codes import CODES, code_of
+from .diff import FileDiff, Line, Patch, canonical, parse_series
+from .lang import Lang, brackets_balanced, code_only, is_header, is_test_path, language
+
+DEFAULT_SCOPE: tuple[str, ...] = (
+    "*.c",
+    "*.h",
+    "*.cc",
+    "*.cpp",
+    "*.hpp",
+    "*.py",
+    "*.nix",
+)
+
+
+@dataclass(frozen=True)
+class ScopePolicy:
+    scope: tuple[str, ...] = ()  # the candidate's globs; empty: default_scope
+    default_scope: tuple[str, ...] = DEFAULT_SCOPE
+    max_files: int = 5
+    max_hunks: int = 10
+    max_lines: int = 100  # added + removed
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    file: str
+    line: int | None
+    message: str
+
+    @property
+    def code(self) -> str:
+        return code_of(self.rule)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "rule": self.rule,
+            "file": self.file,
+            "line": self.line,
+            "message": self.message,
+        }
+
+
+@dataclass
+class _Ctx:
+    findings: list[Finding] = field(default_factory=list)
+
+    def add(self, rule: str, f: FileDiff | str, line: int | None, message: str) -> None:
+        path = f if isinstance(f, str) else f.path
+        code_of(rule)  # unknown rule names fail here, not in a policy later
+        self.findings.append(Finding(rule, path, line, message))
+
+
+# ---- globs ----
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """gitignore-like globs: `*` and `?` stay within a path component, `**` crosses them; a
+    pattern without `/` matches the file name at any depth."""
+    pat = pattern.lstrip("/")
+    if "/" not in pat:
+        pat = "**/" + pat
+    out = ""
+    i = 0
+    while i < len(pat):
+        if pat.startswith("**/", i):
+            out += "(?:.*/)?"
+            i += 3
+        elif pat.startswith("**", i):
+            out += ".*"
+            i += 2
+        elif pat[i] == "*":
+            out += "[^/]*"
+            i += 1
+        elif pat[i] == "?":
+            out += "[^/]"
+            i += 1
+        elif pat[i] == "[":
+            end = pat.find("]", i + 1)
+            if end < 0:
+                out += re.escape("[")
+                i += 1
+            else:
+                body = pat[i + 1 : end].replace("\\", "\\\\")
+                out += "[" + ("^" + body[1:] if body.startswith("!") else body) + "]"
+                i = end + 1
+        else:
+            out += re.escape(pat[i])
+            i += 1
+    if pat.endswith("/"):
+        out += ".*"
+    return re.compile(out + r"\Z")
+
+
+def in_scope(path: str, globs: Iterable[str]) -> bool:
+    return any(glob_regex(g).match(path) for g in globs)
+
+
+# ---- joining multi-line constructs ----
+
+
+def _statements(lines: list[Line], kind: str, lang: Lang) -> list[tuple[int | None, str]]:
+    """Runs of one side's lines joined while brackets stay open: (first line no, code text)."""
+    out: list[tuple[int | None, str]] = []
+    buf: list[str] = []
+    first: int | None = None
+    for ln in lines:
+        if ln.kind != kind:
+            if buf:
+                out.append((first, " ".join(buf)))
+                buf, first = [], None
+            continue
+        code = code_only(ln.text, lang).strip()
+        if not buf:
+            first = ln.old_no if kind == "-" else ln.new_no
+        buf.append(code)
+        if brackets_balanced(" ".join(buf)):
+            out.append((first, " ".join(buf)))
+            buf, first = [], None
+    if buf:
+        out.append((first, " ".join(buf)))
+    return out
+
+
+def _side(f: FileDiff, kind: str) -> list[tuple[int | None, str]]:
+    lang = language(f.path)
+    out: list[tuple[int | None, str]] = []
+    for h in f.hunks:
+        out.extend(_statements(h.lines, kind, lang))
+    return out
+
+
+# ---- public interface ----
+
+_C_PROTO = re.compile(
+    r"^(?:extern\s+)?(?!return\b|if\b|while\b|for\b|switch\b|typedef\b|#)"
+    r"[A-Za-z_][\w\s\*]*?[\s\*](\w+)\s*\(([^;{]*)\)\s*(?:__attribute__\s*\(\(.*\)\)\s*)?;"
+)
+_PY_DEF = re.compile(r"^(?:async\s+)?def\s+(\w+)\s*\((.*)\)\s*(?:->\s*(.+?))?\s*:")
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"\s*([(),*\[\]=:])\s*", r"\1", text)).strip()
+
+
+Sig = tuple[int | None, str]
+
+
+def _signatures(stmts: list[Sig], lang: Lang) -> dict[str, list[Sig]]:
+    sigs: dict[str, list[Sig]] = {}
+    for line, code in stmts:
+        if lang == "c":
+            m = _C_PROTO.match(code)
+            if m and not code.startswith("static"):
+                sigs.setdefault(m.group(1), []).append((line, _norm(code)))
+        else:
+            m = _PY_DEF.match(code)
+            if m and (not m.group(1).startswith("_") or m.group(1).startswith("__")):
+                sig = _norm(f"({m.group(2)})->{m.group(3) or ''}")
+                sigs.setdefault(m.group(1), []).append((line, sig))
+    return sigs
+
+
+def _check_interface(f: FileDiff, ctx: _Ctx) -> None:
+    lang = language(f.path)
+    if not ((lang == "c" and is_header(f.path)) or lang == "python") or is_test_path(f.path):
+        return
+    before = _signatures(_side(f, "-"), lang)
+    after = _signatures(_side(f, "+"), lang)
+    for name, olds in before.items():
+        new_sigs = {s for _, s in after.get(name, [])}
+        for line, sig in olds:
+            if sig in new_sigs:
+                continue
+            what = "removed" if name not in after else "changed"
+            ctx.add(
+                "scope.public-interface-changed",
+                f,
+                line,
+                f"public function '{name}' {what} (was: {sig})",
+            )
+
+
+# ---- weakened checks ----
+
+_ASSERT = {
+    "c": re.compile(r"\b(?:assert|static_assert|_Static_assert|g_assert\w*|BUG_ON)\s*\("),
+    "python": re.compile(r"^assert\b"),
+}
+_BOUNDS = {
+    "c": re.compile(r"\b(?:if|while)\s*\(.*(?<![<>=-])(?:<=?|>=?)(?![<>])"),
+    "python": re.compile(r"^(?:if|elif|while)\b.*(?<![<>=-])(?:<=?|>=?)(?![<>])"),
+}
+_ERROR_RETURN = {
+    "c": re.compile(
+        r"\breturn\s+(?:-\s*\w+|NULL|false|EXIT_FAILURE)\s*;|"
+        r"\bgoto\s+\w*(?:err|fail|out|bad|error)\w*\s*;|\b(?:abort|_exit|exit)\s*\(\s*(?!0\b)"
+    ),
+    "python": re.compile(r"^raise\b|\bsys\.exit\s*\(\s*(?!0\b)\S"),
+}
+_CATCH_ALL = {
+    "c": re.compile(r"\bcatch\s*\(\s*\.\.\.\s*\)"),
+    "python": re.compile(r"^except\s*:|^except\s*\(?\s*(?:Exception|BaseException)\b"),
+}
+_SUPPRESS = re.compile(
+    r"\|\|\s*(?:true|:)(?:\s|;|$|\))|2>\s*/dev/null|&>\s*/dev/null|\bset\s+\+e\b"
+)
+_IGNORED_RC = {
+    "c": re.compile(r"^\(\s*void\s*\)\s*\w+\s*\("),
+    "python": re.compile(r"\bcheck\s*=\s*False\b|\berrors\s*=\s*['\"]ignore['\"]"),
+}
+_SKIP_TEST = re.compile(
+    r"@pytest\.mark\.(?:skip|xfail)|@unittest\.skip|\bpytest\.skip\s*\(|\.skipTest\s*\(|"
+    r"^\s*#\s*if\s+0\b|\bexit\s+77\b|\breturn\s+77\s*;"
+)
+_TEST_DEF = re.compile(
+    r"^(?:async\s+)?def\s+test\w*\s*\(|^class\s+Test\w*|"
+    r"^(?:START_TEST|TEST|TEST_F|TEST_P)\s*\(|^(?:static\s+)?void\s+test_\w+\s*\("
+)
+
+
+def _count_rule(
+    f: FileDiff,
+    ctx: _Ctx,
+    code: str,
+    matcher: Callable[[str], bool],
+    *,
+    weaker_side: str,
+    what: str,
+) -> None:
+    """Flag when the weaker side (removed '-' or added '+') has more matches than the other."""
+    other = "+" if weaker_side == "-" else "-"
+    hits = [(ln, c) for ln, c in _side(f, weaker_side) if matcher(c)]
+    others = [c for _, c in _side(f, other) if matcher(c)]
+    extra = len(hits) - len(others)
+    if extra <= 0:
+        return
+    # report the matches that have no identical counterpart on the other side
+    unmatched = [(ln, c) for ln, c in hits if c not in others] or hits
+    for ln, c in unmatched[:extra]:
+        ctx.add(code, f, ln, f"{what}: {c[:120]}")
+
+
+def _matcher(rx: re.Pattern[str]) -> Callable[[str], bool]:
+    return lambda c: rx.search(c) is not None
+
+
+def _check_weakened(f: FileDiff, ctx: _Ctx) -> None:
+    lang = language(f.path)
+    test_file = is_test_path(f.path)
+    if f.status == "deleted" and test_file:
+        ctx.add("scope.weakened.test-deleted", f, None, "test file deleted")
+        return
+    if lang in ("c", "python") and not test_file:
+        rules: list[tuple[str, re.Pattern[str], str, str]] = [
+            ("scope.weakened.assert-removed", _ASSERT[lang], "-", "assertion removed"),
+            ("scope.weakened.bounds-check-removed", _BOUNDS[lang], "-", "bounds check removed"),
+            (
+                "scope.weakened.error-return-removed",
+                _ERROR_RETURN[lang],
+                "-",
+                "error return removed",
+            ),
+            ("scope.weakened.catch-all-added", _CATCH_ALL[lang], "+", "catch-all added"),
+            ("scope.weakened.return-code-ignored", _IGNORED_RC[lang], "+", "return code ignored"),
+        ]
+        for rule, rx, side, what in rules:
+            _count_rule(f, ctx, rule, _matcher(rx), weaker_side=side, what=what)
+    if lang in ("c", "python"):
+        _count_rule(
+            f,
+            ctx,
+            "scope.weakened.test-deleted",
+            lambda c: bool(_TEST_DEF.match(c)),
+            weaker_side="-",
+            what="test removed",
+        )
+    # raw text, any language: shell in Makefiles, .nix, scripts, strings passed to system()
+    for code, rx, what in (
+        ("scope.weakened.error-suppressed", _SUPPRESS, "error suppressed"),
+        ("scope.weakened.test-disabled", _SKIP_TEST, "test disabled"),
+    ):
+        added = [ln for ln in f.added if rx.search(ln.text)]
+        removed = [ln.text for ln in f.removed if rx.search(ln.text)]
+        for ln in added[len(removed) :]:
+            ctx.add(code, f, ln.new_no, f"{what}: {ln.text.strip()[:120]}")
+
+
+# ---- the gate ----
+
+
+def evaluate(patches: list[str], policy: ScopePolicy) -> dict[str, object]:
+    """The scope gate's GateRecord (as a JSON-ready dict) for a patch series."""
+    series = parse_series(patches)
+    return evaluate_parsed(series, policy)
+
+
+def evaluate_parsed(series: Patch, policy: ScopePolicy) -> dict[str, object]:
+    ctx = _Ctx()
+    globs = policy.scope or policy.default_scope
+    changed = 0
+    changed_in_scope = 0
+    for f in series.files:
+        n = len(f.added) + len(f.removed)
+        changed += n
+        paths = [p for p in (f.old_path, f.new_path) if p is not None]
+        outside = [p for p in dict.fromkeys(paths) if not in_scope(p, globs)]
+        if outside:
+            for p in outside:
+                ctx.add("scope.outside-declared-scope", p, None, f"{p} is not in {list(globs)}")
+        else:
+            changed_in_scope += n
+        if f.binary:
+            ctx.add("scope.binary-file", f, None, "binary change")
+        _check_interface(f, ctx)
+        _check_weakened(f, ctx)
+    summary = series.summary()
+    for code, key, limit in (
+        ("scope.too-many-files", "files", policy.max_files),
+        ("scope.too-many-hunks", "hunks", policy.max_hunks),
+    ):
+        if summary[key] > limit:
+            ctx.add(code, "", None, f"{summary[key]} {key} (limit {limit})")
+    lines = summary["lines_added"] + summary["lines_removed"]
+    if lines > policy.max_lines:
+        ctx.add(
+            "scope.too-many-lines", "", None, f"{lines} changed lines (limit {policy.max_lines})"
+        )
+    reasons = sorted({f.code for f in ctx.findings}, key=CODES.index)
+    canon = canonical(series)
+    return {
+        "schema": "trace.gate/v1",
+        "gate": "scope",
+        "passed": not reasons,
+        "measurable": True,
+        "score": round(changed_in_scope / changed, 6) if changed else 1.0,
+        "reasons": reasons,
+        "details": {
+            **summary,
+            "lines_changed": lines,
+            "scope": list(globs),
+            "scope_source": "candidate" if policy.scope else "default",
+            "limits": {
+                "max_files": policy.max_files,
+                "max_hunks": policy.max_hunks,
+                "max_lines": policy.max_lines,
+            },
+            "findings": [x.as_dict() for x in ctx.findings],
+            "canonical_diff_sha256": hashlib.sha256(canon.encode()).hexdigest(),
+        },
+    }
