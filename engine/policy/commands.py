@@ -1,0 +1,203 @@
+"""`trace route CANDIDATE` and `trace decide CANDIDATE`. Handlers import their work lazily."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import UsageError
+
+if TYPE_CHECKING:
+    from engine.policy.routing import RouteDecision
+    from engine.policy.signing import Decision, Reason
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "route",
+        help="routing state of a candidate (before any model sees it): rule and policy version",
+    )
+    p.add_argument("candidate", type=Path, help="candidate TOML file")
+    p.add_argument("--policy", type=Path, default=None, help="routing policy (default: shipped)")
+    p.add_argument("--json", action="store_true", help="print the decision as JSON")
+    p.set_defaults(handler=cmd_route)
+
+    p = sub.add_parser(
+        "decide",
+        help="may this candidate's evidence be signed? allow/deny with every reason code",
+        description="Evaluate the signing policy against the records `trace verify` and the "
+        "gates wrote. Exit 0 allow, 1 deny, 2 bad input. Writes a decision record.",
+    )
+    p.add_argument("candidate", type=Path, help="candidate TOML file")
+    p.add_argument(
+        "--result",
+        type=Path,
+        default=None,
+        help="verify result JSON (default: ROOT/.trace/verify/<id>/result.json)",
+    )
+    p.add_argument(
+        "--gate",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="an extra gate record JSON (trace.gate/v1); repeatable",
+    )
+    p.add_argument("--waivers", type=Path, default=None, metavar="FILE", help="waiver file")
+    p.add_argument("--routing", type=Path, default=None, help="routing policy (default: shipped)")
+    p.add_argument("--signing", type=Path, default=None, help="signing policy (default: shipped)")
+    p.add_argument(
+        "--today", default=None, metavar="YYYY-MM-DD", help="decide as of this date (default: UTC)"
+    )
+    p.add_argument("--root", type=Path, default=None, help="project root (default: cwd)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="decision record path (default: ROOT/.trace/decisions/<id>.json)",
+    )
+    p.add_argument("--json", action="store_true", help="print the decision record as JSON")
+    p.set_defaults(handler=cmd_decide)
+
+
+def _route(candidate_path: Path, policy_path: Path | None) -> RouteDecision:
+    from engine.advisory import load_advisory
+    from engine.candidate import load_candidate
+    from engine.policy.registry import ROUTING, policy_dir
+    from engine.policy.routing import facts_for, load_routing, route
+
+    cand = load_candidate(candidate_path)
+    policy = load_routing(policy_path or policy_dir() / ROUTING)
+    spec = cand.spec
+    advisory = load_advisory(cand.file(spec.advisory.osv))
+    facts = facts_for(
+        candidate=spec.id,
+        package=spec.package,
+        origin=spec.origin,
+        advisory=advisory,
+        upstream_fix=spec.advisory.upstream_fix,
+        critical=policy.critical,
+    )
+    return route(facts, policy)
+
+
+def _route_text(d: RouteDecision) -> str:
+    f = d.facts
+    score = f" (CVSS {f.score:g})" if f.score is not None else ""
+    rule = d.rule or "none matched: reject is the default"
+    lines = [
+        f"{d.state}",
+        f"  rule:     {rule}",
+        f"  policy:   {d.policy.name} {d.policy.version} (sha256 {d.policy.digest[:16]})",
+        f"  critical: {d.critical_packages.name} {d.critical_packages.version}",
+        f"  facts:    {f.advisory}, severity {f.severity}{score}, "
+        f"ecosystems {', '.join(f.ecosystems) or 'none'}, "
+        f"upstream fix {'yes' if f.upstream_fix else 'no'}, "
+        f"critical {'yes' if f.critical else 'no'}, origin {f.origin}"
+        + (", WITHDRAWN" if f.withdrawn else ""),
+    ]
+    if d.state == "auto-merge-eligible":
+        lines.append("  (auto-merge means a branch of the fork, never an upstream push)")
+    return "\n".join(lines)
+
+
+def cmd_route(args: argparse.Namespace) -> int:
+    decision = _route(args.candidate, args.policy)
+    if args.json:
+        print(json.dumps(decision.model_dump(mode="json", by_alias=True), indent=2))
+    else:
+        print(_route_text(decision))
+    return 0
+
+
+def _today(value: str | None) -> dt.date:
+    if value is None:
+        return dt.datetime.now(dt.UTC).date()
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise UsageError(f"--today {value!r} is not a date", hint="use YYYY-MM-DD") from None
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _reason_lines(tag: str, r: Reason) -> list[str]:
+    where = ", ".join(r.sources)
+    detail = f" ({'; '.join(r.details)})" if r.details else ""
+    return [f"  {tag:<6} {r.code}: {r.message} [{where}]{detail}", f"         do: {r.solution}"]
+
+
+def _decision_text(d: Decision, out: Path) -> str:
+    rt = d.routing
+    lines = [
+        f"{d.decision.upper()}  {d.candidate}  as of {d.date.isoformat()}",
+        f"  signing policy: {d.policy.name} {d.policy.version} (sha256 {d.policy.digest[:16]}), "
+        f"catalogue {d.catalogue.name} {d.catalogue.version}",
+        f"  routing: {rt.state} (rule {rt.rule or 'none: reject'}, "
+        f"{rt.policy.name} {rt.policy.version})",
+    ]
+    for r in d.reasons:
+        lines += _reason_lines("DENY", r)
+    for r in d.waived:
+        lines += _reason_lines("WAIVED", r)
+    for r in d.warnings:
+        lines += _reason_lines("WARN", r)
+        lines.append(f"         (denies from {r.effective_on.isoformat()})")
+    for u in d.waivers:
+        w = u.waiver
+        lines.append(
+            f"  waiver {u.status}: {w.reason} until {w.expires.isoformat()} "
+            f"(approved by {w.approved_by}): {w.justification}"
+        )
+    lines.append(f"  decision record: {out}")
+    return "\n".join(lines)
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    from engine.candidate import load_candidate
+    from engine.policy.evidence import load_evidence
+    from engine.policy.registry import SIGNING, policy_dir
+    from engine.policy.signing import decide, load_signing
+    from engine.policy.waivers import NO_WAIVERS, load_waivers
+
+    today = _today(args.today)
+    root = (args.root or Path.cwd()).resolve()
+    cand = load_candidate(args.candidate)
+    cid = cand.spec.id
+    routing = _route(args.candidate, args.routing)
+    signing, catalogue = load_signing(args.signing or policy_dir() / SIGNING)
+    waivers = load_waivers(args.waivers, catalogue) if args.waivers else NO_WAIVERS
+    result = args.result or root / ".trace" / "verify" / cid / "result.json"
+    if args.result is not None and not args.result.exists():
+        raise UsageError("--result file does not exist", hint=f"run `trace verify {cand.path}`")
+    evidence = load_evidence(cid, result, args.gate)
+    decision = decide(evidence, routing, signing, catalogue, waivers, today)
+    out = (args.out or root / ".trace" / "decisions" / f"{cid}.json").resolve()
+    doc = decision.model_dump(mode="json", by_alias=True)
+    write_atomic(out, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        print(_decision_text(decision, out))
+        if decision.evidence == [] and not result.exists():
+            print(f"  (no verify result at {result}: run `trace verify` or pass --result)")
+    sys.stdout.flush()
+    return 0 if decision.decision == "allow" else 1
