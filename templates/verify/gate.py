@@ -44,8 +44,13 @@ def describe(r: Record) -> str:
 
 def signature(r: Record) -> tuple[Any, ...]:
     """What must agree between runs of one side (not output digests: only how it ended)."""
-    return (bool(r.get("target_ran")), failed(r), r.get("exit_code"), r.get("signal"),
-            sanitizer_text(r))
+    return (
+        bool(r.get("target_ran")),
+        failed(r),
+        r.get("exit_code"),
+        r.get("signal"),
+        sanitizer_text(r),
+    )
 
 
 def mismatches(r: Record, expect: Record) -> list[str]:

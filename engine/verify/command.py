@@ -1,0 +1,162 @@
+"""`trace verify CANDIDATE`: run the verify pipeline for one candidate and print the verdict."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.candidate import Candidate
+    from engine.verify.result import VerifyResult
+
+STANDARD_GRAPH = "graphs/verify.toml"
+FORK_FILE = "trace.toml"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="build a package without and with a candidate fix, run its reproducer against both",
+        description="Exit 0 only when every claim holds; 1 when one does not; 2 on bad input.",
+    )
+    p.add_argument("candidate", type=Path, help="candidate TOML file")
+    p.add_argument(
+        "--fork",
+        type=Path,
+        default=None,
+        help="the package set (a nixpkgs fork); its trace.toml is used when present "
+        "(default: the nearest directory above the candidate holding a trace.toml)",
+    )
+    p.add_argument("--state-dir", type=Path, default=None, help="default: FORK/.trace")
+    p.add_argument(
+        "--out", type=Path, default=None, help="result JSON (default: STATE/verify/ID.json)"
+    )
+    p.add_argument("--json", action="store_true", help="print the result JSON instead of a table")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="parallel builds (nix -j)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.add_argument(
+        "--wait", type=float, default=0, metavar="SECONDS", help="wait for a busy state dir"
+    )
+    p.set_defaults(handler=cmd_verify)
+
+
+def find_fork(candidate: Path) -> Path | None:
+    """The nearest directory at or above the candidate's that holds a trace.toml."""
+    for d in [candidate.resolve().parent, *candidate.resolve().parents]:
+        if (d / FORK_FILE).is_file():
+            return d
+    return None
+
+
+def verify_context(candidate: Candidate, fork: Path) -> dict[str, Any]:
+    """The context the verify graph is loaded with (replays must use the same)."""
+    expect = candidate.spec.expect.model_dump(exclude_none=True)
+    return {
+        "candidate": {**candidate.context(), "expect_json": json.dumps(expect, sort_keys=True)},
+        "fork": {"root": str(fork)},
+    }
+
+
+def graph_entry(fork: Path) -> Path:
+    from engine.paths import data_dir
+
+    own = fork / FORK_FILE
+    return own if own.is_file() else data_dir() / STANDARD_GRAPH
+
+
+def project_root(fork: Path) -> Path:
+    """Inputs may come from the fork and from trace's own data dir (the standard templates)."""
+    from engine.paths import data_dir
+
+    return Path(os.path.commonpath([fork, data_dir()]))
+
+
+def run_verify(
+    candidate_file: Path,
+    *,
+    fork: Path | None = None,
+    state_dir: Path | None = None,
+    jobs: int | None = None,
+    progress: bool = False,
+    wait: float = 0,
+) -> VerifyResult:
+    """Load the candidate and the fork's graph, build what is dirty, judge. The Python API."""
+    from engine.cache import Index
+    from engine.candidate import load_candidate
+    from engine.errors import UsageError
+    from engine.graph import load_graph
+    from engine.hashing import StatCache
+    from engine.progress import Progress
+    from engine.run import run_graph
+    from engine.verify.verdict import judge
+
+    candidate = load_candidate(candidate_file)
+    if fork is None:
+        fork = find_fork(candidate.path) or Path.cwd()
+    fork = fork.resolve()
+    if not fork.is_dir():
+        raise UsageError(f"--fork {fork} is not a directory", hint="pass the package set's root")
+    state = (state_dir or fork / ".trace").resolve()
+    with Index(state, wait=wait) as index:
+        hasher = StatCache(index.db)
+        graph = load_graph(
+            graph_entry(fork),
+            root=project_root(fork),
+            context=verify_context(candidate, fork),
+            hasher=hasher,
+        )
+        hasher.flush()
+        with Progress(enabled=progress) as reporter:
+            result = run_graph(graph, index, jobs=jobs, reporter=reporter)
+    return judge(candidate, graph, result)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def print_table(result: VerifyResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"trace verify {result.candidate} ({result.package})")
+    for col in ("claim", "evidence", "result", "reason"):
+        table.add_column(col, overflow="fold")
+    for c in result.claims:
+        evidence = c.evidence + (f"\n{c.detail}" if c.detail else "")
+        verdict = "[green]holds[/]" if c.holds else "[bold red]fails[/]"
+        table.add_row(c.claim, evidence, verdict, c.reason)
+    console = Console(width=max(100, Console().width))
+    console.print(table)
+    if result.passed:
+        console.print("[green]PASS[/]: every claim holds")
+    else:
+        console.print(f"[bold red]FAIL[/]: {', '.join(result.reasons)}")
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    result = run_verify(
+        args.candidate,
+        fork=args.fork,
+        state_dir=args.state_dir,
+        jobs=args.jobs,
+        progress=not args.quiet and not args.json,
+        wait=args.wait,
+    )
+    text = result.model_dump_json(indent=2, by_alias=True) + "\n"
+    fork = (args.fork or find_fork(args.candidate) or Path.cwd()).resolve()
+    out = args.out or (args.state_dir or fork / ".trace") / "verify" / f"{result.candidate}.json"
+    write_atomic(out, text)
+    if args.json:
+        sys.stdout.write(text)
+    else:
+        print_table(result)
+        print(f"result: {out}")
+    return 0 if result.passed else 1

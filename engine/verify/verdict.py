@@ -1,0 +1,212 @@
+"""From a run of the verify graph to a `VerifyResult`: claims, reason codes, records per side.
+
+Every verdict comes from how sandboxed builds exited: step statuses (a package that does not
+build), the reproducer records the runs wrote, the expectation gate's record and the engine's
+`--check` results. The rules that judge records live in one place, the gate script
+(`templates/verify/gate.py`), which runs in the sandbox; this module loads the same file to judge
+one side on its own when the other side's build is broken (then the gate step cannot run).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from engine import __version__
+from engine.candidate import Candidate
+from engine.errors import InputError
+from engine.model import Graph
+from engine.records import GateRecord, RunRecord, Side
+from engine.run import RunResult, StepResult
+from engine.verify.result import ClaimVerdict, SideResult, StepRef, VerifyResult
+
+OK_STATUSES = ("built", "cached", "reused")
+BUILD_STEP = {"pre": "pre-fix", "post": "post-fix"}
+RUN_STEP = {"pre": "pre-fix-run", "post": "post-fix-run"}
+GATE_STEP = "expectation"
+
+
+def load_gate(path: Path) -> ModuleType:
+    """The gate script as a module (the same file the sandboxed gate step ran)."""
+    spec = importlib.util.spec_from_file_location("trace_verify_gate", path)
+    if spec is None or spec.loader is None:
+        raise InputError("cannot load the expectation gate script", file=path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def step_ref(res: StepResult | None, sid: str) -> StepRef:
+    if res is None:
+        return StepRef(id=sid, status="missing")
+    return StepRef(
+        id=res.id,
+        status=res.status,
+        key=res.key,
+        drv=res.drv,
+        out=res.out,
+        deterministic=res.deterministic,
+        log_tail=res.log_tail or "",
+    )
+
+
+def _require(graph: Graph, base: str) -> list[str]:
+    ids = [s.id for s in graph.steps.values() if s.base_id == base]
+    if not ids:
+        raise InputError(
+            f"the verify graph has no step '{base}'",
+            file=graph.entry,
+            hint="include trace:graphs/verify.toml (or declare the standard verify steps)",
+        )
+    return sorted(ids, key=lambda i: graph.steps[i].repeat_index or 0)
+
+
+def _side(side: Side, graph: Graph, run: RunResult) -> tuple[SideResult, list[StepRef]]:
+    build = step_ref(run.steps.get(BUILD_STEP[side]), BUILD_STEP[side])
+    build_ok = build.status in OK_STATUSES
+    refs = [step_ref(run.steps.get(i), i) for i in _require(graph, RUN_STEP[side])]
+    records: list[RunRecord] = []
+    for n, (ref, sid) in enumerate(zip(refs, _require(graph, RUN_STEP[side]), strict=True), 1):
+        outcome = run.steps[sid].outcome if sid in run.steps else None
+        if build_ok and ref.status in OK_STATUSES and isinstance(outcome, dict):
+            records.append(RunRecord.model_validate(outcome))
+        elif not build_ok:
+            records.append(RunRecord(side=side, run=n, build="failed", target_ran=False))
+    result = SideResult(
+        side=side,
+        build=build,
+        build_ok=build_ok,
+        runs=records,
+        run_steps=refs,
+        target_ran=bool(records) and all(r.target_ran for r in records),
+        flaky=False,
+    )
+    return result, refs
+
+
+def _claim(row: dict[str, Any]) -> ClaimVerdict:
+    return ClaimVerdict.model_validate(row)
+
+
+def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
+    """The verdict of one `trace verify` run."""
+    gate_mod = load_gate(graph.steps[GATE_STEP].inputs["gate"].path)
+    expect = candidate.spec.expect.model_dump(exclude_none=True)
+    pre, pre_refs = _side("pre", graph, run)
+    post, post_refs = _side("post", graph, run)
+
+    def dumps(side: SideResult) -> list[dict[str, Any]]:
+        return [r.model_dump(by_alias=True) for r in side.runs]
+
+    gate_res = run.steps.get(GATE_STEP)
+    gate_record: GateRecord | None = None
+    if gate_res is not None and gate_res.status in OK_STATUSES and gate_res.outcome:
+        gate_record = GateRecord.model_validate(gate_res.outcome)
+
+    claims: dict[str, ClaimVerdict] = {}
+    if gate_record is not None:
+        details: dict[str, Any] = dict(gate_record.details)
+        for row in details.get("claims", []):
+            c = _claim(row)
+            claims[c.claim] = c
+        flaky: dict[str, Any] = details.get("flaky", {})
+        pre.flaky = bool(flaky.get("pre"))
+        post.flaky = bool(flaky.get("post"))
+    else:
+        for side, refs, name in (
+            (pre, pre_refs, "pre-fix-fails-as-expected"),
+            (post, post_refs, "post-fix-survives"),
+        ):
+            failed_runs = [r.id for r in refs if r.status == "failed"]
+            if not side.build_ok:
+                claims[name] = ClaimVerdict(
+                    claim=name,
+                    evidence=f"step {side.build.id}: {side.build.status}",
+                    holds=False,
+                    reason=f"{side.side}-fix-build-broken",
+                    detail=_last_line(side.build.log_tail),
+                )
+            elif failed_runs:
+                claims[name] = ClaimVerdict(
+                    claim=name,
+                    evidence=", ".join(failed_runs) + ": failed",
+                    holds=False,
+                    reason="run-step-failed",
+                    detail=_last_line(run.steps[failed_runs[0]].log_tail or ""),
+                )
+            else:
+                claims[name] = _claim(gate_mod.judge_side(side.side, dumps(side), expect))
+                side.flaky = bool(gate_mod.side_flaky(dumps(side)))
+        any_flaky = pre.flaky or post.flaky
+        claims["runs-agree"] = ClaimVerdict(
+            claim="runs-agree",
+            evidence="runs compared on the sides whose builds succeeded",
+            holds=not any_flaky,
+            reason="flaky" if any_flaky else "ok",
+        )
+
+    claims["deterministic"] = _determinism(post, post_refs)
+    order = ["pre-fix-fails-as-expected", "post-fix-survives", "runs-agree", "deterministic"]
+    rows = [claims[c] for c in order if c in claims]
+    reasons: list[str] = []
+    for row in rows:
+        if not row.holds and row.reason not in reasons:
+            reasons.append(row.reason)
+    steps = {sid: step_ref(res, sid) for sid, res in run.steps.items()}
+    return VerifyResult(
+        candidate=candidate.spec.id,
+        candidate_file=str(candidate.path),
+        package=candidate.spec.package,
+        passed=not reasons,
+        reasons=reasons,
+        claims=rows,
+        pre=pre,
+        post=post,
+        expectation=gate_record,
+        deterministic=claims["deterministic"].holds
+        if claims["deterministic"].reason in ("ok", "nondeterministic")
+        else None,
+        flaky=pre.flaky or post.flaky,
+        steps=steps,
+        graph=str(graph.entry),
+        engine_version=__version__,
+    )
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _determinism(post: SideResult, refs: list[StepRef]) -> ClaimVerdict:
+    checked = [post.build, *refs]
+    evidence = "--check rebuild of " + ", ".join(r.id for r in checked)
+    if not post.build_ok:
+        return ClaimVerdict(
+            claim="deterministic",
+            evidence=evidence,
+            holds=False,
+            reason="post-fix-build-broken",
+            detail="nothing to rebuild",
+        )
+    differed = [r.id for r in checked if r.deterministic is False]
+    if differed:
+        return ClaimVerdict(
+            claim="deterministic",
+            evidence=evidence,
+            holds=False,
+            reason="nondeterministic",
+            detail="output differed on rebuild: " + ", ".join(differed),
+        )
+    unchecked = [r.id for r in checked if r.deterministic is None]
+    if unchecked:
+        return ClaimVerdict(
+            claim="deterministic",
+            evidence=evidence,
+            holds=False,
+            reason="determinism-unchecked",
+            detail="no --check result for " + ", ".join(unchecked),
+        )
+    return ClaimVerdict(claim="deterministic", evidence=evidence, holds=True, reason="ok")
