@@ -23,6 +23,7 @@ Handler = Callable[[argparse.Namespace], int]
 COMMAND_MODULES: list[str] = [
     "engine.commands",
     "engine.policy.commands",
+    "engine.verify.command",
 ]
 
 
