@@ -39,7 +39,7 @@ def register(sub: Any) -> None:
         "--result",
         type=Path,
         default=None,
-        help="verify result JSON (default: ROOT/.trace/verify/<id>/result.json)",
+        help="verify result JSON, as `trace verify` wrote it (default: STATE/verify/ID.json)",
     )
     p.add_argument(
         "--gate",
@@ -55,12 +55,18 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--today", default=None, metavar="YYYY-MM-DD", help="decide as of this date (default: UTC)"
     )
-    p.add_argument("--root", type=Path, default=None, help="project root (default: cwd)")
+    p.add_argument(
+        "--fork",
+        type=Path,
+        default=None,
+        help="the package set (default: nearest directory above the candidate with a trace.toml)",
+    )
+    p.add_argument("--state-dir", type=Path, default=None, help="default: FORK/.trace")
     p.add_argument(
         "--out",
         type=Path,
         default=None,
-        help="decision record path (default: ROOT/.trace/decisions/<id>.json)",
+        help="decision record path (default: STATE/decisions/ID.json)",
     )
     p.add_argument("--json", action="store_true", help="print the decision record as JSON")
     p.set_defaults(handler=cmd_decide)
@@ -177,20 +183,22 @@ def cmd_decide(args: argparse.Namespace) -> int:
     from engine.policy.registry import SIGNING, policy_dir
     from engine.policy.signing import decide, load_signing
     from engine.policy.waivers import NO_WAIVERS, load_waivers
+    from engine.verify.command import find_fork
 
     today = _today(args.today)
-    root = (args.root or Path.cwd()).resolve()
     cand = load_candidate(args.candidate)
+    fork = args.fork or find_fork(cand.path) or cand.dir
+    state = (args.state_dir or fork / ".trace").resolve()
     cid = cand.spec.id
     routing = _route(args.candidate, args.routing)
     signing, catalogue = load_signing(args.signing or policy_dir() / SIGNING)
     waivers = load_waivers(args.waivers, catalogue) if args.waivers else NO_WAIVERS
-    result = args.result or root / ".trace" / "verify" / cid / "result.json"
+    result = args.result or state / "verify" / f"{cid}.json"
     if args.result is not None and not args.result.exists():
         raise UsageError("--result file does not exist", hint=f"run `trace verify {cand.path}`")
     evidence = load_evidence(cid, result, args.gate)
     decision = decide(evidence, routing, signing, catalogue, waivers, today)
-    out = (args.out or root / ".trace" / "decisions" / f"{cid}.json").resolve()
+    out = (args.out or state / "decisions" / f"{cid}.json").resolve()
     doc = decision.model_dump(mode="json", by_alias=True)
     write_atomic(out, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
     if args.json:
