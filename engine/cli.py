@@ -22,6 +22,7 @@ Handler = Callable[[argparse.Namespace], int]
 # Modules with a `register(subparsers) -> None`; each sets `handler` via set_defaults.
 COMMAND_MODULES: list[str] = [
     "engine.commands",
+    "engine.bundle_verify.commands",
     "engine.policy.commands",
     "engine.verify.command",
 ]
