@@ -27,6 +27,7 @@ from engine.evidence.statement import Statement, build_statement
 
 REPLAY_PATH = "replay.json"
 REDACTION_PATH = "redaction.json"
+OUTCOMES_DIR = "outcomes"  # outcomes/<step id>.json: each step's outcome, as built
 RESERVED = frozenset({REPLAY_PATH, REDACTION_PATH})
 
 

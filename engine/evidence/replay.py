@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.errors import InputError
 from engine.hashing import digest_json
+from engine.model import Graph
+from engine.run import RunResult
 
 SCHEMA: Final = "trace.replay/v1"
 _DEADLINE = 30.0
@@ -113,3 +115,32 @@ def nix_version() -> str:
 def nix_system() -> str:
     out = _run(["nix-instantiate", "--eval", "--json", "-E", "builtins.currentSystem"])
     return out.strip('"') if out else "unknown"
+
+
+def build_replay_record(
+    graph: Graph,
+    run: RunResult,
+    *,
+    candidate_file: Path,
+    root: Path,
+    model: ModelPin | None = None,
+) -> ReplayRecord:
+    """Pin everything a replay needs, from a loaded graph and the run that built it."""
+    from engine import __version__
+
+    templates = sorted({k.template_path.resolve() for k in graph.kinds.values()})
+    return ReplayRecord(
+        engine_version=__version__,
+        nix_version=nix_version(),
+        system=nix_system(),
+        candidate=file_pin(candidate_file, root),
+        graph=file_pin(graph.entry, root),
+        graph_files=[file_pin(f, root) for f in sorted({f.resolve() for f in graph.files})],
+        templates=[file_pin(t, root) for t in templates],
+        package_set=fork_pin(graph.package_set.path, root) if graph.package_set else None,
+        model=model,
+        steps={
+            sid: StepPin(key=r.key, drv=r.drv, outcome_sha256=outcome_digest(r.outcome))
+            for sid, r in sorted(run.steps.items())
+        },
+    )

@@ -1,0 +1,246 @@
+"""Verifying a bundle directory: signature, signer, payload type, statement, every payload digest,
+policy versions, and (optionally) a replay. Every failing check carries one reason code.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from cryptography.hazmat.primitives.asymmetric import ec
+from pydantic import BaseModel, Field, ValidationError
+
+from engine.bundle_verify.identity import IdentityPolicy
+from engine.bundle_verify.signature import Check, verify_signature
+from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
+from engine.evidence.statement import PAYLOAD_TYPE, Statement
+from engine.signing.deadline import DEFAULT_SECONDS
+
+ReplayFn = Callable[[Statement, Path], list[Check]]
+
+
+class BundleVerdict(BaseModel):
+    schema_: Literal["trace.bundle-verify/v1"] = Field(
+        default="trace.bundle-verify/v1", alias="schema"
+    )
+    bundle: str
+    passed: bool
+    mode: str
+    signer: dict[str, str] = Field(default_factory=dict)
+    reasons: list[str]
+    checks: list[Check]
+
+
+def _payload_files(payload: Path) -> tuple[dict[str, Path], list[str]]:
+    """Regular files under payload/ by relative path, plus anything that is not a plain file."""
+    files: dict[str, Path] = {}
+    odd: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(payload):
+        for name in sorted(dirnames):
+            p = Path(dirpath, name)
+            if p.is_symlink():
+                odd.append(p.relative_to(payload).as_posix())
+        for name in filenames:
+            p = Path(dirpath, name)
+            rel = p.relative_to(payload).as_posix()
+            if stat.S_ISREG(p.lstat().st_mode):
+                files[rel] = p
+            else:
+                odd.append(rel)
+    return files, odd
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def subject_checks(statement: Statement, payload: Path) -> list[Check]:
+    files, odd = _payload_files(payload) if payload.is_dir() else ({}, [])
+    subjects = {s.name: s.digest.get("sha256", "") for s in statement.subject}
+    checks: list[Check] = []
+    missing = sorted(set(subjects) - set(files))
+    extra = sorted(set(files) - set(subjects)) + sorted(odd)
+    changed = sorted(n for n in set(subjects) & set(files) if _sha256(files[n]) != subjects[n])
+    if missing:
+        checks.append(
+            Check(
+                name="payload files present",
+                ok=False,
+                reason="subject.missing-file",
+                detail=", ".join(missing),
+            )
+        )
+    if extra:
+        checks.append(
+            Check(
+                name="no unlisted payload files",
+                ok=False,
+                reason="subject.extra-file",
+                detail=", ".join(extra),
+            )
+        )
+    if changed:
+        checks.append(
+            Check(
+                name="payload digests",
+                ok=False,
+                reason="subject.digest-mismatch",
+                detail=", ".join(changed),
+            )
+        )
+    if not (missing or extra or changed):
+        checks.append(
+            Check(
+                name="payload digests",
+                ok=True,
+                detail=f"{len(subjects)} files recomputed, none missing, none extra",
+            )
+        )
+    return checks
+
+
+def policy_version_check(statement: Statement, policy: IdentityPolicy) -> Check:
+    named = statement.policy_versions()
+    unknown = [
+        f"{n} {v}" for n, v in sorted(named.items()) if v not in policy.known_versions.get(n, set())
+    ]
+    if unknown:
+        return Check(
+            name="policy versions",
+            ok=False,
+            reason="policy.unknown-version",
+            detail="unknown: " + ", ".join(unknown),
+        )
+    return Check(
+        name="policy versions",
+        ok=True,
+        detail=", ".join(f"{n} {v}" for n, v in sorted(named.items())) or "none named",
+    )
+
+
+def verify_bundle(
+    directory: Path,
+    policy: IdentityPolicy,
+    *,
+    trust_config: Path | None = None,
+    extra_keys: dict[str, ec.EllipticCurvePublicKey] | None = None,
+    replay: ReplayFn | None = None,
+    deadline: float = DEFAULT_SECONDS,
+) -> BundleVerdict:
+    checks: list[Check] = []
+    mode = "none"
+    signer: dict[str, str] = {}
+
+    def verdict() -> BundleVerdict:
+        reasons = sorted({c.reason for c in checks if not c.ok and c.reason})
+        return BundleVerdict(
+            bundle=str(directory),
+            passed=not reasons,
+            mode=mode,
+            signer=signer,
+            reasons=reasons,
+            checks=checks,
+        )
+
+    statement_path = directory / STATEMENT_FILE
+    payload = directory / PAYLOAD_DIR
+    try:
+        on_disk = statement_path.read_bytes()
+    except OSError as exc:
+        checks.append(
+            Check(name="bundle layout", ok=False, reason="bundle.layout", detail=str(exc))
+        )
+        return verdict()
+    if not payload.is_dir():
+        checks.append(
+            Check(name="bundle layout", ok=False, reason="bundle.layout", detail="no payload/")
+        )
+        return verdict()
+
+    signed: bytes | None = None
+    sig_path = directory / SIGNATURE_FILE
+    if not sig_path.is_file():
+        checks.append(
+            Check(name="signature", ok=False, reason="bundle.unsigned", detail=SIGNATURE_FILE)
+        )
+    else:
+        result = verify_signature(
+            sig_path.read_text(encoding="utf-8", errors="replace"),
+            policy,
+            trust_config=trust_config,
+            extra_keys=extra_keys,
+            deadline=deadline,
+        )
+        mode, signer = result.mode, result.signer
+        checks.extend(result.checks)
+        if result.envelope is not None:
+            env = result.envelope
+            if env.payloadType == PAYLOAD_TYPE:
+                checks.append(Check(name="payload type", ok=True, detail=env.payloadType))
+            else:
+                checks.append(
+                    Check(
+                        name="payload type",
+                        ok=False,
+                        reason="payload.type",
+                        detail=f"{env.payloadType!r}, expected {PAYLOAD_TYPE}",
+                    )
+                )
+            try:
+                signed = base64.b64decode(env.payload, validate=True)
+            except ValueError:
+                checks.append(
+                    Check(
+                        name="signed statement",
+                        ok=False,
+                        reason="signature.malformed",
+                        detail="payload is not base64",
+                    )
+                )
+    if signed is not None:
+        if signed == on_disk:
+            checks.append(Check(name="statement.json is the signed statement", ok=True))
+        else:
+            checks.append(
+                Check(
+                    name="statement.json is the signed statement",
+                    ok=False,
+                    reason="statement.not-signed",
+                    detail="statement.json differs from the DSSE payload; the signed one is used",
+                )
+            )
+    try:
+        statement = Statement.model_validate_json(signed if signed is not None else on_disk)
+    except ValidationError as exc:
+        checks.append(
+            Check(
+                name="statement",
+                ok=False,
+                reason="statement.malformed",
+                detail=str(exc).splitlines()[0],
+            )
+        )
+        return verdict()
+    checks.extend(subject_checks(statement, payload))
+    checks.append(policy_version_check(statement, policy))
+    if replay is not None:
+        if any(not c.ok for c in checks):
+            checks.append(
+                Check(
+                    name="replay",
+                    ok=True,
+                    detail="not run: the bundle already failed verification",
+                )
+            )
+        else:
+            checks.extend(replay(statement, payload))
+    return verdict()

@@ -1,0 +1,114 @@
+"""The signer lock: policy/signing-identity.json.
+
+```json
+{
+  "schema": "trace.signing-identity/v1",
+  "version": "1.0.0",
+  "keyless": [{"identity": "<certificate SAN>", "issuer": "<OIDC issuer URL>"}],
+  "keys": [{"name": "release", "public_key": "keys/release.pub"}],
+  "policy_versions": {"trace-routing": ["0.9.0"]}
+}
+```
+`keyless`: accepted (identity, issuer) pairs for Sigstore certificates. `keys`: accepted public
+keys for key-mode bundles (paths relative to this file). `policy_versions`: older policy versions
+that are still accepted in bundles, beside the current `[policy]` versions of the policy/*.toml
+files next to this file and the current redaction rules version.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import tomli
+from cryptography.hazmat.primitives.asymmetric import ec
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engine.errors import PolicyError
+from engine.evidence.redact import REDACTION_VERSION
+from engine.signing.errors import SigningError
+from engine.signing.keys import key_hint, load_public_key
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class KeylessSigner(_Strict):
+    identity: str = Field(min_length=1, description="certificate SAN (e-mail or URI)")
+    issuer: str = Field(min_length=1, description="OIDC issuer URL")
+
+
+class KeySigner(_Strict):
+    name: str
+    public_key: str = Field(description="PEM public key file, relative to this policy file")
+
+
+class IdentityPolicyFile(_Strict):
+    schema_: Literal["trace.signing-identity/v1"] = Field(alias="schema")
+    version: str
+    keyless: list[KeylessSigner] = Field(default_factory=list)
+    keys: list[KeySigner] = Field(default_factory=list)
+    policy_versions: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class IdentityPolicy(BaseModel):
+    """The loaded lock: accepted keyless signers, key hints -> keys, known policy versions."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    path: Path
+    version: str
+    keyless: list[KeylessSigner]
+    keys: dict[str, ec.EllipticCurvePublicKey]
+    known_versions: dict[str, set[str]]
+
+
+def _policy_headers(directory: Path) -> dict[str, set[str]]:
+    known: dict[str, set[str]] = {}
+    for f in sorted(directory.glob("*.toml")):
+        try:
+            header = tomli.loads(f.read_text(encoding="utf-8")).get("policy", {})
+        except (OSError, tomli.TOMLDecodeError):
+            continue  # the policy's own loader reports broken files
+        if isinstance(header, dict) and "name" in header and "version" in header:
+            known.setdefault(str(header["name"]), set()).add(str(header["version"]))
+    return known
+
+
+def load_identity_policy(path: Path) -> IdentityPolicy:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PolicyError(
+            "signer identity policy not found",
+            file=path,
+            hint="create policy/signing-identity.json (see engine/bundle_verify/identity.py)",
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise PolicyError(f"JSON syntax error: {exc.msg}", file=path, line=exc.lineno) from None
+    try:
+        spec = IdentityPolicyFile.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise PolicyError(
+            err["msg"],
+            file=path,
+            key=".".join(str(p) for p in err["loc"]),
+            hint="see the format in engine/bundle_verify/identity.py",
+        ) from None
+    keys: dict[str, ec.EllipticCurvePublicKey] = {}
+    for i, k in enumerate(spec.keys):
+        try:
+            pub = load_public_key((path.parent / k.public_key).resolve())
+        except SigningError as exc:
+            raise PolicyError(exc.message, file=path, key=f"keys.{i}.public_key") from None
+        keys[key_hint(pub)] = pub
+    known = _policy_headers(path.parent)
+    for name, versions in spec.policy_versions.items():
+        known.setdefault(name, set()).update(versions)
+    known.setdefault("redaction", set()).add(REDACTION_VERSION)
+    return IdentityPolicy(
+        path=path, version=spec.version, keyless=spec.keyless, keys=keys, known_versions=known
+    )
