@@ -6,7 +6,8 @@ and the kind of claim it supports. Builders canonicalise before anything is hash
 - text: UTF-8, LF line endings (CRLF and lone CR become LF), exactly one trailing newline;
 - JSON: keys sorted, two-space indent, UTF-8, LF, trailing newline;
 - diffs: `git diff -U0 --no-color` form: colour codes stripped, context lines dropped, hunk
-  headers recomputed, file headers kept.
+  headers recomputed (without git's section heading, which depends on git's configuration),
+  file headers kept.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ ClaimKind = Literal[
 ]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
 class PayloadEntry(BaseModel):

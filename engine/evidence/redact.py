@@ -78,7 +78,7 @@ RULES: tuple[RedactionRule, ...] = (
         id="secret-assignment",
         description="values assigned to token/secret/password/api key names (8+ characters)",
         pattern=r"(?i)(\b[A-Za-z0-9_]*(?:token|secret|password|passwd|api[_-]?key)[A-Za-z0-9_]*"
-        r"[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]{8,}",
+        r"[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED:)[^\s\"',;]{8,}",
         keep_group=1,
     ),
     RedactionRule(

@@ -1,0 +1,180 @@
+"""Evidence bundles: canonical forms, redaction, the statement over every payload file, writing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import rfc8785
+from pydantic import ValidationError
+
+from engine.errors import InputError
+from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
+from engine.evidence.bundle import REDACTION_PATH, REPLAY_PATH, assemble, write_bundle
+from engine.evidence.payload import (
+    PayloadEntry,
+    canonical_diff,
+    canonical_json,
+    canonical_text,
+    json_entry,
+    text_entry,
+)
+from engine.evidence.redact import REDACTION_VERSION, redact_text
+from engine.evidence.replay import FilePin, ReplayRecord, StepPin
+
+SECRET_JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4eXoifQ.c2lnbmF0dXJlLWJ5dGVz"
+SECRET_GH = "ghp_" + "A1b2C3d4" * 5
+
+
+def replay_record() -> ReplayRecord:
+    return ReplayRecord(
+        engine_version="0.1.0",
+        nix_version="nix (Nix) 2.8.0",
+        system="x86_64-linux",
+        candidate=FilePin(path="cands/c.toml", sha256="a" * 64),
+        graph=FilePin(path="graphs/verify.toml", sha256="b" * 64),
+        steps={"pre@1": StepPin(key="k" * 64, drv="/nix/store/x-pre.drv", outcome_sha256="c" * 64)},
+    )
+
+
+def test_canonical_text_normalises_line_endings() -> None:
+    assert canonical_text("a\r\nb\rc\n\n\n") == b"a\nb\nc\n"
+    assert canonical_text("") == b""
+
+
+def test_canonical_json_sorts_keys() -> None:
+    assert canonical_json({"b": 1, "a": [2]}) == b'{\n  "a": [\n    2\n  ],\n  "b": 1\n}\n'
+
+
+def test_canonical_diff_matches_git_u0(tmp_path: Path) -> None:
+    """A -U3 diff (colour and CRLF added) canonicalises to exactly what `git diff -U0` prints."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    old = [f"line {i}" for i in range(1, 31)]
+    (repo / "f.c").write_text("\n".join(old) + "\n")
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    new = list(old)
+    new[2] = "changed 3"
+    del new[10:12]
+    new.insert(20, "added after 22")
+    new.append("added at end")
+    (repo / "f.c").write_text("\n".join(new) + "\n")
+    u3 = subprocess.run([*git, "diff", "--color=always"], capture_output=True, check=True).stdout
+    u0 = subprocess.run([*git, "diff", "-U0", "--no-color"], capture_output=True, check=True).stdout
+    assert b"\x1b[" in u3
+    # git appends a section heading to hunk headers ("@@ -3 +3 @@ line 2"); the canonical form
+    # drops it, as it depends on git's funcname configuration, not on the change.
+    bare_u0 = re.sub(rb"^(@@ [^@]* @@).*$", rb"\1", u0, flags=re.M)
+    assert bare_u0 != u0
+    assert canonical_diff(u3.replace(b"\n", b"\r\n")) == canonical_text(bare_u0)
+    assert canonical_diff(u0) == canonical_text(bare_u0)
+
+
+def test_payload_paths_must_be_plain_relative() -> None:
+    for bad in ["../x", "/etc/passwd", "a//b", "a/./b", "", "a\\b"]:
+        with pytest.raises(ValidationError):
+            PayloadEntry(path=bad, kind="other", data=b"")
+
+
+def test_redaction_rules_each_fire() -> None:
+    text = (
+        f"token: {SECRET_JWT}\n"
+        f"push with {SECRET_GH}\n"
+        "mail alice@example.org\n"
+        "Authorization: Bearer abc.def-ghi\n"
+        "password = hunter22hunter\n"
+        "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----\n"
+        "key AKIAABCDEFGHIJKLMNOP\n"
+    )
+    out, counts = redact_text(text)
+    for secret in [SECRET_JWT, SECRET_GH, "alice@example.org", "abc.def-ghi", "hunter22", "MHcC"]:
+        assert secret not in out
+    assert "AKIAABCDEFGHIJKLMNOP" not in out
+    assert counts == {
+        "private-key": 1,
+        "jwt": 1,
+        "github-token": 1,
+        "aws-access-key": 1,
+        "bearer": 1,
+        "secret-assignment": 1,
+        "email": 1,
+    }
+    assert "Authorization: Bearer [REDACTED:bearer]" in out
+    assert "password = [REDACTED:secret-assignment]" in out
+
+
+def test_assemble_redacts_before_hashing_and_covers_every_file(tmp_path: Path) -> None:
+    entries = [
+        text_entry("rationale.md", "rationale", f"written by bob@example.org\r\nsee {SECRET_GH}"),
+        json_entry("outcomes/pre@1.json", "run", {"exit_code": 1, "signal": None}),
+        PayloadEntry(path="reproducer/data/blob.bin", kind="reproducer", data=b"\xff\x00\xfe"),
+    ]
+    asm = assemble(
+        entries,
+        replay=replay_record(),
+        candidate_id="CVE-1",
+        policy_versions={"trace-signing": "1.0.0"},
+        builder_id="test",
+    )
+    out = write_bundle(tmp_path / "b", asm, signature=None)
+    files = sorted(
+        p.relative_to(out / PAYLOAD_DIR).as_posix() for p in (out / PAYLOAD_DIR).rglob("*")
+    )
+    files = [f for f in files if (out / PAYLOAD_DIR / f).is_file()]
+    assert files == sorted(
+        [
+            "outcomes/pre@1.json",
+            "rationale.md",
+            "reproducer/data/blob.bin",
+            REDACTION_PATH,
+            REPLAY_PATH,
+        ]
+    )
+    statement = json.loads((out / STATEMENT_FILE).read_bytes())
+    assert (out / STATEMENT_FILE).read_bytes() == rfc8785.dumps(statement)
+    assert statement["_type"] == "https://in-toto.io/Statement/v1"
+    assert statement["predicateType"] == "https://slsa.dev/provenance/v1"
+    assert [s["name"] for s in statement["subject"]] == files
+    for s in statement["subject"]:
+        data = (out / PAYLOAD_DIR / s["name"]).read_bytes()
+        assert s["digest"]["sha256"] == hashlib.sha256(data).hexdigest()
+    rationale = (out / PAYLOAD_DIR / "rationale.md").read_bytes()
+    assert b"bob@example.org" not in rationale and SECRET_GH.encode() not in rationale
+    assert rationale.endswith(b"[REDACTED:github-token]\n") and b"\r" not in rationale
+    redaction = json.loads((out / PAYLOAD_DIR / REDACTION_PATH).read_bytes())
+    assert redaction["applied"] == {"rationale.md": {"email": 1, "github-token": 1}}
+    assert (out / PAYLOAD_DIR / "reproducer/data/blob.bin").read_bytes() == b"\xff\x00\xfe"
+    bd = statement["predicate"]["buildDefinition"]
+    assert bd["internalParameters"]["policy_versions"] == {
+        "redaction": REDACTION_VERSION,
+        "trace-signing": "1.0.0",
+    }
+    assert {"name": "pre@1", "uri": "/nix/store/x-pre.drv", "digest": {"sha256": "k" * 64}} in bd[
+        "resolvedDependencies"
+    ]
+    assert not (out / SIGNATURE_FILE).exists()
+    with pytest.raises(InputError, match="already exists"):
+        write_bundle(out, asm, signature=None)
+    assert [p.name for p in tmp_path.iterdir()] == ["b"]  # no temp directory left behind
+
+
+def test_reserved_and_duplicate_paths_rejected() -> None:
+    for entries in (
+        [text_entry(REPLAY_PATH, "other", "x")],
+        [text_entry("a.txt", "other", "x"), text_entry("a.txt", "other", "y")],
+    ):
+        with pytest.raises(InputError):
+            assemble(
+                entries,
+                replay=replay_record(),
+                candidate_id="c",
+                policy_versions={},
+                builder_id="t",
+            )
