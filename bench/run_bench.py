@@ -23,7 +23,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from graphgen import Project
 from tools import (
@@ -58,6 +60,10 @@ class Row:
         if not self.trace or not self.raw:
             return None
         return statistics.median(self.trace) / statistics.median(self.raw)
+
+
+def record(into: list[float], fn: Callable[..., float], *args: Any) -> None:
+    into.append(fn(*args))
 
 
 @dataclass
@@ -168,10 +174,10 @@ class Bench:
             idx = expr.index(sink)
             (drv,) = instantiate(expr, idx)
             change = LeafChange(self, proj, state, expr, drv, output_of(drv))
-            sides = [
-                lambda c=change: row.trace.append(c.trace()),
-                lambda c=change: row.raw.append(c.nix(None)),
-                lambda c=change, i=idx: ctx.raw.append(c.nix(i)),
+            sides: list[Callable[[], None]] = [
+                partial(record, row.trace, change.trace),
+                partial(record, row.raw, change.nix, None),
+                partial(record, ctx.raw, change.nix, idx),
             ]
             self.alternate(r, sides)
         ctx.trace = row.trace
