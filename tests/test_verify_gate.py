@@ -1,0 +1,221 @@
+"""Unit tests of the verify rules with explicit fake records and step results (no nix)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from engine.candidate import load_candidate
+from engine.graph import load_graph
+from engine.run import RunResult, StepResult
+from engine.verify.command import find_fork, project_root, verify_context
+from engine.verify.result import REASONS
+from engine.verify.verdict import judge, load_gate
+
+ROOT = Path(__file__).resolve().parent.parent
+FORK = ROOT / "tests" / "fixtures" / "fork"
+CAND = FORK / "trace" / "candidates" / "cparse-key-overflow" / "candidate.toml"
+
+
+@pytest.fixture(scope="module")
+def gate() -> ModuleType:
+    return load_gate(ROOT / "templates" / "verify" / "gate.py")
+
+
+@pytest.fixture(scope="module")
+def harness() -> ModuleType:
+    return load_gate(ROOT / "templates" / "verify" / "harness.py")
+
+
+def rec(side: str = "pre", run: int = 1, **kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "schema": "trace.run/v1",
+        "side": side,
+        "run": run,
+        "build": "ok",
+        "target_ran": True,
+        "invocations": [{"target": "bin/cparse", "exit_code": 0, "signal": None}],
+        "exit_code": 0,
+        "signal": None,
+        "sanitizer": None,
+        "stdout_sha256": None,
+        "stderr_sha256": None,
+        "stdout_tail": "",
+        "stderr_tail": "",
+    }
+    return base | kw
+
+
+ASAN = {"tool": "AddressSanitizer", "kind": "heap-buffer-overflow"}
+CRASH = {"exit_code": 1, "sanitizer": ASAN, "stderr_tail": "ERROR: AddressSanitizer: heap"}
+EXPECT = {"sanitizer": "AddressSanitizer: heap-buffer-overflow", "exit_code": 1}
+
+
+@pytest.mark.parametrize(
+    ("side", "records", "expect", "reason"),
+    [
+        ("pre", [rec(**CRASH), rec(run=2, **CRASH)], EXPECT, "ok"),
+        ("pre", [rec(), rec(run=2)], EXPECT, "pre-fix-did-not-fail"),
+        ("pre", [rec(exit_code=139, signal="SIGSEGV")], EXPECT, "pre-fix-wrong-failure"),
+        ("pre", [rec(exit_code=1)], {"signal": "SIGSEGV"}, "pre-fix-wrong-failure"),
+        (
+            "pre",
+            [rec(exit_code=1, stdout_tail="boom")],
+            {"output": "^bang"},
+            "pre-fix-wrong-failure",
+        ),
+        ("pre", [rec(exit_code=1, stdout_tail="x\nbang!")], {"output": "^bang"}, "ok"),
+        ("pre", [rec(**CRASH)], {"sanitizer": "AddressSanitizer"}, "ok"),
+        ("pre", [rec(**CRASH), rec(run=2)], EXPECT, "flaky"),
+        ("pre", [rec(target_ran=False, invocations=[], exit_code=1)], EXPECT, "target-never-ran"),
+        ("post", [rec("post"), rec("post", 2)], EXPECT, "ok"),
+        ("post", [rec("post", **CRASH)], EXPECT, "post-fix-still-fails"),
+        ("post", [rec("post", target_ran=False, invocations=[])], EXPECT, "target-never-ran"),
+        ("post", [], EXPECT, "run-step-failed"),
+    ],
+)
+def test_judge_side(
+    gate: ModuleType, side: str, records: list[dict[str, Any]], expect: dict[str, Any], reason: str
+) -> None:
+    row = gate.judge_side(side, records, expect)
+    assert row["reason"] == reason, row
+    assert row["holds"] == (reason == "ok")
+    assert reason in REASONS
+
+
+def test_gate_record_lists_each_reason_once(gate: ModuleType) -> None:
+    out = gate.gate([rec(), rec(run=2, **CRASH)], [rec("post", **CRASH)], EXPECT)
+    assert out["passed"] is False
+    assert out["reasons"] == ["flaky", "post-fix-still-fails"]
+    assert out["details"]["flaky"] == {"pre": True, "post": False}
+    ok = gate.gate([rec(**CRASH)], [rec("post")], EXPECT)
+    assert ok["passed"] is True and ok["reasons"] == []
+
+
+def test_wrong_failure_detail_names_each_mismatch(gate: ModuleType) -> None:
+    got = gate.mismatches(rec(exit_code=134, signal="SIGABRT"), EXPECT | {"output": "overflow"})
+    assert got == [
+        "expected exit code 1, got 134",
+        "expected sanitizer report 'AddressSanitizer: heap-buffer-overflow', got 'none'",
+        "output does not match /overflow/",
+    ]
+
+
+# ---- the harness's pure helpers ----
+
+
+def test_harness_normalises_pids_addresses_and_paths(harness: ModuleType) -> None:
+    text = "==4242==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x602000000040\n"
+    text += "    #1 0x55665cadf3b2 in parse_line /build/work/x.c:18 (pid 77)\n"
+    out = harness.normalise(text, [("/build/work", "<work>")])
+    assert out == (
+        "==PID==ERROR: AddressSanitizer: heap-buffer-overflow on address 0xADDR\n"
+        "    #1 0xADDR in parse_line <work>/x.c:18 (pid N)\n"
+    )
+    m = harness.SANITIZER_RE.search(out)
+    assert m and m.groups() == ("AddressSanitizer", "heap-buffer-overflow")
+    leak = harness.SANITIZER_RE.search("==1==ERROR: LeakSanitizer: detected memory leaks")
+    assert leak and leak.groups() == ("LeakSanitizer", "detected")
+
+
+def test_harness_store_name_and_python_paths(harness: ModuleType, tmp_path: Path) -> None:
+    assert harness.store_name("/nix/store/" + "a" * 32 + "-crash.txt") == "crash.txt"
+    assert harness.store_name("/somewhere/plain-name.txt") == "plain-name.txt"
+    (tmp_path / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    (tmp_path / "lib" / "python").mkdir()
+    assert harness.python_paths(str(tmp_path)) == [
+        str(tmp_path / "lib" / "python"),
+        str(tmp_path / "lib" / "python3.11" / "site-packages"),
+    ]
+
+
+# ---- verdict from step results (fake RunResult against the real graph) ----
+
+
+@pytest.fixture(scope="module")
+def graph_and_candidate() -> tuple[Any, Any]:
+    cand = load_candidate(CAND)
+    graph = load_graph(
+        FORK / "trace.toml", root=project_root(FORK), context=verify_context(cand, FORK)
+    )
+    return graph, cand
+
+
+def step(sid: str, status: str, outcome: Any = None, det: bool | None = None) -> StepResult:
+    return StepResult(
+        id=sid,
+        key="k-" + sid,
+        status=status,  # type: ignore[arg-type]
+        drv=f"/nix/store/{sid}.drv",
+        out=None if status in ("failed", "skipped") else f"/nix/store/{sid}",
+        outcome=outcome,
+        deterministic=det,
+        log_tail="error: gcc failed" if status == "failed" else None,
+    )
+
+
+def fake_run(
+    pre_build: str = "built",
+    post_build: str = "built",
+    pre: dict[str, Any] | None = None,
+    post: dict[str, Any] | None = None,
+    det: bool | None = True,
+) -> RunResult:
+    steps = {"pre-fix": step("pre-fix", pre_build)}
+    steps["post-fix"] = step("post-fix", post_build, det=det if post_build == "built" else None)
+    for side, build, record in (("pre", pre_build, pre), ("post", post_build, post)):
+        for i in (1, 2, 3):
+            sid = f"{side}-fix-run@{i}"
+            if build == "failed":
+                steps[sid] = step(sid, "skipped")
+            else:
+                r = rec(side, i, **(record or {}))
+                steps[sid] = step(sid, "built", r, det=det if side == "post" else None)
+    steps["expectation"] = step("expectation", "skipped")
+    return RunResult(graph="trace.toml", steps=steps)
+
+
+@pytest.mark.parametrize(
+    ("kw", "reasons"),
+    [
+        ({"pre": CRASH}, []),
+        ({"pre_build": "failed"}, ["pre-fix-build-broken"]),
+        ({"post_build": "failed", "pre": CRASH}, ["post-fix-build-broken"]),
+        ({"pre_build": "failed", "post": CRASH}, ["pre-fix-build-broken", "post-fix-still-fails"]),
+        ({"pre": CRASH, "det": False}, ["nondeterministic"]),
+        ({"pre": CRASH, "det": None}, ["determinism-unchecked"]),
+    ],
+)
+def test_verdict_from_step_results(
+    graph_and_candidate: tuple[Any, Any], kw: dict[str, Any], reasons: list[str]
+) -> None:
+    graph, cand = graph_and_candidate
+    res = judge(cand, graph, fake_run(**kw))
+    assert res.reasons == reasons, [c.model_dump() for c in res.claims]
+    assert res.passed == (not reasons)
+    assert len(res.pre.runs) == 3 and len(res.post.runs) == 3
+    if kw.get("pre_build") == "failed":
+        assert [r.build for r in res.pre.runs] == ["failed"] * 3
+        assert res.claims[0].detail == "error: gcc failed"
+    assert json.loads(res.model_dump_json(by_alias=True))["schema"] == "trace.verify/v1"
+
+
+def test_verdict_reports_a_failed_run_step(graph_and_candidate: tuple[Any, Any]) -> None:
+    graph, cand = graph_and_candidate
+    run = fake_run(pre=CRASH)
+    run.steps["post-fix-run@2"] = step("post-fix-run@2", "failed")
+    res = judge(cand, graph, run)
+    assert res.reasons[0] == "run-step-failed"
+    assert res.claims[1].claim == "post-fix-survives" and res.claims[1].evidence.startswith(
+        "post-fix-run@2"
+    )
+
+
+def test_find_fork_walks_up_to_trace_toml(tmp_path: Path) -> None:
+    assert find_fork(CAND) == FORK.resolve()
+    (tmp_path / "c").mkdir()
+    assert find_fork(tmp_path / "c" / "candidate.toml") is None
