@@ -165,7 +165,9 @@ def validate(model: type[M], data: dict[str, Any], *, path: Path, text: str, wha
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        # a misspelt key also makes the right one "missing": report the misspelling
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         loc = tuple(
             p for p in err["loc"] if isinstance(p, int) or not str(p).startswith("function-")
         )
