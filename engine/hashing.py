@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,22 +140,22 @@ def git_tree_digest(root: Path) -> str | None:
     if Path(top[0]).resolve() != root.resolve():
         return None
     index = Path(top[1]) if os.path.isabs(top[1]) else root / top[1]
-    tmp_index = root / ".trace" / "git-index"
-    tmp_index.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "GIT_INDEX_FILE": str(tmp_index)}
-    if index.exists():
-        tmp_index.write_bytes(index.read_bytes())
-    subprocess.run(
-        ["git", "-C", str(root), "add", "-A", "--", ".", ":(exclude).trace"],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    tree = subprocess.run(
-        ["git", "-C", str(root), "write-tree"],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="trace-git-") as tmp:
+        tmp_index = Path(tmp) / "index"
+        if index.exists():
+            shutil.copyfile(index, tmp_index)
+        env = {**os.environ, "GIT_INDEX_FILE": str(tmp_index)}
+        subprocess.run(
+            ["git", "-C", str(root), "add", "-A", "--", ".", ":(exclude).trace"],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        tree = subprocess.run(
+            ["git", "-C", str(root), "write-tree"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
     return "git-tree:" + tree
