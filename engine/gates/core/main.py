@@ -1,5 +1,7 @@
 """Entry point inside the Nix sandbox: `python3 -B -m trace_gates.main GATE OUT`.
 
+`python3 -B -m trace_gates.main mutant OUTDIR` writes one mutant's patch series instead.
+
 The gate's configuration comes as JSON in the environment variable TRACE_GATE_CONFIG (a
 derivation attribute, so it is part of the derivation's hash); the gate writes its GateRecord
 JSON to OUT. Exit status is 0 whenever a record was written, pass or fail: the record is the
@@ -34,8 +36,15 @@ def scope_gate(cfg: dict[str, Any]) -> dict[str, Any]:
     return scope_evaluate([_read(p) for p in cfg["patches"]], policy)
 
 
+def mutation_gate(cfg: dict[str, Any]) -> dict[str, Any]:
+    from .mutation import evaluate
+
+    return evaluate(cfg)
+
+
 GATES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "scope": scope_gate,
+    "mutation": mutation_gate,
 }
 
 
@@ -48,6 +57,11 @@ def write_json(path: str, value: object) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "mutant":
+        from .mutation import write_mutant
+
+        write_mutant(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
+        return 0
     if len(argv) != 2 or argv[0] not in GATES:
         print(f"usage: python3 -m trace_gates.main {{{','.join(GATES)}}} OUT", file=sys.stderr)
         return 2

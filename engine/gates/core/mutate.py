@@ -1,7 +1,8 @@
 """Mutants of the lines a patch adds: each one is the candidate patch with one added line changed.
 
 Operators, applied to every added line of a C or Python source file (test files excluded), in
-this fixed order, each left to right along the line:
+this fixed order, each left to right along the line (lines that only write diagnostics to stderr
+or a logger are left alone, as PIT's `avoidCallsTo` does for logging):
 
 1. ``relational``  ``<``↔``<=``, ``>``↔``>=``, ``==``↔``!=``
 2. ``arithmetic``  binary ``+``↔``-``, ``*``→``/``, ``/``→``*``, ``//``→``*``, ``%``→``*``,
@@ -134,9 +135,24 @@ def _operand_start(ch: str) -> bool:
     return ch.isalnum() or ch in "_(\"'"
 
 
+_DIAGNOSTIC = {
+    "c": re.compile(
+        r"^(?:fprintf\s*\(\s*stderr\b|fputs\s*\(.*,\s*stderr\s*\)|perror\s*\(|syslog\s*\()"
+    ),
+    "python": re.compile(
+        r"^(?:(?:logging|logger|log|_log|LOG)\."
+        r"(?:debug|info|warning|warn|error|exception|critical)\s*\(|"
+        r"warnings\.warn\s*\(|sys\.stderr\.write\s*\(|print\s*\(.*\bfile\s*=\s*sys\.stderr\b)"
+    ),
+}
+
+
 def _skip_line(stripped: str, lang: Lang) -> bool:
     if not stripped:
         return True
+    diag = _DIAGNOSTIC.get(lang)
+    if diag is not None and diag.match(stripped):
+        return True  # diagnostics to stderr/logs are not mutated (like PIT's avoidCallsTo)
     if lang == "c":
         return stripped.startswith(("#include", "#import", "#pragma", "#error", "#line"))
     return stripped.startswith(("import ", "from ", "def ", "class ", "@", "async def "))

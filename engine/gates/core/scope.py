@@ -109,8 +109,33 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(out + r"\Z")
 
 
+def _literal_dirs(pattern: str) -> str:
+    """Leading directories of a glob without wildcards: `pkgs/cparse/**` -> `pkgs/cparse`."""
+    parts = pattern.lstrip("/").split("/")[:-1]
+    out: list[str] = []
+    for part in parts:
+        if any(ch in part for ch in "*?["):
+            break
+        out.append(part)
+    return "/".join(out)
+
+
 def in_scope(path: str, globs: Iterable[str]) -> bool:
-    return any(glob_regex(g).match(path) for g in globs)
+    """Does a patch path match one of the scope globs?
+
+    Patch paths are relative to the package's source tree (`patch -p1`), while a candidate may
+    write its scope relative to the fork (`pkgs/cparse/**`): a glob's literal leading
+    directories are then taken as the place of the package's sources, so `cparse.c` is also
+    tried as `pkgs/cparse/cparse.c`.
+    """
+    for g in globs:
+        rx = glob_regex(g)
+        if rx.match(path):
+            return True
+        prefix = _literal_dirs(g)
+        if prefix and not path.startswith(prefix + "/") and rx.match(f"{prefix}/{path}"):
+            return True
+    return False
 
 
 # ---- joining multi-line constructs ----
