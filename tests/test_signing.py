@@ -1,0 +1,182 @@
+"""Signing: keygen, key mode, keyless through the offline fake Sigstore, OIDC, deadlines."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.signing.errors import SigningError
+from engine.signing.keymode import parse_key_bundle, sign_with_key, verify_envelope_with_key
+from engine.signing.keys import key_hint, keygen, load_private_key, load_public_key
+from tests.sigstore_fake import GITHUB_ISSUER, REQUEST_TOKEN, FakeSigstore, shared
+
+STATEMENT = json.dumps(
+    {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "a.txt", "digest": {"sha256": "0" * 64}}],
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicate": {},
+    }
+).encode()
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+
+
+@pytest.fixture(scope="module")
+def fake() -> FakeSigstore:
+    return shared()
+
+
+@pytest.fixture(scope="module")
+def trust_config(fake: FakeSigstore, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return fake.write_trust_config(tmp_path_factory.mktemp("sigstore") / "trust.json")
+
+
+def test_keygen_writes_0600_and_never_overwrites(tmp_path: Path) -> None:
+    priv, pub, hint = keygen(tmp_path / "keys" / "trace.key")
+    assert stat.S_IMODE(priv.stat().st_mode) == 0o600
+    assert pub == tmp_path / "keys" / "trace.key.pub"
+    assert key_hint(load_public_key(pub)) == hint
+    before = priv.read_bytes()
+    with pytest.raises(SigningError, match="already exists"):
+        keygen(priv)
+    assert priv.read_bytes() == before
+    (tmp_path / "other.key.pub").write_text("x")  # a stray public key blocks a new pair too
+    with pytest.raises(SigningError, match="already exists"):
+        keygen(tmp_path / "other.key")
+    assert not (tmp_path / "other.key").exists()
+
+
+def test_keygen_encrypted_needs_password(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACE_KEY_PASSWORD", "correct horse")
+    priv, _, _ = keygen(tmp_path / "k")
+    assert b"ENCRYPTED" in priv.read_bytes()
+    load_private_key(priv)
+    monkeypatch.setenv("TRACE_KEY_PASSWORD", "wrong")
+    with pytest.raises(SigningError, match="not a usable private key"):
+        load_private_key(priv)
+
+
+def test_key_mode_bundle_round_trip(tmp_path: Path) -> None:
+    priv, pub, hint = keygen(tmp_path / "k")
+    raw = sign_with_key(STATEMENT, PAYLOAD_TYPE, load_private_key(priv))
+    doc = json.loads(raw)
+    assert doc["mediaType"] == "application/vnd.dev.sigstore.bundle.v0.3+json"
+    assert doc["verificationMaterial"] == {"publicKey": {"hint": hint}, "tlogEntries": []}
+    assert base64.b64decode(doc["dsseEnvelope"]["payload"]) == STATEMENT
+    kb = parse_key_bundle(raw)
+    assert kb is not None
+    assert verify_envelope_with_key(kb.dsseEnvelope, load_public_key(pub))
+    _, other_pub, _ = keygen(tmp_path / "other")
+    assert not verify_envelope_with_key(kb.dsseEnvelope, load_public_key(other_pub))
+    # the same sigstore_models schema other clients read accepts it
+    from sigstore_models.bundle.v1 import Bundle as BundleModel
+
+    parsed = BundleModel.from_json(raw)
+    assert parsed.verification_material.public_key is not None
+
+
+def test_keyless_sign_through_fake_sigstore(fake: FakeSigstore, trust_config: Path) -> None:
+    from sigstore.models import Bundle
+
+    from engine.signing.keyless import sign_keyless
+
+    raw = sign_keyless(STATEMENT, token=fake.token(), trust_config=trust_config, deadline=20)
+    bundle = Bundle.from_json(raw)
+    assert bundle.log_entry._inner.kind_version.kind == "dsse"
+    assert base64.b64decode(json.loads(raw)["dsseEnvelope"]["payload"]) == STATEMENT
+
+
+def test_keyless_rejects_a_token_fulcio_refuses(fake: FakeSigstore, trust_config: Path) -> None:
+    import jwt
+
+    from engine.signing.keyless import sign_keyless
+
+    now = int(time.time())
+    forged = jwt.encode(
+        {"iss": "https://x", "sub": "s", "aud": "sigstore", "iat": now, "exp": now + 60},
+        "not-the-fake-secret-at-all-0123456789",
+        algorithm="HS256",
+    )
+    with pytest.raises(SigningError, match="keyless signing failed"):
+        sign_keyless(STATEMENT, token=forged, trust_config=trust_config, deadline=20)
+
+
+@pytest.fixture
+def github_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    for var in list(os.environ):
+        if var.startswith(("ACTIONS_", "GITHUB_", "GITLAB", "BUILDKITE", "CIRCLECI", "GOOGLE_")):
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    yield monkeypatch
+
+
+def test_ambient_github_oidc_through_loopback_endpoint(
+    fake: FakeSigstore, trust_config: Path, github_env: pytest.MonkeyPatch
+) -> None:
+    from cryptography import x509
+    from sigstore.models import Bundle
+
+    from engine.signing.keyless import sign_keyless
+    from engine.signing.oidc import identity_token
+
+    github_env.setenv("ACTIONS_ID_TOKEN_REQUEST_URL", fake.url + "/oidc/token")
+    github_env.setenv("ACTIONS_ID_TOKEN_REQUEST_TOKEN", REQUEST_TOKEN)
+    token = identity_token(None, deadline=10)
+    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    assert claims["iss"] == GITHUB_ISSUER and claims["aud"] == "sigstore"
+    raw = sign_keyless(STATEMENT, token=token, trust_config=trust_config, deadline=20)
+    cert = Bundle.from_json(raw).signing_certificate
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.UniformResourceIdentifier) == [
+        "https://github.com/trace/fork/.github/workflows/verify.yml@refs/heads/main"
+    ]
+
+
+def test_github_job_without_id_token_permission_gets_clear_message(
+    github_env: pytest.MonkeyPatch,
+) -> None:
+    from engine.signing.oidc import identity_token
+
+    with pytest.raises(SigningError) as info:
+        identity_token(None, deadline=10)
+    assert "id-token: write" in info.value.render()
+
+
+def test_no_token_anywhere_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.signing.oidc import identity_token
+
+    for var in list(os.environ):
+        if var.startswith(("ACTIONS_", "GITHUB_", "GITLAB", "BUILDKITE", "CIRCLECI", "GOOGLE_")):
+            monkeypatch.delenv(var)
+    with pytest.raises(SigningError) as info:
+        identity_token(None, deadline=10)
+    assert "--identity-token" in info.value.render()
+
+
+def test_silent_fulcio_hits_the_deadline(fake: FakeSigstore, tmp_path: Path) -> None:
+    """A server that accepts connections and never answers: signing gives up on time."""
+    from engine.signing.keyless import sign_keyless
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        cfg = fake.trust_config()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        cfg["signingConfig"]["caUrls"][0]["url"] = url
+        path = tmp_path / "silent.json"
+        path.write_text(json.dumps(cfg))
+        start = time.monotonic()
+        with pytest.raises(SigningError, match="Fulcio certificate request did not answer"):
+            sign_keyless(STATEMENT, token=fake.token(), trust_config=path, deadline=1.0)
+        assert time.monotonic() - start < 5
+    finally:
+        silent.close()
