@@ -219,3 +219,54 @@ def test_find_fork_walks_up_to_trace_toml(tmp_path: Path) -> None:
     assert find_fork(CAND) == FORK.resolve()
     (tmp_path / "c").mkdir()
     assert find_fork(tmp_path / "c" / "candidate.toml") is None
+
+
+def run_harness(tmp_path: Path, name: str, script: str, timeout: int = 30) -> dict[str, Any]:
+    """The harness itself, outside the sandbox, against a tiny fake package."""
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "pkg"
+    if not pkg.exists():
+        (pkg / "bin").mkdir(parents=True)
+        crash = pkg / "bin" / "crash"
+        crash.write_text("#!/bin/sh\necho crashing\nkill -SEGV $$\n")
+        crash.chmod(0o755)
+    (tmp_path / f"{name}.sh").write_text(script)
+    build = tmp_path / f"build-{name}"
+    build.mkdir()
+    env = {
+        "out": str(tmp_path / f"out-{name}"),
+        "target": str(pkg),
+        "script": str(tmp_path / f"{name}.sh"),
+        "side": "pre",
+        "run": "1",
+        "tools": "/usr",
+        "timeout": str(timeout),
+        "TMPDIR": str(build),
+    }
+    harness_py = ROOT / "templates" / "verify" / "harness.py"
+    subprocess.run([sys.executable, "-I", "-S", str(harness_py)], env=env, check=True)
+    data: dict[str, Any] = json.loads((tmp_path / f"out-{name}" / "outcome.json").read_text())
+    return data
+
+
+def test_harness_wrapper_logs_the_target_and_keeps_its_signal(tmp_path: Path) -> None:
+    rec = run_harness(tmp_path, "crash", '"$TARGET/bin/crash" arg\necho after\n')
+    assert rec["invocations"] == [{"target": "bin/crash", "exit_code": None, "signal": "SIGSEGV"}]
+    assert rec["target_ran"] is True
+    assert rec["exit_code"] == 0  # the script went on...
+    assert rec["signal"] is None  # ...so only a failing reproducer takes the target's signal
+    rec = run_harness(tmp_path, "crash2", "crash\n")  # via PATH; sh exits 128+11
+    assert (rec["exit_code"], rec["signal"]) == (139, "SIGSEGV")
+    assert "crashing" in rec["stdout_tail"]
+
+
+def test_harness_timeout_kills_the_whole_reproducer(tmp_path: Path) -> None:
+    import time
+
+    start = time.monotonic()
+    rec = run_harness(tmp_path, "hang", "sleep 60 &\nsleep 60\n", timeout=1)
+    assert time.monotonic() - start < 30
+    assert (rec["exit_code"], rec["signal"], rec["target_ran"]) == (None, "SIGKILL", False)
+    assert "killed after 1 s" in rec["stderr_tail"]

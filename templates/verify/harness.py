@@ -150,21 +150,23 @@ def main() -> int:
     shell = shutil.which("sh", path=child_env["PATH"]) or "/bin/sh"
     timeout = int(env.get("timeout", "60"))
     timed_out = False
+    # A session of its own, so a timeout kills the reproducer and everything it started.
+    proc = subprocess.Popen(
+        [shell, script],
+        cwd=work,
+        env=child_env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
-        proc = subprocess.run(
-            [shell, script],
-            cwd=work,
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-        )
-        rc, stdout_b, stderr_b = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
+        stdout_b, stderr_b = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
         timed_out = True
-        rc = -signal.SIGKILL
-        stdout_b, stderr_b = exc.stdout or b"", exc.stderr or b""
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout_b, stderr_b = proc.communicate()
+    rc = proc.returncode
 
     subs = [(work, "<work>"), (view, "$TARGET"), (pkg, "<target>"), (tmp, "<tmp>")]
     stdout = normalise(stdout_b.decode("utf-8", "replace"), subs)
