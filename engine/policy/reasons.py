@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from engine.errors import PolicyError
 from engine.policy.source import (
@@ -42,15 +42,6 @@ class CatalogueFile(Strict):
     policy: PolicyHeader
     reasons: list[ReasonSpec] = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _unique(self) -> CatalogueFile:
-        seen: set[str] = set()
-        for r in self.reasons:
-            if r.code in seen:
-                raise ValueError(f"reason code '{r.code}' is declared twice")
-            seen.add(r.code)
-        return self
-
 
 class Catalogue(Strict):
     ref: PolicyRef
@@ -71,6 +62,17 @@ def load_catalogue(path: Path) -> Catalogue:
     text, data, digest = read_toml(path, what="reason catalogue")
     spec = validate(CatalogueFile, data, path=path, text=text, what="reason catalogue")
     check_schema(spec.policy, SCHEMA, path=path, text=text)
+    seen: set[str] = set()
+    for i, r in enumerate(spec.reasons):
+        if r.code in seen:
+            raise PolicyError(
+                f"reason code '{r.code}' is declared twice",
+                file=path,
+                key=f"reasons.{i}.code",
+                line=find_line(text, ("reasons", i, "code")),
+                hint="a code has one meaning forever: remove the duplicate or give it a new code",
+            )
+        seen.add(r.code)
     return Catalogue(ref=ref(spec.policy, path, digest), reasons={r.code: r for r in spec.reasons})
 
 

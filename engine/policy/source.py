@@ -22,7 +22,9 @@ VERSION_RE = r"^[0-9]+(\.[0-9]+)*$"
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Unknown keys are errors; no lax coercion ("yes" is not a boolean, "1" not a number)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class PolicyHeader(Strict):
@@ -35,7 +37,7 @@ class PolicyHeader(Strict):
     schema_: str = Field(alias="schema", description="file format, e.g. trace.routing/v1")
     description: str = ""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
 
 class PolicyRef(Strict):

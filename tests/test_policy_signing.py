@@ -1,0 +1,438 @@
+"""Signing decisions for a table of evidence cases, thresholds from the file, effective_on,
+bad signing policies and catalogues, and consistency of the one reason catalogue.
+
+The evidence here is explicit fakes of the records `trace verify` and the gates write (built as
+JSON documents and validated by the real models); test_policy_decide.py runs the real pipeline.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.errors import PolicyError
+from engine.policy.evidence import Evidence
+from engine.policy.reasons import Catalogue, load_catalogue
+from engine.policy.routing import RouteDecision, RouteFacts, load_routing, route
+from engine.policy.signing import Decision, SigningPolicy, decide, load_signing
+from engine.policy.waivers import NO_WAIVERS, WaiverSet
+from engine.records import GateRecord
+from engine.verify.result import VerifyResult
+
+REPO = Path(__file__).resolve().parent.parent
+POLICY = REPO / "policy"
+TODAY = dt.date(2026, 11, 29)
+CID = "c1"
+
+
+# ---- fakes of the records verify and the gates write ---------------------------------------
+
+
+def run(side: str, i: int, *, exit_code: int = 0, **kw: Any) -> dict[str, Any]:
+    return {"side": side, "run": i, "build": "ok", "target_ran": True, "exit_code": exit_code, **kw}
+
+
+def side(name: str, runs: list[dict[str, Any]], build_ok: bool = True) -> dict[str, Any]:
+    return {
+        "side": name,
+        "build": {"id": f"{name}-fix", "status": "built" if build_ok else "failed"},
+        "build_ok": build_ok,
+        "runs": runs,
+        "run_steps": [{"id": f"{name}-fix-run@{r['run']}", "status": "built"} for r in runs],
+        "target_ran": all(r["target_ran"] for r in runs),
+        "flaky": False,
+    }
+
+
+def claim(name: str, holds: bool = True, reason: str = "ok") -> dict[str, Any]:
+    return {"claim": name, "evidence": "fake", "holds": holds, "reason": reason}
+
+
+def verify_doc() -> dict[str, Any]:
+    """A verify result in which every claim holds: pre fails (exit 1) 3x, post survives 3x."""
+    return {
+        "schema": "trace.verify/v1",
+        "candidate": CID,
+        "candidate_file": "/x/candidate.toml",
+        "package": "cparse",
+        "passed": True,
+        "reasons": [],
+        "claims": [
+            claim("pre-fix-fails-as-expected"),
+            claim("post-fix-survives"),
+            claim("runs-agree"),
+            claim("deterministic"),
+        ],
+        "pre": side("pre", [run("pre", i, exit_code=1) for i in (1, 2, 3)]),
+        "post": side("post", [run("post", i) for i in (1, 2, 3)]),
+        "expectation": gate("expectation"),
+        "deterministic": True,
+        "flaky": False,
+        "steps": {},
+        "graph": "/x/trace.toml",
+        "engine_version": "0.1.0",
+    }
+
+
+def gate(name: str, **kw: Any) -> dict[str, Any]:
+    return {"schema": "trace.gate/v1", "gate": name, "passed": True, **kw}
+
+
+def gates_doc() -> dict[str, dict[str, Any]]:
+    return {
+        "scope": gate("scope", score=1.0),
+        "mutation": gate("mutation", score=0.9),
+        "coverage": gate("coverage", score=1.0),
+    }
+
+
+Doc = dict[str, Any]
+
+
+def evidence(v: Doc | None, gates: dict[str, Doc]) -> Evidence:
+    verify = VerifyResult.model_validate(v) if v is not None else None
+    records = {n: GateRecord.model_validate(g) for n, g in gates.items()}
+    if verify is not None and verify.expectation is not None:
+        records["expectation"] = verify.expectation
+    return Evidence(candidate=CID, verify=verify, gates=records)
+
+
+@pytest.fixture(scope="module")
+def signing() -> tuple[SigningPolicy, Catalogue]:
+    return load_signing(POLICY / "signing.toml")
+
+
+@pytest.fixture(scope="module")
+def routed() -> RouteDecision:
+    facts = RouteFacts(
+        candidate=CID,
+        package="cparse",
+        advisory="OSV-1",
+        severity="high",
+        score=7.8,
+        upstream_fix=True,
+        critical=False,
+        origin="upstream",
+    )
+    return route(facts, load_routing(POLICY / "routing.toml"))
+
+
+def run_case(
+    signing: tuple[SigningPolicy, Catalogue],
+    routed: RouteDecision,
+    mutate: Callable[[Doc, dict[str, Doc]], Doc | None],
+    waivers: WaiverSet = NO_WAIVERS,
+    today: dt.date = TODAY,
+) -> Decision:
+    v, g = verify_doc(), gates_doc()
+    v2 = mutate(v, g)
+    policy, catalogue = signing
+    return decide(evidence(v2, g), routed, policy, catalogue, waivers, today)
+
+
+def _set(path: str, value: Any) -> Callable[[Doc, dict[str, Doc]], Doc]:
+    """A mutation of the verify document: 'post.runs.1.exit_code' = value."""
+
+    def mutate(v: Doc, g: dict[str, Doc]) -> Doc:
+        cur: Any = v
+        *head, last = path.split(".")
+        for part in head:
+            cur = cur[int(part)] if isinstance(cur, list) else cur[part]
+        if isinstance(cur, list):
+            cur[int(last)] = value
+        else:
+            cur[last] = value
+        return v
+
+    return mutate
+
+
+def _gate(name: str, **kw: Any) -> Callable[[Doc, dict[str, Doc]], Doc]:
+    def mutate(v: Doc, g: dict[str, Doc]) -> Doc:
+        g[name] = {**g[name], **kw}
+        return v
+
+    return mutate
+
+
+def _drop_gate(name: str) -> Callable[[Doc, dict[str, Doc]], Doc]:
+    def mutate(v: Doc, g: dict[str, Doc]) -> Doc:
+        del g[name]
+        return v
+
+    return mutate
+
+
+def _pre_all(**kw: Any) -> Callable[[Doc, dict[str, Doc]], Doc]:
+    def mutate(v: Doc, g: dict[str, Doc]) -> Doc:
+        v["pre"]["runs"] = [{**r, **kw} for r in v["pre"]["runs"]]
+        return v
+
+    return mutate
+
+
+def _post_broken(v: Doc, g: dict[str, Doc]) -> Doc:
+    v["post"] = side("post", [run("post", i, build="failed", exit_code=None) for i in (1, 2, 3)])
+    v["post"]["build_ok"] = False
+    return v
+
+
+def _wrong_failure(v: Doc, g: dict[str, Doc]) -> Doc:
+    v["claims"][0] = claim("pre-fix-fails-as-expected", False, "pre-fix-wrong-failure")
+    v["reasons"] = ["pre-fix-wrong-failure"]
+    v["expectation"] = gate("expectation", passed=False, reasons=["pre-fix-wrong-failure"])
+    return v
+
+
+def _two_runs(v: Doc, g: dict[str, Doc]) -> Doc:
+    for s in ("pre", "post"):
+        v[s]["runs"] = v[s]["runs"][:2]
+    return v
+
+
+def _asan_pre(v: Doc, g: dict[str, Doc]) -> Doc:
+    asan = {"tool": "AddressSanitizer", "kind": "heap-buffer-overflow"}
+    v["pre"]["runs"] = [run("pre", i, exit_code=1, sanitizer=asan) for i in (1, 2, 3)]
+    v["pre"]["runs"][2]["sanitizer"] = {**asan, "kind": "stack-buffer-overflow"}
+    return v
+
+
+CASES: list[tuple[str, Callable[[Doc, dict[str, Doc]], Doc | None], set[str]]] = [
+    ("everything holds", lambda v, g: v, set()),
+    # the raw run records are read, even when verify's own claims say "ok"
+    ("pre-fix runs all survive", _pre_all(exit_code=0), {"pre-fix-did-not-fail"}),
+    ("one post-fix run fails", _set("post.runs.1.exit_code", 1), {"post-fix-still-fails", "flaky"}),
+    ("post-fix run crashes", _set("post.runs.0.signal", "SIGSEGV"),
+     {"post-fix-still-fails", "flaky"}),
+    ("pre-fix runs disagree", _set("pre.runs.2.exit_code", 0), {"flaky"}),
+    ("pre-fix sanitizer kinds disagree", _asan_pre, {"flaky"}),
+    ("target never ran", _set("pre.runs.0.target_ran", False), {"target-never-ran"}),
+    ("too few runs", _two_runs, {"too-few-runs"}),
+    ("post-fix build broken", _post_broken, {"post-fix-build-broken"}),
+    ("pre-fix build broken", _set("pre.build_ok", False), {"pre-fix-build-broken"}),
+    ("nondeterministic", _set("deterministic", False), {"nondeterministic"}),
+    ("determinism unchecked", _set("deterministic", None), {"determinism-unchecked"}),
+    ("wrong failure (claims)", _wrong_failure, {"pre-fix-wrong-failure"}),
+    ("no verify result", lambda v, g: None, {"evidence-missing"}),
+    ("other candidate's result", _set("candidate", "c2"), {"evidence-candidate-mismatch"}),
+    ("coverage gate absent", _drop_gate("coverage"), {"evidence-missing"}),
+    ("expectation gate absent", _set("expectation", None), {"evidence-missing"}),
+    ("mutation below threshold", _gate("mutation", passed=False, score=0.5,
+     reasons=["mutation-score-below-threshold"]), {"mutation-score-below-threshold"}),
+    # the policy's threshold applies even when the gate's own copy said pass
+    ("mutation gate lenient", _gate("mutation", score=0.79), {"mutation-score-below-threshold"}),
+    ("mutation score absent", _gate("mutation", score=None), {"evidence-missing"}),
+    ("coverage not measurable", _gate("coverage", measurable=False, score=None,
+     reasons=["coverage-not-measurable"]), {"coverage-not-measurable"}),
+    ("coverage below threshold", _gate("coverage", score=0.5), {"coverage-below-threshold"}),
+    ("scope: weakened checks", _gate("scope", passed=False, reasons=["scope-weakened-checks",
+     "scope-too-large"]), {"scope-weakened-checks", "scope-too-large"}),
+    ("gate names an uncatalogued code", _gate("scope", passed=False, reasons=["scope.nope"]),
+     {"evidence-unknown-reason"}),
+    ("gate fails without a reason", _gate("scope", passed=False), {"evidence-unexplained-failure"}),
+    ("gate under an old policy version", _gate("mutation", details={"policy": {
+     "name": "trace-signing", "version": "0.9"}}), {"policy-unknown-version"}),
+    ("gate under an unknown policy", _gate("mutation", details={"policy": {
+     "name": "other", "version": "1"}}), {"policy-unknown-version"}),
+    ("gate under the current policy", _gate("mutation", details={"policy": {
+     "name": "trace-signing", "version": "1.0.0"}}), set()),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "mutate", "codes"), CASES, ids=[c[0] for c in CASES])
+def test_signing_table(
+    signing: tuple[SigningPolicy, Catalogue],
+    routed: RouteDecision,
+    name: str,
+    mutate: Callable[[Doc, dict[str, Doc]], Doc | None],
+    codes: set[str],
+) -> None:
+    d = run_case(signing, routed, mutate)
+    assert {r.code for r in d.reasons} == codes
+    assert d.decision == ("deny" if codes else "allow")
+    assert d.warnings == [] and d.waived == []
+    for r in d.reasons:  # every deny carries the catalogue's text
+        spec = signing[1].reasons[r.code]
+        assert (r.message, r.solution) == (spec.message, spec.solution)
+        assert r.sources
+
+
+def test_missing_evidence_names_each_absent_record(
+    signing: tuple[SigningPolicy, Catalogue], routed: RouteDecision
+) -> None:
+    d = run_case(signing, routed, lambda v, g: (g.clear(), None)[1])
+    (reason,) = d.reasons
+    assert reason.code == "evidence-missing"
+    expected = ["verify", "gate:coverage", "gate:expectation", "gate:mutation", "gate:scope"]
+    assert reason.sources == expected
+
+
+def test_unknown_reason_detail_names_the_code(
+    signing: tuple[SigningPolicy, Catalogue], routed: RouteDecision
+) -> None:
+    d = run_case(signing, routed, _gate("scope", passed=False, reasons=["scope.nope"]))
+    assert d.reasons[0].details == ["scope.nope"] and d.reasons[0].sources == ["gate:scope"]
+
+
+@pytest.mark.parametrize("state", ["reject", "advisory-only"])
+def test_unsignable_routes_deny(
+    signing: tuple[SigningPolicy, Catalogue], routed: RouteDecision, state: str
+) -> None:
+    policy, catalogue = signing
+    d = decide(
+        evidence(verify_doc(), gates_doc()),
+        routed.model_copy(update={"state": state}),
+        policy,
+        catalogue,
+        NO_WAIVERS,
+        TODAY,
+    )
+    assert [r.code for r in d.reasons] == ["routing-not-signable"]
+    assert d.reasons[0].details == [state]
+
+
+def test_decision_record_names_policies_and_is_pure(
+    signing: tuple[SigningPolicy, Catalogue], routed: RouteDecision
+) -> None:
+    first = run_case(signing, routed, lambda v, g: v)
+    again = run_case(signing, routed, lambda v, g: v)
+    assert first == again
+    doc = first.model_dump(mode="json", by_alias=True)
+    assert doc["schema"] == "trace.decision/v1"
+    assert doc["policy"]["name"] == "trace-signing" and len(doc["policy"]["digest"]) == 64
+    assert doc["catalogue"]["name"] == "trace-reasons"
+    assert doc["routing"]["state"] == "auto-merge-eligible"
+    assert doc["date"] == "2026-11-29" and doc["waivers_file"] is None
+
+
+# ---- policy files edited in a temporary copy -----------------------------------------------
+
+
+@pytest.fixture
+def policy_copy(tmp_path: Path) -> Path:
+    for name in ("signing.toml", "reasons.toml"):
+        shutil.copy(POLICY / name, tmp_path / name)
+    return tmp_path
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_thresholds_come_from_the_policy_file(policy_copy: Path, routed: RouteDecision) -> None:
+    low = _gate("mutation", score=0.5)
+    strict = load_signing(policy_copy / "signing.toml")
+    assert run_case(strict, routed, low).decision == "deny"
+    edit(
+        policy_copy / "signing.toml",
+        'min_score = 0.8\nbelow_threshold = "mutation',
+        'min_score = 0.4\nbelow_threshold = "mutation',
+    )
+    lenient = load_signing(policy_copy / "signing.toml")
+    assert run_case(lenient, routed, low).decision == "allow"
+    assert lenient[0].ref.digest != strict[0].ref.digest  # fmt: skip
+
+
+def test_a_rule_not_yet_effective_only_warns(policy_copy: Path, routed: RouteDecision) -> None:
+    reasons = policy_copy / "reasons.toml"
+    text = reasons.read_text()
+    start = text.index('code = "flaky"')
+    reasons.write_text(
+        text[:start] + text[start:].replace("2026-01-01", "2027-06-01", 1)
+    )  # fmt: skip
+    policy = load_signing(policy_copy / "signing.toml")
+    flaky = _set("pre.runs.2.exit_code", 0)
+    before = run_case(policy, routed, flaky, today=dt.date(2027, 5, 31))
+    assert before.decision == "allow"
+    assert [w.code for w in before.warnings] == ["flaky"]
+    on_the_day = run_case(policy, routed, flaky, today=dt.date(2027, 6, 1))
+    assert on_the_day.decision == "deny" and [r.code for r in on_the_day.reasons] == ["flaky"]
+
+
+BAD_SIGNING = [
+    ('below_threshold = "mutation-score-below-threshold"', 'below_threshold = "mutation-low"',
+     "gates.mutation.below_threshold", "unknown reason code 'mutation-low'"),
+    ("min_runs = 3", "min_runs = 3\nmax_runs = 9", "signing.max_runs", "unknown key 'max_runs'"),
+    ("min_score = 0.8", "min_score = 80", "gates.mutation.min_score", "less than or equal to 1"),
+    ('below_threshold = "mutation-score-below-threshold"\n', "",
+     "gates.mutation.min_score", "min_score without below_threshold"),
+    ('routes = ["auto-merge-eligible"', 'routes = ["auto-merge"', "signing.routes.0", "Input"),
+    ('schema = "trace.signing/v1"', 'schema = "trace.signing/v2"', "policy.schema", "schema"),
+    ('[gates.scope]\nrequired = true', '[gates.scope]\nrequird = true', "gates.scope.requird",
+     "unknown key 'requird'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("old", "new", "key", "needle"), BAD_SIGNING)
+def test_bad_signing_policies_are_rejected(
+    policy_copy: Path, old: str, new: str, key: str, needle: str
+) -> None:
+    path = policy_copy / "signing.toml"
+    edit(path, old, new)
+    with pytest.raises(PolicyError) as exc:
+        load_signing(path)
+    err = exc.value
+    assert needle in err.message
+    assert (err.file, err.key) == (str(path), key)
+    assert err.line is not None and err.hint
+    # the line named is the line that holds the key
+    line = path.read_text().splitlines()[err.line - 1]
+    assert key.split(".")[-1] in line or key.split(".")[-1].isdigit()
+
+
+BAD_CATALOGUE = [
+    ('code = "flaky"', 'code = "nondeterministic"', "reasons.9.code", "declared twice"),
+    ('code = "flaky"', 'code = "Flaky Runs"', "reasons.8.code", "should match pattern"),
+    ('waivable = true\n', 'waivable = "yes"\n', "reasons.8.waivable", "valid boolean"),
+    ("effective_on = 2026-01-01", "effective_on = 2026-13-01", None, "TOML syntax error"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("old", "new", "key", "needle"), BAD_CATALOGUE)
+def test_bad_catalogues_are_rejected(
+    policy_copy: Path, old: str, new: str, key: str | None, needle: str
+) -> None:
+    path = policy_copy / "reasons.toml"
+    text = path.read_text()
+    if old == "waivable = true\n":  # the first waivable reason is 'flaky'
+        start = text.index('code = "flaky"')
+        text = text[:start] + text[start:].replace(old, new, 1)
+        path.write_text(text)
+    else:
+        edit(path, old, new)
+    with pytest.raises(PolicyError) as exc:
+        load_catalogue(path)
+    assert needle in exc.value.message
+    assert (exc.value.file, exc.value.key) == (str(path), key)
+    assert exc.value.line is not None
+
+
+def test_every_code_the_engine_emits_is_catalogued(
+    signing: tuple[SigningPolicy, Catalogue],
+) -> None:
+    from engine.gates.core.codes import CODES
+    from engine.verify.result import REASONS
+
+    catalogue = signing[1]
+    emitted = set(CODES) | (set(REASONS) - {"ok"})
+    assert emitted - set(catalogue.reasons) == set()
+    # and the policy's own codes
+    own = {"evidence-missing", "evidence-unknown-reason", "evidence-unexplained-failure",
+           "evidence-candidate-mismatch", "policy-unknown-version", "routing-not-signable",
+           "too-few-runs"}  # fmt: skip
+    assert own <= set(catalogue.reasons)
+
+
+def test_fake_documents_are_not_shared_between_cases() -> None:
+    a = verify_doc()
+    b = copy.deepcopy(a)
+    _set("post.runs.1.exit_code", 1)(a, {})
+    assert verify_doc() == b
