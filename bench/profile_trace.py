@@ -1,8 +1,9 @@
-"""Where does `trace run` spend its time? No-op and leaf change on the N=1000 bench graph.
+"""Where does `trace run` spend its time? No-op and leaf change on the N=1000 bench graph,
+and a cold build of N=100 (a new salt before every measured run).
 
-    .venv/bin/python bench/profile_trace.py [--n 1000] [--top 25]
+    .venv/bin/python bench/profile_trace.py [--n 1000] [--cold-n 100] [--top 25]
 
-Prints, for the no-op and for a one-sink change:
+Prints, for each case:
   1. the wall time of the real CLI subprocess next to a bare `python -c pass`;
   2. `python -X importtime` of that CLI call: the costliest top-level imports (cumulative);
   3. phases timed in-process without a profiler (open index, load_graph, plan, run_graph);
@@ -168,6 +169,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--cold-n", type=int, default=100)
     ap.add_argument("--top", type=int, default=25)
     args = ap.parse_args()
     nonce = uuid.uuid4().hex[:10]
@@ -175,6 +177,7 @@ def main() -> int:
         proj = Project(Path(tmp) / "proj", args.n, NOOP_SALT)
         proj.write()
         state = Path(tmp) / "state"
+        cold_state = Path(tmp) / "cold-state"
         try:
             trace_run(proj, state, args.jobs)  # initial build (outputs may already exist)
             report("no-op", proj, state, args.jobs, args.top, lambda: None)
@@ -186,8 +189,18 @@ def main() -> int:
                 proj.write()
 
             report(f"leaf change ({sink})", proj, state, args.jobs, args.top, change)
+
+            cold = Project(Path(tmp) / "cold", args.cold_n, "")
+            salts = iter(range(100))
+
+            def resalt() -> None:
+                cold.salt = f"profile-cold-{nonce}-{next(salts)}"
+                cold.write()
+
+            report(f"cold build N={args.cold_n}", cold, cold_state, args.jobs, args.top, resalt)
         finally:
             drop_gcroots(state)
+            drop_gcroots(cold_state)
     print(f"\n(trace = {TRACE})")
     return 0
 

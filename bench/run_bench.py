@@ -56,6 +56,13 @@ class Row:
     context: bool = False  # a row for context (no trace column)
 
     @property
+    def paired(self) -> float | None:
+        """Median of per-repetition ratios (both sides ran back to back): robust to load drift."""
+        if not self.trace or len(self.trace) != len(self.raw):
+            return None
+        return statistics.median(t / r for t, r in zip(self.trace, self.raw, strict=True))
+
+    @property
     def ratio(self) -> float | None:
         if not self.trace or not self.raw:
             return None
@@ -237,7 +244,7 @@ def fmt(seconds: float | None) -> str:
 
 def table(rows: list[Row]) -> str:
     head = f"{'scenario':<12} {'N':>5}  {'trace s':>8}  {'raw nix s':>9}  {'raw command':<19}"
-    head += f"  {'ratio':>6}  {'goal':>6}  met"
+    head += f"  {'ratio':>6}  {'goal':>6}  met  {'paired':>6}"
     lines = [head, "-" * len(head)]
     for row in rows:
         t = statistics.median(row.trace) if row.trace else None
@@ -248,8 +255,10 @@ def table(rows: list[Row]) -> str:
         lines.append(
             f"{row.scenario:<12} {row.n:>5}  {fmt(t)}  {fmt(raw):>9}  {row.raw_label:<19}"
             f"  {'-' if ratio is None else f'{ratio:6.3f}':>6}"
-            f"  {'-' if goal is None else f'<={goal}':>6}  {met}"
+            f"  {'-' if goal is None else f'<={goal}':>6}  {met:<3}"
+            f"  {'-' if row.paired is None else f'{row.paired:6.3f}':>6}"
         )
+    lines.append("ratio = median(trace) / median(raw); paired = median of per-repetition ratios")
     lines.append("")
     lines.append("samples (s):")
     for row in rows:
