@@ -33,7 +33,7 @@ from engine.model import (
     StepSpec,
     VarRef,
 )
-from engine.paths import resolve_ref
+from engine.paths import PREFIX, resolve_ref
 from engine.render import compile_template
 
 _TYPE_NAMES = {
@@ -199,26 +199,38 @@ class _Resolver:
             ) from None
 
     def path(self, value: str, f: _File, *key: str) -> InputRef:
-        p = Path(value)
-        target = (p if p.is_absolute() else f.path.parent / p).resolve()
-        where = {"file": f.path, "key": ".".join(key), "line": f.line(*key)}
-        if not target.is_relative_to(self.root):
+        """A file or tree the step reads: inside the project root, or `trace:` shipped data."""
+        shipped = value.startswith(PREFIX)
+        target = resolve_ref(value, f.path.parent)
+        where: dict[str, Any] = {"file": f.path, "key": ".".join(key), "line": f.line(*key)}
+        if not shipped and not target.is_relative_to(self.root):
             raise InputError(
                 f"path '{value}' escapes the project root {self.root}",
                 hint="keep inputs inside the project (or pass --root)",
-                **where,  # type: ignore[arg-type]
+                **where,
             )
         if not target.exists():
             raise InputError(
                 f"input '{value}' does not exist (looked for {target})",
-                hint="create it or fix the path (relative to this file)",
-                **where,  # type: ignore[arg-type]
+                hint="create it or fix the path (relative to this file; `trace:` = trace's data)",
+                **where,
             )
         digest = self._digests.get(target)
         if digest is None:
             digest = tree_digest(target, self.hasher)
             self._digests[target] = digest
-        return InputRef(path=target, rel=str(target.relative_to(self.root)), digest=digest)
+        # Keys name shipped data by its `trace:` reference, so they do not depend on where trace
+        # is installed; project files by their path relative to the root.
+        rel = value if shipped else str(target.relative_to(self.root))
+        return InputRef(path=target, rel=rel, digest=digest)
+
+    def package_set(self, value: str, exclude: list[str], f: _File) -> InputRef:
+        ref = self.path(value, f, "nix", "package_set")
+        if ref.path.is_dir():
+            git = git_tree_digest(ref.path, exclude)
+            digest = git or tree_digest(ref.path, self.hasher, exclude)
+            ref = ref.model_copy(update={"digest": digest})
+        return ref
 
 
 def _flatten(ctx: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -425,10 +437,7 @@ def load_graph(
         owner = next(f for f in reversed(files) if f.spec.nix and f.spec.nix.package_set)
         ps = nix.package_set
         value = r.var(ps, owner, "nix", "package_set") if isinstance(ps, VarRef) else ps
-        package_set = r.path(str(value), owner, "nix", "package_set")
-        git = git_tree_digest(package_set.path) if package_set.path.is_dir() else None
-        if git:
-            package_set = package_set.model_copy(update={"digest": git})
+        package_set = r.package_set(str(value), nix.package_set_exclude, owner)
         nix = nix.model_copy(update={"package_set": str(package_set.path)})
 
     steps: dict[str, Step] = {}

@@ -91,25 +91,30 @@ class StatCache:
         self._dirty.clear()
 
 
-def _walk(root: Path, rel: str = "") -> Iterator[tuple[str, os.DirEntry[str]]]:
+def _walk(
+    root: Path, rel: str = "", exclude: frozenset[str] = frozenset()
+) -> Iterator[tuple[str, os.DirEntry[str]]]:
     with os.scandir(root / rel if rel else root) as it:
         entries = sorted(it, key=lambda e: e.name)
     for entry in entries:
-        if entry.name in SKIP_NAMES:
-            continue
         relpath = f"{rel}/{entry.name}" if rel else entry.name
+        if entry.name in SKIP_NAMES or relpath in exclude:
+            continue
         yield relpath, entry
         if entry.is_dir(follow_symlinks=False):
-            yield from _walk(root, relpath)
+            yield from _walk(root, relpath, exclude)
 
 
-def tree_digest(root: Path, cache: StatCache) -> str:
-    """Digest of a directory tree (or a single file) as Nix would copy it into the store."""
+def tree_digest(root: Path, cache: StatCache, exclude: list[str] | None = None) -> str:
+    """Digest of a directory tree (or a single file) as Nix would copy it into the store.
+
+    `exclude` lists paths relative to `root` (files or whole directories) to leave out.
+    """
     st = root.lstat()
     if stat.S_ISREG(st.st_mode):
         return "file:" + cache.file_digest(root, st)
     h = hashlib.sha256()
-    for relpath, entry in _walk(root):
+    for relpath, entry in _walk(root, "", frozenset(p.strip("/") for p in exclude or [])):
         if entry.is_symlink():
             h.update(f"l {relpath}\0{os.readlink(entry.path)}\0".encode())
         elif entry.is_dir(follow_symlinks=False):
@@ -121,7 +126,7 @@ def tree_digest(root: Path, cache: StatCache) -> str:
     return "tree:" + h.hexdigest()
 
 
-def git_tree_digest(root: Path) -> str | None:
+def git_tree_digest(root: Path, exclude: list[str] | None = None) -> str | None:
     """git's own tree hash of a work tree, index stat cache included; None outside git.
 
     Uses a throw-away copy of the index so the user's staging area is never touched.
@@ -146,7 +151,8 @@ def git_tree_digest(root: Path) -> str | None:
             shutil.copyfile(index, tmp_index)
         env = {**os.environ, "GIT_INDEX_FILE": str(tmp_index)}
         subprocess.run(
-            ["git", "-C", str(root), "add", "-A", "--", ".", ":(exclude).trace"],
+            ["git", "-C", str(root), "add", "-A", "--", ".", ":(exclude).trace"]
+            + [f":(exclude){p.strip('/')}" for p in exclude or []],
             env=env,
             check=True,
             capture_output=True,

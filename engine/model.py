@@ -66,6 +66,12 @@ class NixSettings(Strict):
         description="Directory (or .nix file) of the package set; templates get "
         "`pkgs = import <package_set> {}`. In a nixpkgs fork: its root.",
     )
+    package_set_exclude: list[str] = Field(
+        default_factory=list,
+        description="Paths (relative to the package set, e.g. `trace`) left out of its digest: "
+        "files the package set itself never reads, such as candidates, whose own digests "
+        "already enter the steps that use them.",
+    )
     extra_sandbox_paths: list[str] = Field(default_factory=list)
     options: dict[str, str] = Field(default_factory=dict, description="Extra `--option`s.")
     jobs: int | None = Field(default=None, description="Parallel builds (`-j`).")

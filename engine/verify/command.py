@@ -69,10 +69,8 @@ def graph_entry(fork: Path) -> Path:
 
 
 def project_root(fork: Path) -> Path:
-    """Inputs may come from the fork and from trace's own data dir (the standard templates)."""
-    from engine.paths import data_dir
-
-    return Path(os.path.commonpath([fork, data_dir()]))
+    """The fork is the project: its inputs stay inside it; trace's own files are `trace:` refs."""
+    return fork
 
 
 def run_verify(
