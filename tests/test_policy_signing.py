@@ -110,6 +110,11 @@ def signing() -> tuple[SigningPolicy, Catalogue]:
 
 @pytest.fixture(scope="module")
 def routed() -> RouteDecision:
+    return shipped_route()
+
+
+def shipped_route() -> RouteDecision:
+    """The shipped routing policy's decision for an upstream backport of a high bug."""
     facts = RouteFacts(
         candidate=CID,
         package="cparse",
