@@ -1,6 +1,7 @@
 """Entry point inside the Nix sandbox: `python3 -B -m trace_gates.main GATE OUT`.
 
-`python3 -B -m trace_gates.main mutant OUTDIR` writes one mutant's patch series instead.
+`python3 -B -m trace_gates.main mutant OUTDIR` writes one mutant's patch series instead, and
+`python3 -B -m trace_gates.main coverage-run` is the coverage variant's reproducer run.
 
 The gate's configuration comes as JSON in the environment variable TRACE_GATE_CONFIG (a
 derivation attribute, so it is part of the derivation's hash); the gate writes its GateRecord
@@ -42,9 +43,16 @@ def mutation_gate(cfg: dict[str, Any]) -> dict[str, Any]:
     return evaluate(cfg)
 
 
+def coverage_gate(cfg: dict[str, Any]) -> dict[str, Any]:
+    from .coverage import evaluate
+
+    return evaluate(cfg)
+
+
 GATES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "scope": scope_gate,
     "mutation": mutation_gate,
+    "coverage": coverage_gate,
 }
 
 
@@ -62,6 +70,10 @@ def main(argv: list[str]) -> int:
 
         write_mutant(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
         return 0
+    if argv == ["coverage-run"]:
+        from .coverage import run
+
+        return run(json.loads(os.environ["TRACE_GATE_CONFIG"]))
     if len(argv) != 2 or argv[0] not in GATES:
         print(f"usage: python3 -m trace_gates.main {{{','.join(GATES)}}} OUT", file=sys.stderr)
         return 2

@@ -1,0 +1,297 @@
+"""Diff coverage: which of the patch's changed lines did the reproducer execute?
+
+Two halves, both run in the sandbox:
+
+* `run` (the coverage-run step): runs the verify pipeline's reproducer harness against the
+  coverage build of the post-fix package, with a line tracer added to the harness's
+  sitecustomize hook for Python (stdlib `sys.settrace`, only for files of the package), then
+  collects C coverage with the host's/toolchain's `gcov --json-format` from the `.gcda` files
+  the run wrote and the `.gcno` notes the coverage build saved in
+  `$out/share/trace-coverage/<build dir>/`. Writes `coverage.json`: per source file, its
+  executable and executed lines.
+* `evaluate` (the coverage gate): changed lines = the patch's added lines (new-file numbers);
+  measured = those that are executable; covered = measured ∩ executed. Not measurable (not a
+  pass) when the package reported no coverage for a changed file, or no changed line is
+  executable.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+from types import CodeType, ModuleType
+from typing import Any
+
+from .codes import CODES, code_of
+from .diff import parse_series
+from .lang import is_test_path, language
+
+# Appended to the harness's sitecustomize (a str.format template: braces doubled).
+PY_TRACER = """
+import atexit as _cov_atexit, threading as _cov_threading
+_COV, _COV_DIR = {{}}, os.path.join(os.environ.get("TMPDIR", "/tmp"), "trace-coverage")
+def _cov_global(frame, event, arg):
+    fn = frame.f_code.co_filename
+    if not fn.startswith(_PKG + "/"):
+        return None
+    lines = _COV.setdefault(fn[len(_PKG) + 1:], set())
+    lines.add(frame.f_lineno)
+    def _cov_local(frame, event, arg):
+        if event == "line":
+            lines.add(frame.f_lineno)
+        return _cov_local
+    return _cov_local
+def _cov_dump():
+    os.makedirs(_COV_DIR, exist_ok=True)
+    path = os.path.join(_COV_DIR, "py-%d.json" % os.getpid())
+    with open(path, "w") as fh:
+        json.dump({{k: sorted(v) for k, v in _COV.items()}}, fh)
+sys.settrace(_cov_global)
+_cov_threading.settrace(_cov_global)
+_cov_atexit.register(_cov_dump)
+"""
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        return fh.read()
+
+
+def changed_lines(patches: list[str]) -> dict[str, list[int]]:
+    """Added lines (new-file numbers) per changed source file; tests and deletions excluded."""
+    out: dict[str, list[int]] = {}
+    for f in parse_series(patches).files:
+        if f.new_path is None or f.binary or is_test_path(f.new_path):
+            continue
+        lines = sorted({ln.new_no for ln in f.added if ln.new_no is not None})
+        if lines:
+            out.setdefault(f.new_path, [])
+            out[f.new_path] = sorted(set(out[f.new_path]) | set(lines))
+    return out
+
+
+def python_executable_lines(source: str, filename: str = "<patched>") -> set[int]:
+    """Lines that carry bytecode, as the interpreter's line events report them."""
+    try:
+        code = compile(source, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return set()
+    lines: set[int] = set()
+    stack: list[CodeType] = [code]
+    while stack:
+        co = stack.pop()
+        for _, _, line in co.co_lines():
+            if line is not None and line > 0:
+                lines.add(line)
+        stack.extend(c for c in co.co_consts if isinstance(c, CodeType))
+    return lines
+
+
+def match_path(patch_path: str, candidates: list[str]) -> str | None:
+    """The coverage path that names the patch's file: equal, or one is a path suffix of the
+    other (installed `lib/python/pager/__init__.py` vs source `pager/__init__.py`); the longest
+    common suffix wins, ties by name."""
+    best: tuple[int, str] | None = None
+    for c in candidates:
+        if c == patch_path or c.endswith("/" + patch_path) or patch_path.endswith("/" + c):
+            score = min(len(c), len(patch_path))
+            if best is None or (score, c) > best:
+                best = (score, c)
+    return best[1] if best else None
+
+
+# ---- the run ----
+
+
+def _load_harness(path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("trace_harness", path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load the reproducer harness {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _gcov(gcov: str, target: str, build_top: str) -> dict[str, dict[str, set[int]]]:
+    """Line coverage of every .gcda the run wrote, with the .gcno notes the build saved."""
+    notes = os.path.join(target, "share", "trace-coverage")
+    files: dict[str, dict[str, set[int]]] = {}
+    if not os.path.isdir(notes):
+        return files
+    for gcno in sorted(glob.glob(os.path.join(notes, "**", "*.gcno"), recursive=True)):
+        objdir = os.path.dirname(gcno)[len(notes) :] or "/"
+        gcda = os.path.join(objdir, os.path.basename(gcno)[: -len(".gcno")] + ".gcda")
+        work = os.path.join(build_top, "trace-gcov", objdir.strip("/"))
+        os.makedirs(work, exist_ok=True)
+        shutil.copyfile(gcno, os.path.join(work, os.path.basename(gcno)))
+        if os.path.exists(gcda):
+            shutil.copyfile(gcda, os.path.join(work, os.path.basename(gcda)))
+        name = os.path.basename(gcno)[: -len(".gcno")] + ".gcda"
+        proc = subprocess.run(
+            [gcov, "--json-format", "--stdout", name],
+            cwd=work,
+            capture_output=True,
+            check=False,
+        )
+        if proc.returncode != 0 or not proc.stdout.strip():
+            continue
+        for doc in proc.stdout.decode().splitlines():
+            if not doc.strip():
+                continue
+            for f in json.loads(doc).get("files", []):
+                path = os.path.normpath(f["file"])
+                if path.startswith(objdir.rstrip("/") + "/"):
+                    path = path[len(objdir.rstrip("/")) + 1 :]
+                entry = files.setdefault(path, {"executable": set(), "executed": set()})
+                for ln in f.get("lines", []):
+                    entry["executable"].add(int(ln["line_number"]))
+                    if int(ln.get("count", 0)) > 0:
+                        entry["executed"].add(int(ln["line_number"]))
+    return files
+
+
+def _python(
+    target: str, tmp: str, wanted: list[str]
+) -> tuple[dict[str, dict[str, set[int]]], bool]:
+    files: dict[str, dict[str, set[int]]] = {}
+    traced = False
+    for dump in sorted(glob.glob(os.path.join(tmp, "trace-coverage", "py-*.json"))):
+        traced = True
+        with open(dump, encoding="utf-8") as fh:
+            for rel, lines in json.load(fh).items():
+                files.setdefault(rel, {"executable": set(), "executed": set()})
+                files[rel]["executed"].update(int(x) for x in lines)
+    # executable lines of the package's own copies of the changed Python files
+    installed = []
+    for root, _dirs, names in os.walk(target):
+        for n in names:
+            if n.endswith(".py"):
+                installed.append(os.path.relpath(os.path.join(root, n), target))
+    for path in wanted:
+        rel = match_path(path, sorted(installed))
+        if rel is None:
+            continue
+        entry = files.setdefault(rel, {"executable": set(), "executed": set()})
+        entry["executable"] = python_executable_lines(_read(os.path.join(target, rel)), rel)
+    return files, traced
+
+
+def run(cfg: dict[str, Any]) -> int:
+    """The coverage-run step: reproducer + collection. Writes $out/outcome.json (the run record)
+    and $out/coverage.json."""
+    env = os.environ
+    out = env["out"]
+    tmp = env.get("TMPDIR", "/tmp")
+    target = os.path.realpath(env["target"])
+    build_failed = os.path.exists(os.path.join(target, ".trace-build-failed"))
+    record: dict[str, Any]
+    if build_failed:
+        record = {"schema": "trace.run/v1", "side": "post", "run": 1, "build": "failed"}
+        record["target_ran"] = False
+    else:
+        harness = _load_harness(env["harness"])
+        harness.AUDIT_HOOK = harness.AUDIT_HOOK + PY_TRACER
+        run_out = os.path.join(tmp, "trace-run-out")
+        os.environ["out"] = run_out  # noqa: SIM112 - Nix names the output variable `out`
+        harness.main()
+        os.environ["out"] = out  # noqa: SIM112
+        with open(os.path.join(run_out, "outcome.json"), encoding="utf-8") as fh:
+            record = json.load(fh)
+    patches = [_read(p) for p in cfg["patches"]]
+    wanted = list(changed_lines(patches))
+    files: dict[str, dict[str, set[int]]] = {}
+    tools: list[str] = []
+    if not build_failed:
+        search = env.get("PATH", "") + ":/usr/bin:/bin"  # the fixture: host gcov via sandbox paths
+        gcov = shutil.which(cfg.get("gcov") or "gcov", path=search) or "gcov"
+        c_files = _gcov(gcov, target, env.get("NIX_BUILD_TOP", tmp))
+        if c_files:
+            tools.append("gcov")
+            files.update(c_files)
+        py_files, traced = _python(target, tmp, [p for p in wanted if language(p) == "python"])
+        if traced:
+            tools.append("python-settrace")
+            files.update(py_files)
+    coverage = {
+        "schema": "trace.coverage/v1",
+        "build": "failed" if build_failed else "ok",
+        "tools": tools,
+        "files": {
+            k: {"executable": sorted(v["executable"]), "executed": sorted(v["executed"])}
+            for k, v in sorted(files.items())
+        },
+    }
+    os.makedirs(out, exist_ok=True)
+    for name, value in (("outcome.json", record), ("coverage.json", coverage)):
+        with open(os.path.join(out, name), "w", encoding="utf-8") as fh:
+            json.dump(value, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+    return 0
+
+
+# ---- the gate ----
+
+
+def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
+    """cfg: patches, threshold, coverage (path to a coverage.json)."""
+    threshold = float(cfg["threshold"])
+    with open(cfg["coverage"], encoding="utf-8") as fh:
+        cov: dict[str, Any] = json.load(fh)
+    changed = changed_lines([_read(p) for p in cfg["patches"]])
+    per_file: list[dict[str, Any]] = []
+    measured = covered = 0
+    unmeasured: list[str] = []
+    for path, lines in changed.items():
+        src = match_path(path, sorted(cov["files"]))
+        if src is None:
+            unmeasured.append(path)
+            per_file.append({"file": path, "changed": lines, "measurable": False})
+            continue
+        data = cov["files"][src]
+        executable = [n for n in lines if n in set(data["executable"])]
+        hit = [n for n in executable if n in set(data["executed"])]
+        measured += len(executable)
+        covered += len(hit)
+        per_file.append(
+            {
+                "file": path,
+                "coverage_file": src,
+                "changed": lines,
+                "executable": executable,
+                "covered": hit,
+                "missed": [n for n in executable if n not in hit],
+                "measurable": True,
+            }
+        )
+    rules: list[str] = []
+    no_data = cov.get("build") == "failed" or not cov.get("tools")
+    if no_data or (unmeasured and not measured):
+        rules.append("coverage.not-measurable")
+    elif not measured:
+        rules.append("coverage.no-executable-lines")
+    share = round(covered / measured, 6) if measured else None
+    if not rules and share is not None and share < threshold:
+        rules.append("coverage.below-threshold")
+    measurable = not rules or rules == ["coverage.below-threshold"]
+    return {
+        "schema": "trace.gate/v1",
+        "gate": "coverage",
+        "passed": not rules,
+        "measurable": measurable,
+        "score": share if measurable else None,
+        "reasons": sorted({code_of(r) for r in rules}, key=CODES.index),
+        "details": {
+            "rules": rules,
+            "tools": cov.get("tools", []),
+            "threshold": threshold,
+            "changed_lines": sum(len(v) for v in changed.values()),
+            "executable_changed_lines": measured,
+            "covered_lines": covered,
+            "files": per_file,
+            "unmeasured_files": unmeasured,
+        },
+    }
