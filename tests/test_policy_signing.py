@@ -441,3 +441,9 @@ def test_fake_documents_are_not_shared_between_cases() -> None:
     b = copy.deepcopy(a)
     _set("post.runs.1.exit_code", 1)(a, {})
     assert verify_doc() == b
+
+
+def test_docs_list_every_catalogued_code(signing: tuple[SigningPolicy, Catalogue]) -> None:
+    docs = (REPO / "docs" / "policy.md").read_text()
+    undocumented = [c for c in signing[1].reasons if f"| `{c}` |" not in docs]
+    assert undocumented == [], "add them to the table in docs/policy.md"
