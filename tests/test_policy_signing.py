@@ -447,3 +447,18 @@ def test_docs_list_every_catalogued_code(signing: tuple[SigningPolicy, Catalogue
     docs = (REPO / "docs" / "policy.md").read_text()
     undocumented = [c for c in signing[1].reasons if f"| `{c}` |" not in docs]
     assert undocumented == [], "add them to the table in docs/policy.md"
+
+
+def test_policy_schemas_export() -> None:
+    import importlib
+
+    from engine.policy.registry import SCHEMAS
+
+    for name, target in SCHEMAS.items():
+        module, attr = target.split(":")
+        schema = getattr(importlib.import_module(module), attr).model_json_schema()
+        assert schema["type"] == "object" and schema["properties"], name
+    routing_schema = importlib.import_module("engine.policy.routing").RoutingFile
+    assert {"policy", "rules", "critical_packages"} <= set(
+        routing_schema.model_json_schema()["properties"]
+    )

@@ -30,3 +30,17 @@ def known_versions(directory: Path | None = None) -> dict[str, str]:
     signing, catalogue = load_signing(base / SIGNING)
     refs = [routing.ref, routing.critical.ref, signing.ref, catalogue.ref]
     return {r.name: r.version for r in refs}
+
+
+# name -> "module:attribute" of the pydantic model whose JSON Schema `trace schema NAME` should
+# print (same shape as engine.commands.SCHEMAS, for the lead to merge in).
+SCHEMAS: dict[str, str] = {
+    "routing": "engine.policy.routing:RoutingFile",
+    "critical-packages": "engine.policy.critical:CriticalFile",
+    "signing": "engine.policy.signing:SigningFile",
+    "reasons": "engine.policy.reasons:CatalogueFile",
+    "waivers": "engine.policy.waivers:WaiverFile",
+    "route-decision": "engine.policy.routing:RouteDecision",
+    "decision": "engine.policy.signing:Decision",
+    "advisory": "engine.advisory:OsvAdvisory",
+}
