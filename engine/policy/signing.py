@@ -267,7 +267,8 @@ def decide(
     """Allow only when no effective, unwaived reason remains. Pure: no I/O, no clock."""
     known = dict(known_policies or {})
     known.update({policy.ref.name: policy.ref.version, catalogue.ref.name: catalogue.ref.version})
-    known[routing.policy.name] = routing.policy.version
+    for r in (routing.policy, routing.critical_packages):
+        known[r.name] = r.version
     hits: list[Hit] = []
     if routing.state not in policy.rules.routes:
         hits.append(Hit(code="routing-not-signable", source="routing", detail=routing.state))

@@ -7,6 +7,7 @@ Every policy file starts with a `[policy]` header (name, version, schema). The f
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import re
@@ -17,6 +18,7 @@ import tomli
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.errors import PolicyError
+from engine.paths import PREFIX, data_dir
 
 VERSION_RE = r"^[0-9]+(\.[0-9]+)*$"
 
@@ -201,4 +203,8 @@ def check_schema(header: PolicyHeader, expected: str, *, path: Path, text: str) 
 
 
 def ref(header: PolicyHeader, path: Path, digest: str) -> PolicyRef:
-    return PolicyRef(name=header.name, version=header.version, digest=digest, path=str(path))
+    """The file's identity; shipped files are named `trace:policy/...` (machine-independent)."""
+    shown = str(path)
+    with contextlib.suppress(ValueError):
+        shown = PREFIX + path.resolve().relative_to(data_dir()).as_posix()
+    return PolicyRef(name=header.name, version=header.version, digest=digest, path=shown)
