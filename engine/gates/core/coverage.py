@@ -194,7 +194,10 @@ def run(cfg: dict[str, Any]) -> int:
         record["target_ran"] = False
     else:
         harness = _load_harness(env["harness"])
-        harness.AUDIT_HOOK = harness.AUDIT_HOOK + PY_TRACER
+        hook = getattr(harness, "AUDIT_HOOK", None)
+        if not isinstance(hook, str) or "_PKG" not in hook:
+            raise RuntimeError("the reproducer harness has no AUDIT_HOOK template with _PKG")
+        harness.AUDIT_HOOK = hook + PY_TRACER  # type: ignore[attr-defined]
         run_out = os.path.join(tmp, "trace-run-out")
         os.environ["out"] = run_out  # noqa: SIM112 - Nix names the output variable `out`
         harness.main()

@@ -1,0 +1,122 @@
+"""The diff-scoped mutant generator: exact mutants, deterministic ids, patches that apply."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from engine.gates.core.mutate import generate, line_edits
+
+ROOT = Path(__file__).parent / "fixtures"
+CANDIDATES = ROOT / "fork" / "trace" / "candidates"
+
+
+def descriptions(text: str, lang: str) -> list[str]:
+    return [f"{e.operator}: {e.mutated.strip()}" for e in line_edits(text, lang)]  # type: ignore[arg-type]
+
+
+def test_c_line_every_operator_in_order() -> None:
+    assert descriptions("    if (i < n) x = a + 2;", "c") == [
+        "relational: if (i <= n) x = a + 2;",
+        "arithmetic: if (i < n) x = a - 2;",
+        "constant: if (i < n) x = a + 3;",
+        "constant: if (i < n) x = a + 1;",
+        "negate: if (!(i < n)) x = a + 2;",
+        "delete: ;",
+    ]
+    assert descriptions("    return -1;", "c") == [
+        "constant: return -2;",
+        "constant: return -0;",
+        "return: return 0;",
+    ]
+
+
+def test_python_line_operators() -> None:
+    assert descriptions("        if start >= len(items):", "python") == [
+        "relational: if start > len(items):",
+        "negate: if not (start >= len(items)):",
+    ]
+    assert descriptions("    end = start + size", "python") == [
+        "arithmetic: end = start - size",
+        "delete: pass",
+    ]
+    assert descriptions("    return True", "python") == ["return: return False"]
+
+
+@pytest.mark.parametrize(
+    ("text", "lang"),
+    [
+        ('    const char *s = "a < b + 1";', "c"),  # strings are not code
+        ("    // if (a < b) return 1;", "c"),  # nor comments
+        ("#include <stdio.h>", "c"),
+        ("    char *p = buf;", "c"),  # a declaration: no product, not deletable
+        ('    fprintf(stderr, "n=%d\\n", n + 1);', "c"),  # diagnostics are left alone
+        ("    logger.warning('n=%d', n + 1)", "python"),
+        ("import os", "python"),
+        ("def f(a, b=1):", "python"),
+        ("    x = a ** 2 if False else -x", "sh"),  # not a mutated language
+    ],
+)
+def test_lines_without_mutants(text: str, lang: str) -> None:
+    assert descriptions(text, lang) == []
+
+
+def test_fixture_fixes_have_exactly_these_mutants() -> None:
+    def ids(name: str) -> list[tuple[str, int, str]]:
+        text = (CANDIDATES / name / "fix.patch").read_text()
+        return [(m.id, m.line, m.description) for m in generate([text])]
+
+    assert ids("cparse-wrong-fix") == [
+        ("m001", 7, "constant 64 -> 65"),
+        ("m002", 7, "constant 64 -> 63"),
+    ]
+    assert ids("cparse-key-overflow") == [
+        ("m001", 15, "relational '>=' -> '>'"),
+        ("m002", 15, "negate if condition"),
+        ("m003", 17, "constant 0 -> 1"),
+    ]
+    assert [d for _, _, d in ids("pager-last-page")] == [
+        "arithmetic '+' -> '-'",
+        "arithmetic '-' -> '+'",
+        "arithmetic '//' -> '*'",
+        "constant 1 -> 2",
+        "constant 1 -> 0",
+        "return (total + size - 1) // size -> return None",
+    ]
+
+
+def test_generation_is_deterministic_and_patches_differ_in_one_line() -> None:
+    text = (ROOT / "gates" / "cparse-ptr" / "fix.patch").read_text()
+    first, second = generate([text]), generate([text])
+    assert first == second
+    assert [m.id for m in first] == ["m001", "m002", "m003", "m004"]
+    for m in first:
+        (mutated,) = m.patches
+        changed = [
+            (a, b) for a, b in zip(text.split("\n"), mutated.split("\n"), strict=True) if a != b
+        ]
+        assert changed == [("+" + m.original, "+" + m.mutated)]
+        assert m.review_diff().splitlines()[3:] == [f"-{m.original}", f"+{m.mutated}"]
+
+
+def test_series_mutants_replace_only_their_own_patch() -> None:
+    a = (ROOT / "gates" / "cparse-fix.patch").read_text()
+    b = (ROOT / "gates" / "pager-fix.patch").read_text()
+    mutants = generate([a, b])
+    assert [m.patch_index for m in mutants] == [0] * 5 + [1] * 6
+    assert all(m.patches[1 - m.patch_index] == (b, a)[m.patch_index] for m in mutants)
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
+def test_every_mutant_applies_to_the_unpatched_source(tmp_path: Path) -> None:
+    text = (CANDIDATES / "cparse-key-overflow" / "fix.patch").read_text()
+    src = ROOT / "fork" / "pkgs" / "cparse" / "src"
+    for m in generate([text]):
+        work = tmp_path / m.id
+        shutil.copytree(src, work)
+        subprocess.run(["patch", "-p1", "-s"], input=m.patches[0], text=True, cwd=work, check=True)
+        lines = (work / "cparse.c").read_text().splitlines()
+        assert lines[m.line - 1] == m.mutated

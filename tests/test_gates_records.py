@@ -1,0 +1,187 @@
+"""Mutation and coverage gate records from explicit run/coverage files (no nix), the gates'
+reason codes against the policy catalogue, and the sandbox code's stdlib-only rule."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import tomli
+
+from engine.gates.core import codes
+from engine.gates.core.coverage import changed_lines, match_path, python_executable_lines
+from engine.gates.core.coverage import evaluate as coverage_gate
+from engine.gates.core.mutation import evaluate as mutation_gate
+from engine.gates.core.mutation import write_mutant
+from engine.records import GateRecord
+
+REPO = Path(__file__).resolve().parent.parent
+PTR = REPO / "tests" / "fixtures" / "gates" / "cparse-ptr" / "fix.patch"
+WRONG = REPO / "tests" / "fixtures" / "fork" / "trace" / "candidates" / "cparse-wrong-fix"
+
+
+def run_record(**kw: Any) -> dict[str, Any]:
+    return {"schema": "trace.run/v1", "side": "post", "run": 1, "target_ran": True, **kw}
+
+
+def mutant_dirs(tmp: Path, patch: Path, records: list[dict[str, Any]]) -> list[str]:
+    """What the mutant-run steps leave behind: mutant.json (from the real writer) + a record."""
+    dirs = []
+    for i, rec in enumerate(records, 1):
+        d = tmp / f"m{i}"
+        write_mutant({"patches": [str(patch)], "index": i}, str(d))
+        (d / "outcome.json").write_text(json.dumps(rec))
+        dirs.append(str(d))
+    return dirs
+
+
+def post_dir(tmp: Path, rec: dict[str, Any]) -> str:
+    d = tmp / "post"
+    d.mkdir()
+    (d / "outcome.json").write_text(json.dumps(rec))
+    return str(d)
+
+
+def test_mutation_counts_score_and_survivors(tmp_path: Path) -> None:
+    runs = [
+        run_record(exit_code=0),  # m001 survives
+        {
+            "schema": "trace.run/v1",
+            "side": "post",
+            "run": 1,
+            "build": "failed",
+            "target_ran": False,
+        },
+        run_record(exit_code=1, sanitizer={"tool": "AddressSanitizer", "kind": "x"}),  # killed
+        run_record(exit_code=None, signal="SIGKILL"),  # a timeout kills too
+    ]
+    cfg = {
+        "patches": [str(PTR)],
+        "threshold": 0.7,
+        "mutant_runs": mutant_dirs(tmp_path, PTR, runs),
+        "post_runs": [post_dir(tmp_path, run_record(exit_code=0))],
+    }
+    rec = mutation_gate(cfg)
+    GateRecord.model_validate(rec)
+    d = rec["details"]
+    assert (d["killed"], d["survived"], d["did_not_build"]) == (2, 1, 1)
+    assert rec["score"] == 0.666667
+    assert (rec["passed"], rec["reasons"]) == (False, ["mutation-score-below-threshold"])
+    assert [s["id"] for s in d["survivors"]] == ["m001"]
+    assert "+    if ((size_t)(eq - line) > KEY_MAX)" in d["survivors"][0]["diff"]
+    assert mutation_gate({**cfg, "threshold": 0.6})["passed"] is True
+
+
+def test_mutation_is_not_measurable_when_the_post_fix_fails(tmp_path: Path) -> None:
+    cfg = {
+        "patches": [str(PTR)],
+        "threshold": 0.5,
+        "mutant_runs": mutant_dirs(tmp_path, PTR, [run_record(exit_code=1)] * 4),
+        "post_runs": [post_dir(tmp_path, run_record(exit_code=1))],
+    }
+    rec = mutation_gate(cfg)
+    assert (rec["passed"], rec["measurable"], rec["score"]) == (False, False, None)
+    assert rec["reasons"] == ["mutation-not-measurable"]
+    assert rec["details"]["rules"] == ["mutation.post-fix-fails"]
+
+
+def test_mutation_rejects_runs_that_do_not_match_the_patch(tmp_path: Path) -> None:
+    cfg = {
+        "patches": [str(PTR)],
+        "threshold": 0.5,
+        "mutant_runs": mutant_dirs(tmp_path, PTR, [run_record(exit_code=1)] * 3),  # one missing
+        "post_runs": [post_dir(tmp_path, run_record(exit_code=0))],
+    }
+    try:
+        mutation_gate(cfg)
+    except ValueError as exc:
+        assert "m004" in str(exc)
+    else:
+        raise AssertionError("a missing mutant run must not be scored")
+
+
+def coverage_file(tmp: Path, files: dict[str, Any], tools: list[str]) -> str:
+    p = tmp / "coverage.json"
+    p.write_text(
+        json.dumps({"schema": "trace.coverage/v1", "build": "ok", "tools": tools, "files": files})
+    )
+    return str(p)
+
+
+def test_coverage_share_of_executable_changed_lines(tmp_path: Path) -> None:
+    # cparse-ptr adds lines 14 and 15 of cparse.c; say 14 ran and 15 did not
+    files = {"cparse.c": {"executable": [10, 14, 15], "executed": [10, 14]}}
+    cfg = {
+        "patches": [str(PTR)],
+        "threshold": 0.8,
+        "coverage": coverage_file(tmp_path, files, ["gcov"]),
+    }
+    rec = coverage_gate(cfg)
+    GateRecord.model_validate(rec)
+    assert (rec["score"], rec["passed"], rec["reasons"]) == (
+        0.5,
+        False,
+        ["coverage-below-threshold"],
+    )
+    assert rec["details"]["files"][0]["missed"] == [15]
+    assert coverage_gate({**cfg, "threshold": 0.5})["passed"] is True
+
+
+def test_coverage_not_measurable(tmp_path: Path) -> None:
+    none = coverage_gate(
+        {"patches": [str(PTR)], "threshold": 0.8, "coverage": coverage_file(tmp_path, {}, [])}
+    )
+    assert (none["passed"], none["measurable"], none["reasons"]) == (
+        False,
+        False,
+        ["coverage-not-measurable"],
+    )
+    # the wrong fix changes only a #define: no executable changed line
+    files = {"cparse.c": {"executable": [10, 14], "executed": [10, 14]}}
+    wrong = coverage_gate(
+        {
+            "patches": [str(WRONG / "fix.patch")],
+            "threshold": 0.8,
+            "coverage": coverage_file(tmp_path, files, ["gcov"]),
+        }
+    )
+    assert wrong["reasons"] == ["coverage-not-measurable"]
+    assert wrong["details"]["rules"] == ["coverage.no-executable-lines"]
+
+
+def test_coverage_helpers() -> None:
+    assert changed_lines([PTR.read_text()]) == {"cparse.c": [14, 15]}
+    src = "import os\n\n\ndef f(a):\n    '''doc'''\n    if a:\n        return 1\n    return 2\n"
+    assert python_executable_lines(src) == {1, 4, 6, 7, 8}  # not the docstring
+    assert match_path("pager/__init__.py", ["lib/python/pager/__init__.py", "x.py"]) == (
+        "lib/python/pager/__init__.py"
+    )
+    assert match_path("src/cparse.c", ["cparse.c"]) == "cparse.c"
+    assert match_path("a.c", ["b.c"]) is None
+
+
+def test_every_gate_code_is_declared_in_the_policy_catalogue() -> None:
+    catalogue = tomli.loads((REPO / "policy" / "reasons.toml").read_text())
+    declared = {r["code"] for r in catalogue["reasons"]}
+    assert set(codes.CODES) <= declared, set(codes.CODES) - declared
+
+
+def test_sandbox_code_imports_only_the_standard_library() -> None:
+    core = REPO / "engine" / "gates" / "core"
+    for path in sorted(core.glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: inside the package
+                    continue
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top == "__future__", f"{path}: {name}"
