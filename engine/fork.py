@@ -390,6 +390,7 @@ def _assemble(
     )
     from engine.evidence.payload import json_entry
     from engine.evidence.replay import build_replay_record
+    from engine.paths import data_dir
 
     entries = candidate_entries(candidate) + outcome_entries(run)
     entries.append(
@@ -398,8 +399,12 @@ def _assemble(
     entries.append(decision_entry("routing", "routing", routing))
     entries.append(decision_entry("signing", "signing", decision))
     versions = {**policy_versions(routing), **policy_versions(decision)}
+    # The replay record pins files relative to `root`; trace's shipped graphs and templates live
+    # in its data dir (the Nix store, under `nix run`), so pin relative to a common ancestor
+    # until engine.evidence.replay names shipped files by their `trace:` reference.
+    pin_root = Path(os.path.commonpath([root, data_dir()]))
     replay = build_replay_record(
-        graph, run, candidate_file=candidate.path, root=root, model=model_pin(candidate)
+        graph, run, candidate_file=candidate.path, root=pin_root, model=model_pin(candidate)
     )
     return assemble(
         entries,
