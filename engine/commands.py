@@ -8,10 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.policy.registry import SCHEMAS as POLICY_SCHEMAS
+
 # name -> "module:attribute" of a pydantic model whose JSON Schema `trace schema NAME` prints.
 SCHEMAS: dict[str, str] = {
     "pipeline": "engine.model:PipelineFile",
     "candidate": "engine.candidate:CandidateFile",
+    **POLICY_SCHEMAS,
 }
 
 
