@@ -1,0 +1,149 @@
+"""The gates as real derivations, with the real nix, against the fixture fork.
+
+One state directory for the module: the three candidates share the fork's builds. Exact mutation
+scores on a small fixture (tests/fixtures/gates/cparse-ptr: killed, survived and did-not-build);
+the plausible-but-wrong fix (KEY_MAX 16 -> 64) goes through every gate, and the test says which
+gate catches it: the mutation gate (both mutants of the changed constant survive the reproducer).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.candidate import load_candidate
+from engine.gates.context import gate_context
+from engine.graph import load_graph
+from engine.run import RunResult, run_graph
+from engine.verify.command import verify_context
+
+REPO = Path(__file__).resolve().parent.parent
+FORK = REPO / "tests" / "fixtures" / "fork"
+CANDIDATES = FORK / "trace" / "candidates"
+PIPELINE = REPO / "tests" / "fixtures" / "gates" / "pipeline.toml"
+PTR = REPO / "tests" / "fixtures" / "gates" / "cparse-ptr" / "candidate.toml"
+
+pytestmark = pytest.mark.nix
+
+
+def run(candidate: Path, state: Path, root: Path = REPO) -> RunResult:
+    cand = load_candidate(candidate)
+    ctx = {**verify_context(cand, FORK), "gates": gate_context(cand)}
+    graph = load_graph(PIPELINE, root=root, context=ctx)
+    return run_graph(graph, state)
+
+
+def gate(result: RunResult, step: str) -> dict[str, Any]:
+    s = result.steps[step]
+    assert s.status in ("built", "cached", "reused"), (step, s.status, s.log_tail)
+    assert isinstance(s.outcome, dict)
+    return s.outcome
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gates-state")
+
+
+@pytest.fixture(scope="module")
+def wrong(state: Path) -> RunResult:
+    return run(CANDIDATES / "cparse-wrong-fix" / "candidate.toml", state)
+
+
+@pytest.fixture(scope="module")
+def ptr(state: Path) -> RunResult:
+    return run(PTR, state)
+
+
+def test_the_wrong_fix_is_caught_by_the_mutation_gate(wrong: RunResult) -> None:
+    assert gate(wrong, "expectation")["passed"] is True  # verify alone lets it through
+    scope = gate(wrong, "gate-scope")
+    assert (scope["passed"], scope["reasons"]) == (True, [])  # small, in scope: scope cannot see it
+    mutation = gate(wrong, "gate-mutation")
+    assert (mutation["passed"], mutation["score"]) == (False, 0.0)
+    assert mutation["reasons"] == ["mutation-score-below-threshold"]
+    assert [s["diff"].splitlines()[-1] for s in mutation["details"]["survivors"]] == [
+        "+#define KEY_MAX 65",
+        "+#define KEY_MAX 63",
+    ]
+    coverage = gate(wrong, "gate-coverage")  # a #define executes nothing: not a pass either
+    assert (coverage["passed"], coverage["measurable"]) == (False, False)
+    assert coverage["reasons"] == ["coverage-not-measurable"]
+
+
+def test_mutation_scores_are_exact_on_the_small_fixture(ptr: RunResult) -> None:
+    mutation = gate(ptr, "gate-mutation")
+    statuses = [(r["id"], r["operator"], r["status"]) for r in mutation["details"]["results"]]
+    assert statuses == [
+        ("m001", "relational", "survived"),  # `>` instead of `>=`: a 40-byte key cannot tell
+        ("m002", "arithmetic", "did-not-build"),  # pointer + pointer does not compile
+        ("m003", "negate", "killed"),  # long keys parsed again: ASan report
+        ("m004", "constant", "killed"),  # return 1: cparse exits 1
+    ]
+    assert mutation["score"] == 0.666667
+    assert mutation["passed"] is True  # default threshold 0.5
+    assert [ptr.steps[f"mutant-run@{i}"].outcome["build"] for i in range(1, 5)] == [
+        "ok",
+        "failed",
+        "ok",
+        "ok",
+    ]
+
+
+def test_c_diff_coverage_through_gcov(ptr: RunResult) -> None:
+    coverage = gate(ptr, "gate-coverage")
+    assert coverage["details"]["tools"] == ["gcov"]
+    (f,) = coverage["details"]["files"]
+    assert (f["file"], f["executable"], f["covered"]) == ("cparse.c", [14, 15], [14, 15])
+    assert (coverage["score"], coverage["passed"]) == (1.0, True)
+
+
+def test_python_diff_coverage_and_mutation(state: Path) -> None:
+    result = run(CANDIDATES / "pager-last-page" / "candidate.toml", state)
+    coverage = gate(result, "gate-coverage")
+    assert coverage["details"]["tools"] == ["python-settrace"]
+    (f,) = coverage["details"]["files"]
+    assert (f["coverage_file"], f["covered"]) == ("lib/python/pager/__init__.py", [8])
+    mutation = gate(result, "gate-mutation")
+    d = mutation["details"]
+    assert (d["killed"], d["survived"], d["did_not_build"]) == (2, 4, 0)
+    assert mutation["score"] == 0.333333
+    assert mutation["reasons"] == ["mutation-score-below-threshold"]
+
+
+def test_no_change_reruns_nothing(ptr: RunResult, state: Path) -> None:
+    again = run(PTR, state)
+    assert {s.status for s in again.steps.values()} == {"cached"}
+    assert again.steps["gate-mutation"].key == ptr.steps["gate-mutation"].key
+
+
+def test_a_changed_reproducer_reruns_the_mutants_and_not_the_builds(tmp_path: Path) -> None:
+    src = CANDIDATES / "cparse-key-overflow"
+    cand = tmp_path / "cand"
+    cand.mkdir()
+    shutil.copy(PTR.parent / "fix.patch", cand / "fix.patch")
+    (cand / "repro.sh").write_text((src / "repro.sh").read_text())
+    text = PTR.read_text().replace("../../fork/trace/candidates/cparse-key-overflow/", f"{src}/")
+    (cand / "candidate.toml").write_text(text.replace(f'"{src}/repro.sh"', '"repro.sh"'))
+    state = tmp_path / "state"
+    first = run(cand / "candidate.toml", state, root=Path("/"))  # inputs outside the repo
+    assert first.ok
+    (cand / "repro.sh").write_text("# a changed reproducer\n" + (src / "repro.sh").read_text())
+    second = run(cand / "candidate.toml", state, root=Path("/"))
+    rebuilt = sorted(s for s, r in second.steps.items() if r.status != "cached")
+    assert rebuilt == [
+        "coverage-run",
+        "expectation",
+        "gate-coverage",
+        "gate-mutation",
+        "mutant-run@1",
+        "mutant-run@2",
+        "mutant-run@3",
+        "mutant-run@4",
+        "post-fix-run@1",
+        "pre-fix-run@1",
+    ]
+    assert gate(second, "gate-mutation")["score"] == 0.666667
