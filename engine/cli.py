@@ -58,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("trace: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `trace schema | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
