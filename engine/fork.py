@@ -85,8 +85,9 @@ class Outcome(_Model):
     bundle: str | None = None
     signed: Literal["key", "keyless", "no"] = "no"
     note: str = ""
-    built: int = 0
-    cached: int = 0
+    built: int = Field(default=0, description="steps built now")
+    reused: int = Field(default=0, description="steps evaluated, their output already in the store")
+    cached: int = Field(default=0, description="steps answered from the index (no evaluation)")
     steps: list[str] = Field(default_factory=list, description="step ids of the graph")
 
 
@@ -239,16 +240,40 @@ def write_if_changed(path: Path, data: bytes) -> None:
         raise
 
 
+def _declared_excludes(files: list[Path]) -> list[str]:
+    import tomli
+
+    found: list[str] = []
+    for f in files:
+        try:
+            nix = tomli.loads(f.read_text(encoding="utf-8")).get("nix", {})
+        except (OSError, tomli.TOMLDecodeError):
+            continue  # the graph loader reports it, with its location
+        found += [str(x) for x in nix.get("package_set_exclude", []) if isinstance(x, str)]
+    return found
+
+
 def pipeline_entry(cfg: ForkConfig) -> Path:
-    """The entry pipeline: the fork's trace.toml (or the standard one) plus its own steps."""
+    """The entry pipeline: the fork's trace.toml (or the standard one) plus its own steps.
+
+    The fork's trace folder is left out of the package set's digest (the package set never
+    reads it; each candidate's files enter its own steps' keys), so editing one candidate
+    rebuilds only that candidate's steps.
+    """
     own = cfg.package_set / FORK_FILE
     includes = [str(own) if own.is_file() else STANDARD_GRAPH]
     if cfg.steps is not None:
         includes.append(str(cfg.steps))
+    exclude = _declared_excludes([p for p in (own, cfg.steps) if p is not None and p.is_file()])
+    if cfg.config.is_relative_to(cfg.package_set) and cfg.config != cfg.package_set:
+        rel = cfg.config.relative_to(cfg.package_set).as_posix()
+        exclude += [rel] if rel not in exclude else []
     text = (
         "# Written by `trace fork`: the verify pipeline with this fork's own steps.\n"
         "version = 1\n"
         f"include = {json.dumps(includes)}\n"
+        "\n[nix]\n"
+        f"package_set_exclude = {json.dumps(exclude)}\n"
     )
     entry = cfg.state / "fork" / "pipeline.toml"
     write_if_changed(entry, text.encode())
@@ -496,6 +521,7 @@ def verify_candidate(
         signed=how,
         note=note,
         built=sum(s == "built" for s in statuses),
+        reused=sum(s == "reused" for s in statuses),
         cached=sum(s == "cached" for s in statuses),
         steps=sorted(run.steps),
     )
@@ -556,31 +582,31 @@ def print_table(report: ForkReport, cfg: ForkConfig) -> None:
     from rich.table import Table
 
     table = Table(title=f"trace fork {cfg.root} ({(report.commit or 'no commit')[:12]})")
-    for col in ("candidate", "verify", "route", "signing", "bundle", "steps"):
+    table.add_column("candidate", no_wrap=True)
+    for col in ("verify", "route", "signing", "bundle", "steps"):
         table.add_column(col, overflow="fold")
     for o in report.candidates:
         if o.decision == "error":
             table.add_row(o.candidate, "[bold red]error[/]", "", "", o.note, "")
             continue
-        verify = "[green]holds[/]" if o.verified else "[red]fails[/] " + ", ".join(o.verify_reasons)
-        signing = "[green]allow[/]" if o.decision == "allow" else "[red]deny[/] "
-        signing += ", ".join(o.decision_reasons)
-        signed = f"signed: {o.signed}" if o.signed != "no" else "unsigned"
-        bundle = f"{Path(o.bundle or '').name} ({signed})"
+        verify = (
+            "[green]holds[/]" if o.verified else "[red]fails[/]\n" + "\n".join(o.verify_reasons)
+        )
+        signing = "[green]allow[/]" if o.decision == "allow" else "[red]deny[/]"
+        signing += "".join(f"\n{r}" for r in o.decision_reasons)
+        bundle = f"signed ({o.signed})" if o.signed != "no" else "unsigned"
         if o.note:
             bundle += f"\n{o.note}"
-        table.add_row(
-            o.candidate, verify, o.route, signing, bundle, f"{o.built} built, {o.cached} cached"
-        )
-    console = Console(width=max(120, Console().width))
+        steps = f"{o.built} built\n{o.reused} reused\n{o.cached} cached"
+        table.add_row(o.candidate, verify, o.route, signing, bundle, steps)
+    console = Console(width=max(140, Console().width))
     console.print(table)
     n_ok = sum(o.decision == "allow" for o in report.candidates)
+    console.print(f"{n_ok} of {len(report.candidates)} candidates allowed")
+    console.print(f"bundles: {cfg.bundles}/<candidate id>")
     console.print(
-        f"{n_ok} of {len(report.candidates)} candidates allowed; bundles in {cfg.bundles}"
-    )
-    console.print(
-        f"check one: trace verify-bundle {cfg.bundles}/<id> --identity {cfg.state}/policy/"
-        "signing-identity.json"
+        f"check one: trace verify-bundle {cfg.bundles}/<candidate id> "
+        f"--identity {cfg.state}/policy/signing-identity.json"
     )
 
 
