@@ -120,3 +120,19 @@ def test_every_mutant_applies_to_the_unpatched_source(tmp_path: Path) -> None:
         subprocess.run(["patch", "-p1", "-s"], input=m.patches[0], text=True, cwd=work, check=True)
         lines = (work / "cparse.c").read_text().splitlines()
         assert lines[m.line - 1] == m.mutated
+
+
+def test_trace_mutants_lists_what_the_gate_builds(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from engine.cli import main
+
+    cand = CANDIDATES / "cparse-wrong-fix" / "candidate.toml"
+    assert main(["mutants", str(cand), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(m["id"], m["description"]) for m in listed] == [
+        ("m001", "constant 64 -> 65"),
+        ("m002", "constant 64 -> 63"),
+    ]
+    assert main(["mutants", str(cand)]) == 0
+    assert capsys.readouterr().out.endswith("2 mutant(s) of TRACE-2026-0001-cparse-wrong-fix\n")

@@ -84,7 +84,8 @@ def test_mutation_scores_are_exact_on_the_small_fixture(ptr: RunResult) -> None:
         ("m004", "constant", "killed"),  # return 1: cparse exits 1
     ]
     assert mutation["score"] == 0.666667
-    assert mutation["passed"] is True  # default threshold 0.5
+    assert mutation["details"]["threshold"] == 0.8  # policy/signing.toml [gates.mutation]
+    assert (mutation["passed"], mutation["reasons"]) == (False, ["mutation-score-below-threshold"])
     assert [ptr.steps[f"mutant-run@{i}"].outcome["build"] for i in range(1, 5)] == [
         "ok",
         "failed",
