@@ -25,6 +25,7 @@ COMMAND_MODULES: list[str] = [
     "engine.bundle_verify.commands",
     "engine.policy.commands",
     "engine.verify.command",
+    "engine.gates.command",
     "engine.fork",
 ]
 
