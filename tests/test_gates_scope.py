@@ -192,3 +192,14 @@ def test_the_plausible_but_wrong_fix_is_in_scope_and_small() -> None:
     text = (FORK / "cparse-wrong-fix" / "fix.patch").read_text()
     rec = evaluate([text], ScopePolicy(scope=("pkgs/cparse/**",)))
     assert rec["passed"] is True
+
+
+def test_the_kind_s_default_scope_is_the_gate_s() -> None:
+    import tomli
+
+    from engine.gates.core.scope import DEFAULT_SCOPE
+
+    kinds = tomli.loads((Path(__file__).parent.parent / "graphs" / "gates.toml").read_text())
+    assert (
+        tuple(kinds["kinds"]["gate-scope"]["params"]["default_scope"]["default"]) == DEFAULT_SCOPE
+    )

@@ -17,13 +17,29 @@ from .codes import CODES, code_of
 from .diff import FileDiff, Line, Patch, canonical, parse_series
 from .lang import Lang, brackets_balanced, code_only, is_header, is_test_path, language
 
+# Source files of the common languages, and nix expressions; not build-system, CI or docs files.
 DEFAULT_SCOPE: tuple[str, ...] = (
     "*.c",
     "*.h",
     "*.cc",
     "*.cpp",
+    "*.cxx",
+    "*.hh",
     "*.hpp",
+    "*.hxx",
+    "*.inc",
     "*.py",
+    "*.sh",
+    "*.bash",
+    "*.rs",
+    "*.go",
+    "*.java",
+    "*.js",
+    "*.ts",
+    "*.rb",
+    "*.pl",
+    "*.pm",
+    "*.lua",
     "*.nix",
 )
 
