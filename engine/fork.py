@@ -253,8 +253,11 @@ def _declared_excludes(files: list[Path]) -> list[str]:
     return found
 
 
-def pipeline_entry(cfg: ForkConfig) -> Path:
+def pipeline_entry(cfg: ForkConfig, candidate_id: str) -> Path:
     """The entry pipeline: the fork's trace.toml (or the standard one) plus its own steps.
+
+    One entry file per candidate: the cache index remembers a graph's last keys by its entry
+    file (dirty reasons, `trace gc`), and each candidate's graph is a graph of its own.
 
     The fork's trace folder is left out of the package set's digest (the package set never
     reads it; each candidate's files enter its own steps' keys), so editing one candidate
@@ -275,7 +278,7 @@ def pipeline_entry(cfg: ForkConfig) -> Path:
         "\n[nix]\n"
         f"package_set_exclude = {json.dumps(exclude)}\n"
     )
-    entry = cfg.state / "fork" / "pipeline.toml"
+    entry = cfg.state / "fork" / candidate_id / "pipeline.toml"
     write_if_changed(entry, text.encode())
     return entry
 
@@ -404,6 +407,7 @@ def _assemble(
     routing: RouteDecision,
     decision: Decision,
     root: Path,
+    dirty: bool,
 ) -> Assembled:
     from engine.evidence.bundle import assemble
     from engine.evidence.collect import (
@@ -431,6 +435,11 @@ def _assemble(
     replay = build_replay_record(
         graph, run, candidate_file=candidate.path, root=pin_root, model=model_pin(candidate)
     )
+    if replay.package_set is not None:
+        # `fork_pin` counts trace's own untracked state dir as a change; the fork's clean check
+        # (which leaves out only the state and bundle dirs) is the one that holds here.
+        pinned = replay.package_set.model_copy(update={"dirty": dirty})
+        replay = replay.model_copy(update={"package_set": pinned})
     return assemble(
         entries,
         replay=replay,
@@ -461,10 +470,10 @@ def replace_bundle(dest: Path, assembled: Assembled, signature: str | None) -> P
 def verify_candidate(
     cfg: ForkConfig,
     file: Path,
-    entry: Path,
     policy: Path,
     signer: Signer,
     *,
+    dirty: bool,
     jobs: int | None,
     progress: bool,
     wait: float,
@@ -481,6 +490,7 @@ def verify_candidate(
 
     candidate = load_candidate(file)
     cid = candidate.spec.id
+    entry = pipeline_entry(cfg, cid)
     root = project_root(cfg.package_set)
     with Index(cfg.state, wait=wait) as index:
         hasher = StatCache(index.db)
@@ -502,7 +512,7 @@ def verify_candidate(
         cfg.state / "decisions" / f"{cid}.json",
         (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),
     )
-    assembled = _assemble(candidate, graph, run, verify, routing, decision, root)
+    assembled = _assemble(candidate, graph, run, verify, routing, decision, root, dirty)
     signature, how, note = None, "no", ""
     if decision.decision == "allow":
         signature, how, note = signer.sign(assembled.statement_bytes)
@@ -616,7 +626,6 @@ def cmd_fork(args: argparse.Namespace) -> int:
     cfg = make_config(args)
     dirty = check_clean(cfg, args.allow_dirty)
     files = discover(cfg, args.candidates_)
-    entry = pipeline_entry(cfg)
     policy = merged_policy(cfg)
     signer = Signer(args)
     outcomes: list[Outcome] = []
@@ -626,9 +635,9 @@ def cmd_fork(args: argparse.Namespace) -> int:
                 verify_candidate(
                     cfg,
                     file,
-                    entry,
                     policy,
                     signer,
+                    dirty=dirty,
                     jobs=args.jobs,
                     progress=not args.quiet and not args.json,
                     wait=args.wait,
