@@ -75,3 +75,9 @@ class StepFailed(TraceError):
 
 class PolicyError(InputError):
     """A policy file is malformed or names something unknown."""
+
+
+class SigningError(TraceError):
+    """Signing could not be done (no identity, a service failed or timed out, a bad key)."""
+
+    exit_code = 1

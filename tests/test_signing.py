@@ -180,3 +180,13 @@ def test_silent_fulcio_hits_the_deadline(fake: FakeSigstore, tmp_path: Path) -> 
         assert time.monotonic() - start < 5
     finally:
         silent.close()
+
+
+def test_signing_error_is_part_of_the_one_hierarchy() -> None:
+    from engine import errors
+    from engine.signing import errors as old_path
+
+    assert old_path.SigningError is errors.SigningError
+    assert issubclass(SigningError, errors.TraceError) and SigningError.exit_code == 1
+    rendered = SigningError("no key", file="k.pem", hint="run trace keygen").render()
+    assert rendered == "k.pem: no key\n  hint: run trace keygen"

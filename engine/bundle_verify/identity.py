@@ -25,9 +25,8 @@ import tomli
 from cryptography.hazmat.primitives.asymmetric import ec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engine.errors import PolicyError
+from engine.errors import PolicyError, SigningError
 from engine.evidence.redact import REDACTION_VERSION
-from engine.signing.errors import SigningError
 from engine.signing.keys import key_hint, load_public_key
 
 

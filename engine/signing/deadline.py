@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from engine.signing.errors import SigningError
+from engine.errors import SigningError
 
 T = TypeVar("T")
 

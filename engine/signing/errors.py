@@ -1,11 +1,7 @@
-"""The one error signing raises (a TraceError: message, where, what to do)."""
+"""SigningError lives in the one hierarchy (engine/errors.py); this import path stays valid."""
 
 from __future__ import annotations
 
-from engine.errors import TraceError
+from engine.errors import SigningError
 
-
-class SigningError(TraceError):
-    """Signing could not be done (no identity, a service failed or timed out, a bad key)."""
-
-    exit_code = 1
+__all__ = ["SigningError"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.errors import SigningError
 from engine.signing.deadline import DEFAULT_SECONDS, call_with_deadline
-from engine.signing.errors import SigningError
 
 
 def load_trust_config(path: Path | None, *, deadline: float = DEFAULT_SECONDS) -> object:

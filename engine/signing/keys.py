@@ -14,7 +14,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from engine.signing.errors import SigningError
+from engine.errors import SigningError
 
 PASSWORD_ENV = "TRACE_KEY_PASSWORD"
 

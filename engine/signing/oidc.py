@@ -7,8 +7,8 @@ that becomes a SigningError that says which permission to add.
 
 from __future__ import annotations
 
+from engine.errors import SigningError
 from engine.signing.deadline import DEFAULT_SECONDS, call_with_deadline
-from engine.signing.errors import SigningError
 
 GITHUB_HINT = (
     "this looks like a GitHub Actions job without an OIDC token: add\n"
