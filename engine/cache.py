@@ -3,7 +3,8 @@
 One SQLite database per state directory (`.trace/state.db`): writes are transactions, so a run
 killed at any point leaves the previous consistent state, and the next run completes the work (Nix
 keeps whatever outputs were already built). One process at a time holds the state directory
-(`filelock`); a second gets a clear "busy" error instead of waiting silently.
+(an `fcntl.flock` on `.trace/lock`, which the kernel releases even when the holder is killed); a
+second gets a clear "busy" error instead of waiting silently.
 
 Results are held by GC roots: a symlink per result key under this user's
 `/nix/var/nix/gcroots/per-user/<user>/trace/<state-id>/`, so `nix-collect-garbage` never deletes a
@@ -12,6 +13,7 @@ cached output. `trace gc` removes roots for keys no graph references any more.
 
 from __future__ import annotations
 
+import fcntl
 import getpass
 import hashlib
 import json
@@ -22,12 +24,24 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
 from pydantic import BaseModel
 
 from engine.errors import BusyError, InputError
 
 GCROOTS_BASE = Path("/nix/var/nix/gcroots/per-user")
+
+
+def _flock(fd: int, wait: float) -> bool:
+    """Take an exclusive lock, polling for up to `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
 
 class CachedResult(BaseModel):
@@ -43,15 +57,13 @@ class Index:
     def __init__(self, state_dir: Path, *, wait: float = 0) -> None:
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
-        self._lock = FileLock(str(state_dir / "lock"))
-        try:
-            self._lock.acquire(timeout=wait)
-        except Timeout:
+        self._lock_fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        if not _flock(self._lock_fd, wait):
+            os.close(self._lock_fd)
             raise BusyError(
                 f"another trace process is using {state_dir}",
-                hint="wait for it to finish (or pass --wait SECONDS); if none is running, the lock "
-                "is stale only if the file system does not support locks",
-            ) from None
+                hint="wait for it to finish, or pass --wait SECONDS to wait for it",
+            )
         self.db = sqlite3.connect(state_dir / "state.db", isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -69,7 +81,8 @@ class Index:
 
     def close(self) -> None:
         self.db.close()
-        self._lock.release()
+        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        os.close(self._lock_fd)
 
     def __enter__(self) -> Index:
         return self
@@ -132,13 +145,16 @@ class Index:
                 ],
             )
 
-    def last_keys(self, graph: str) -> dict[str, tuple[str, dict[str, Any]]]:
-        return {
-            row[0]: (row[1], json.loads(row[2]))
-            for row in self.db.execute(
-                "SELECT step_id, key, components FROM last_keys WHERE graph = ?", (graph,)
-            )
-        }
+    def last_keys(self, graph: str) -> dict[str, str]:
+        """step id -> the key it had in this graph's latest run."""
+        return dict(self.db.execute("SELECT step_id, key FROM last_keys WHERE graph = ?", (graph,)))
+
+    def last_components(self, graph: str, step_id: str) -> dict[str, Any] | None:
+        """What a step's key was computed from last time (to explain why it is dirty now)."""
+        row = self.db.execute(
+            "SELECT components FROM last_keys WHERE graph = ? AND step_id = ?", (graph, step_id)
+        ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
 
     # ---- GC roots ----
     def _gcroot_dir(self) -> Path:

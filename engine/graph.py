@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import tomli
 from pydantic import ValidationError
 
@@ -34,7 +33,6 @@ from engine.model import (
     VarRef,
 )
 from engine.paths import PREFIX, resolve_ref
-from engine.render import compile_template
 
 _TYPE_NAMES = {
     "string": "a string",
@@ -85,14 +83,31 @@ def _suggest(name: str, options: list[str], what: str) -> str:
     return f"declare the {what} first; known: {known}"
 
 
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+
+
 class _File:
     def __init__(self, path: Path, text: str, spec: PipelineFile) -> None:
         self.path = path
         self.text = text
         self.spec = spec
 
+        self._headers: dict[str, int] | None = None
+
     def line(self, *dotted: str) -> int | None:
+        """Line of a key, for error messages (a scan of the file: call it only when failing)."""
         return find_line(self.text, list(dotted))
+
+    def header_line(self, *dotted: str) -> int | None:
+        """Line of a `[table.header]`, from a map built once per file (cheap on every load)."""
+        if self._headers is None:
+            self._headers = {}
+            for i, text in enumerate(self.text.splitlines(), 1):
+                m = _HEADER.match(text)
+                if m:
+                    name = ".".join(p.strip().strip('"') for p in m.group(1).split("."))
+                    self._headers.setdefault(name, i)
+        return self._headers.get(".".join(dotted))
 
 
 def _read_file(path: Path) -> _File:
@@ -202,18 +217,21 @@ class _Resolver:
         """A file or tree the step reads: inside the project root, or `trace:` shipped data."""
         shipped = value.startswith(PREFIX)
         target = resolve_ref(value, f.path.parent)
-        where: dict[str, Any] = {"file": f.path, "key": ".".join(key), "line": f.line(*key)}
         if not shipped and not target.is_relative_to(self.root):
             raise InputError(
                 f"path '{value}' escapes the project root {self.root}",
                 hint="keep inputs inside the project (or pass --root)",
-                **where,
+                file=f.path,
+                key=".".join(key),
+                line=f.line(*key),
             )
         if not target.exists():
             raise InputError(
                 f"input '{value}' does not exist (looked for {target})",
                 hint="create it or fix the path (relative to this file; `trace:` = trace's data)",
-                **where,
+                file=f.path,
+                key=".".join(key),
+                line=f.line(*key),
             )
         digest = self._digests.get(target)
         if digest is None:
@@ -360,17 +378,9 @@ def load_graph(
                     line=f.line("kinds", name, "template"),
                     hint="create the template or fix the path (relative to this file)",
                 )
+            # Compiled (and syntax-checked) on first render, before anything is built: a
+            # changed template changes the key of every step that uses it.
             text = tpath.read_text(encoding="utf-8")
-            try:
-                compile_template(text, str(tpath))
-            except jinja2.TemplateSyntaxError as exc:
-                raise InputError(
-                    f"template does not compile: {exc.message}",
-                    file=tpath,
-                    line=exc.lineno,
-                    key=f"kinds.{name}.template",
-                    hint="fix the jinja2 syntax",
-                ) from None
             for pname, pspec in ks.params.items():
                 if pspec.default is not None and not _check_type(pspec.default, pspec):
                     raise InputError(
@@ -462,7 +472,8 @@ def load_graph(
         needs_base = {n: expansions[n] for n in ss.needs}
         needs = tuple(x for n in ss.needs for x in expansions[n])
         for idx, xid in enumerate(expansions[sid], 1):
-            steps[xid] = Step(
+            # model_construct: every field comes from validated models, so skip re-validation
+            steps[xid] = Step.model_construct(
                 id=xid,
                 base_id=sid,
                 kind=ss.kind,
@@ -474,7 +485,7 @@ def load_graph(
                 repeat_index=idx if repeats[sid] is not None else None,
                 check=kind.check if ss.check is None else ss.check,
                 source=f.path,
-                line=f.line("steps", sid),
+                line=f.header_line("steps", sid),
             )
 
     sorter = graphlib.TopologicalSorter({s.id: s.needs for s in steps.values()})

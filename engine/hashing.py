@@ -8,6 +8,7 @@ contents and symlink targets: exactly what `builtins.path` copies into the Nix s
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import sqlite3
@@ -32,6 +33,17 @@ def canonical_json(value: Any) -> bytes:
 
 def digest_json(value: Any) -> str:
     return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def key_digest(value: Any) -> str:
+    """Digest for step keys: compact JSON with sorted keys, UTF-8 (json.dumps, ~6x faster).
+
+    Identical to RFC 8785 for the values keys are made of (strings, integers, booleans, null,
+    lists, objects with BMP keys); only floats and ordering among astral-plane key characters
+    could differ, and keys never leave this engine. Evidence uses `canonical_json` (RFC 8785).
+    """
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def digest_bytes(data: bytes) -> str:

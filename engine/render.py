@@ -12,9 +12,10 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
+if TYPE_CHECKING:  # jinja2 is imported on first render: a no-op run never pays for it
+    import jinja2
 
 
 @dataclass(frozen=True)
@@ -86,12 +87,16 @@ def attr_path(path: str) -> NixExpr:
 
 
 def _finalize(value: Any) -> str:
+    import jinja2
+
     if isinstance(value, jinja2.Undefined):
         return str(value)  # StrictUndefined raises here
     return to_nix(value)
 
 
 def make_environment() -> jinja2.Environment:
+    import jinja2
+
     env = jinja2.Environment(
         finalize=_finalize,
         undefined=jinja2.StrictUndefined,
@@ -120,7 +125,10 @@ _COMPILED: dict[str, jinja2.Template] = {}
 
 
 def compile_template(text: str, name: str) -> jinja2.Template:
-    """Compile once per distinct text (templates are content-addressed, so text is the key)."""
+    """Compile once per distinct text (templates are content-addressed, so text is the key).
+
+    Raises jinja2.TemplateSyntaxError (with `lineno`) for a template that does not compile.
+    """
     tmpl = _COMPILED.get(text)
     if tmpl is None:
         tmpl = environment().from_string(text)

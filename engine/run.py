@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from engine import __version__
 from engine.cache import CachedResult, Index
 from engine.errors import InputError
-from engine.hashing import digest_bytes, digest_json
+from engine.hashing import digest_bytes, key_digest
 from engine.model import Graph, InputRef, Step
 from engine.render import NixExpr, nix_path, nix_string, render
 
@@ -36,6 +36,7 @@ class StepPlan(BaseModel):
     dirty: bool
     reasons: list[str] = Field(default_factory=list)
     components: dict[str, Any]
+    prev_key: str | None = None
 
 
 class Plan(BaseModel):
@@ -139,26 +140,31 @@ def plan(graph: Graph, index: Index) -> tuple[Plan, dict[str, CachedResult]]:
     for sid in graph.order:
         comp = components(graph, graph.steps[sid], keys)
         comps[sid] = comp
-        keys[sid] = digest_json(comp)
+        keys[sid] = key_digest(comp)
     cached = index.results(keys.values())
-    last = index.last_keys(graph_id(graph))
+    gid = graph_id(graph)
+    last = index.last_keys(gid)
     steps: dict[str, StepPlan] = {}
     for sid in graph.order:
         key = keys[sid]
         hit = cached.get(key)
+        prev_key = last.get(sid)
         if hit is not None and os.path.exists(hit.out):
-            steps[sid] = StepPlan(id=sid, key=key, dirty=False, components=comps[sid])
+            steps[sid] = StepPlan(
+                id=sid, key=key, dirty=False, components=comps[sid], prev_key=prev_key
+            )
             continue
-        prev = last.get(sid)
         if hit is not None:
             reasons = ["output missing from the store"]
-        elif prev is not None and prev[0] == key:
+        elif prev_key == key:
             reasons = ["not built yet (the last run failed or was interrupted)"]
         else:
             dirty_up = {n for n in graph.steps[sid].needs if steps[n].dirty}
-            reasons = _why(prev[1] if prev else None, comps[sid], dirty_up)
-            reasons = reasons or ["no cached result for this key"]
-        steps[sid] = StepPlan(id=sid, key=key, dirty=True, reasons=reasons, components=comps[sid])
+            old = index.last_components(gid, sid) if prev_key else None
+            reasons = _why(old, comps[sid], dirty_up) or ["no cached result for this key"]
+        steps[sid] = StepPlan(
+            id=sid, key=key, dirty=True, reasons=reasons, components=comps[sid], prev_key=prev_key
+        )
     return Plan(graph=graph_id(graph), steps=steps, order=list(graph.order)), cached
 
 
@@ -213,9 +219,14 @@ def render_expression(graph: Graph, p: Plan, targets: list[str]) -> tuple[str, d
         kind = graph.kinds[step.kind]
         try:
             body = render(kind.template_text, str(kind.template_path), _context(graph, step, keys))
-        except Exception as exc:  # jinja2 errors: undefined names, filters, type errors
+        except Exception as exc:  # jinja2: syntax errors, undefined names, filters, types
+            what = (
+                "does not compile"
+                if type(exc).__name__ == "TemplateSyntaxError"
+                else (f"does not render for step '{sid}'")
+            )
             raise InputError(
-                f"template for step '{sid}' does not render: {exc}",
+                f"template {what}: {getattr(exc, 'message', None) or exc}",
                 file=kind.template_path,
                 line=getattr(exc, "lineno", None),
                 key=f"steps.{step.base_id}",
@@ -304,7 +315,9 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
             report(sid, "cached")
     dirty = p.dirty
     run = RunResult(graph=p.graph, steps={})
-    last = {sid: (sp.key, sid, sp.components) for sid, sp in p.steps.items()}
+    last = {
+        sid: (sp.key, sid, sp.components) for sid, sp in p.steps.items() if sp.key != sp.prev_key
+    }
     if not dirty:
         index.record([], last, p.graph)
         run.steps = results

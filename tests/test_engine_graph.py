@@ -129,11 +129,19 @@ def test_missing_template(tmp_path: Path) -> None:
 
 
 def test_template_that_does_not_compile(tmp_path: Path) -> None:
-    graph = make_project(tmp_path, "")
+    from engine.cache import Index
+    from engine.run import plan, render_expression
+
+    graph = make_project(tmp_path, '[steps.a]\nkind = "text"\n')
     (tmp_path / "templates" / "text.nix.j2").write_text("pkgs.runCommand {{ step.id ")
+    g = load_graph(graph, root=tmp_path)
+    with Index(tmp_path / ".trace") as index:
+        p, _ = plan(g, index)
+    # rendering happens before any nix call and before the expression file is written
     with pytest.raises(InputError) as info:
-        load(graph)
-    assert "does not compile" in info.value.message
+        render_expression(g, p, ["a"])
+    assert "template does not compile" in info.value.message
+    assert info.value.file and info.value.file.endswith("text.nix.j2")
 
 
 def test_toml_syntax_error_names_line(tmp_path: Path) -> None:
