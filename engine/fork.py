@@ -32,10 +32,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from engine.errors import InputError, TraceError, UsageError
 
@@ -54,57 +53,63 @@ BUILDER_ID = "https://github.com/trace/trace/fork"
 GIT_DEADLINE = 60.0
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# Plain dataclasses, not pydantic: this module is imported for every `trace --help` (its parser
+# is registered in engine.cli), and pydantic would add ~60 ms there. Nothing is parsed into them.
 
 
-class ForkConfig(_Model):
+@dataclass(frozen=True)
+class ForkConfig:
     """Where everything of one `trace fork` run is, all absolute."""
 
-    root: Path = Field(description="the fork's git work tree")
+    root: Path  # the fork's git work tree
     package_set: Path
-    config: Path = Field(description="the fork's trace folder")
+    config: Path  # the fork's trace folder
     candidates: Path
-    steps: Path | None = Field(description="the fork's own steps (None: none)")
-    policy: Path | None = Field(description="the fork's policy overrides (None: none)")
+    steps: Path | None  # the fork's own steps (None: none)
+    policy: Path | None  # the fork's policy overrides (None: none)
     state: Path
     bundles: Path
 
 
-class Outcome(_Model):
-    """One row of the summary table."""
+@dataclass
+class Outcome:
+    """One row of the summary table (and of the JSON report)."""
 
     candidate: str
     file: str
     package: str = ""
     verified: bool | None = None
-    verify_reasons: list[str] = Field(default_factory=list)
+    verify_reasons: list[str] = field(default_factory=list)
     route: str = ""
     decision: Literal["allow", "deny", "error"] = "error"
-    decision_reasons: list[str] = Field(default_factory=list)
+    decision_reasons: list[str] = field(default_factory=list)
     bundle: str | None = None
     signed: Literal["key", "keyless", "no"] = "no"
     note: str = ""
-    built: int = Field(default=0, description="steps built now")
-    reused: int = Field(default=0, description="steps evaluated, their output already in the store")
-    cached: int = Field(default=0, description="steps answered from the index (no evaluation)")
-    steps: list[str] = Field(default_factory=list, description="step ids of the graph")
+    built: int = 0  # steps built now
+    reused: int = 0  # steps evaluated, their output already in the store
+    cached: int = 0  # steps answered from the index (no evaluation)
+    steps: list[str] = field(default_factory=list)  # step ids of the candidate's graph
 
 
-class ForkReport(_Model):
-    schema_: Literal["trace.fork/v1"] = Field(default="trace.fork/v1", alias="schema")
+@dataclass
+class ForkReport:
+    """`trace fork --json` (schema trace.fork/v1), also written to STATE/fork/report.json."""
+
     fork: str
     commit: str | None
     dirty: bool
     candidates: list[Outcome]
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    schema: Literal["trace.fork/v1"] = "trace.fork/v1"
 
     @property
     def exit_code(self) -> int:
         if any(o.decision == "error" for o in self.candidates):
             return 2
         return 0 if all(o.decision == "allow" for o in self.candidates) else 1
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
 
 
 # ---- git ---------------------------------------------------------------------------------
@@ -513,7 +518,9 @@ def verify_candidate(
         (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),
     )
     assembled = _assemble(candidate, graph, run, verify, routing, decision, root, dirty)
-    signature, how, note = None, "no", ""
+    signature: str | None = None
+    how: Literal["key", "keyless", "no"] = "no"
+    note = ""
     if decision.decision == "allow":
         signature, how, note = signer.sign(assembled.statement_bytes)
     bundle = replace_bundle(cfg.bundles / cid, assembled, signature)
@@ -651,12 +658,9 @@ def cmd_fork(args: argparse.Namespace) -> int:
     report = ForkReport(
         fork=str(cfg.root), commit=git_commit(cfg.root), dirty=dirty, candidates=outcomes
     )
-    write_if_changed(
-        cfg.state / "fork" / "report.json",
-        (report.model_dump_json(indent=2, by_alias=True) + "\n").encode(),
-    )
+    write_if_changed(cfg.state / "fork" / "report.json", report.to_json().encode())
     if args.json:
-        print(report.model_dump_json(indent=2, by_alias=True))
+        print(report.to_json(), end="")
     else:
         print_table(report, cfg)
     return report.exit_code
