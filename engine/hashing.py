@@ -162,9 +162,27 @@ def git_tree_digest(root: Path, exclude: list[str] | None = None) -> str | None:
         if index.exists():
             shutil.copyfile(index, tmp_index)
         env = {**os.environ, "GIT_INDEX_FILE": str(tmp_index)}
+        excluded = [".trace", *(p.strip("/") for p in exclude or [])]
         subprocess.run(
-            ["git", "-C", str(root), "add", "-A", "--", ".", ":(exclude).trace"]
-            + [f":(exclude){p.strip('/')}" for p in exclude or []],
+            ["git", "-C", str(root), "add", "-A", "--", "."] + [f":(exclude){p}" for p in excluded],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        # Committed files under an excluded path are in the copied index too: drop them.
+        subprocess.run(
+            [
+                "git",
+                "-C",
+                str(root),
+                "rm",
+                "-r",
+                "-q",
+                "--cached",
+                "--ignore-unmatch",
+                "--",
+                *excluded,
+            ],
             env=env,
             check=True,
             capture_output=True,

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.hashing import SKIP_NAMES
+
 if TYPE_CHECKING:  # jinja2 is imported on first render: a no-op run never pays for it
     import jinja2
 
@@ -70,11 +72,20 @@ def store_name(text: str) -> str:
     return name[:200]
 
 
+# Left out of every tree copied into the store, exactly as they are left out of its digest.
+_SKIP_FILTER = (
+    "filter = p: t: !(builtins.elem (baseNameOf p) [ "
+    + " ".join(nix_string(n) for n in sorted(SKIP_NAMES))
+    + " ]);"
+)
+
+
 def nix_path(abs_path: str, name: str | None = None) -> NixExpr:
     """A file or tree copied into the store by content; its store path ignores where it lives."""
     base = store_name(name or abs_path.rstrip("/").rsplit("/", 1)[-1])
     return NixExpr(
-        f"(builtins.path {{ path = /. + {nix_string(abs_path)}; name = {nix_string(base)}; }})"
+        f"(builtins.path {{ path = /. + {nix_string(abs_path)}; name = {nix_string(base)}; "
+        f"{_SKIP_FILTER} }})"
     )
 
 

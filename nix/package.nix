@@ -1,5 +1,5 @@
 # trace, packaged the nixpkgs way: a Python application built from nixpkgs' Python packages.
-# The shipped data (graphs/, templates/, policy/) goes to $out/share/trace, and the wrapper points
+# The shipped data (graphs/, templates/, policy/, engine/gates/core) goes to $out/share/trace, and the wrapper points
 # TRACE_DATA_DIR there (see engine/paths.py), so `trace` needs nothing from the working directory.
 # nix and git are appended to PATH as a fallback: the user's own nix (the one running
 # `nix run`) comes first.
@@ -45,8 +45,11 @@ python3Packages.buildPythonApplication {
   dependencies = import ./python-deps.nix python3Packages;
 
   postInstall = ''
-    mkdir -p $out/share/trace
+    mkdir -p $out/share/trace/engine/gates
     cp -r graphs templates policy $out/share/trace/
+    # the gates' sandbox code (stdlib only) is a `trace:` input of the gate steps
+    cp -r engine/gates/core $out/share/trace/engine/gates/
+    find $out/share/trace -name __pycache__ -prune -exec rm -rf {} +
   '';
 
   makeWrapperArgs = [

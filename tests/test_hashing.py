@@ -82,3 +82,24 @@ def test_git_tree_digest_tracks_work_tree_not_index(tmp_path: Path) -> None:
         check=True,
     ).stdout
     assert "?? default.nix" in status
+
+
+def test_git_tree_digest_leaves_out_excluded_paths_committed_or_not(tmp_path: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "default.nix").write_text("{ }: { }\n")
+    (tmp_path / "trace").mkdir()
+    (tmp_path / "trace" / "c.toml").write_text("id = 1\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    before = git_tree_digest(tmp_path, ["trace"])
+    (tmp_path / "trace" / "c.toml").write_text("id = 2\n")  # uncommitted change
+    assert git_tree_digest(tmp_path, ["trace"]) == before
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "two")  # committed
+    assert git_tree_digest(tmp_path, ["trace"]) == before
+    assert git_tree_digest(tmp_path) != before
+    (tmp_path / "default.nix").write_text("{ }: { a = 1; }\n")
+    assert git_tree_digest(tmp_path, ["trace"]) != before

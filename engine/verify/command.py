@@ -54,10 +54,13 @@ def find_fork(candidate: Path) -> Path | None:
 
 def verify_context(candidate: Candidate, fork: Path) -> dict[str, Any]:
     """The context the verify graph is loaded with (replays must use the same)."""
+    from engine.gates.context import gate_context
+
     expect = candidate.spec.expect.model_dump(exclude_none=True)
     return {
         "candidate": {**candidate.context(), "expect_json": json.dumps(expect, sort_keys=True)},
         "fork": {"root": str(fork)},
+        "gates": gate_context(candidate),
     }
 
 
@@ -131,8 +134,21 @@ def print_table(result: VerifyResult) -> None:
         evidence = c.evidence + (f"\n{c.detail}" if c.detail else "")
         verdict = "[green]holds[/]" if c.holds else "[bold red]fails[/]"
         table.add_row(c.claim, evidence, verdict, c.reason)
+    for name, g in sorted(result.gates.items()):
+        score = "" if g.score is None else f"score {g.score:.3g}; "
+        state = "not measurable" if not g.measurable else ("pass" if g.passed else "fails")
+        style = "green" if g.passed else ("yellow" if not g.measurable else "bold red")
+        reasons = ", ".join(g.reasons) or "ok"
+        table.add_row(
+            f"gate: {name}",
+            f"{score}{g.details.get('summary', '')}".strip(" ;"),
+            f"[{style}]{state}[/]",
+            reasons,
+        )
     console = Console(width=max(100, Console().width))
     console.print(table)
+    if result.gates:
+        console.print("gates are measured here and judged by the signing policy (`trace decide`)")
     if result.passed:
         console.print("[green]PASS[/]: every claim holds")
     else:

@@ -115,6 +115,11 @@ class VerifyResult(_Model):
     expectation: GateRecord | None = Field(
         default=None, description="the expectation gate step's own record, when it ran"
     )
+    gates: dict[str, GateRecord] = Field(
+        default_factory=dict,
+        description="records of the other gate steps that ran (scope, mutation, coverage, a "
+        "fork's own gates), by gate name; the signing policy judges them, not `trace verify`",
+    )
     deterministic: bool | None = Field(
         description="post-fix build and records rebuilt identically with --check (None: unknown)"
     )

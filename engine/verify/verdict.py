@@ -155,6 +155,16 @@ def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
         if not row.holds and row.reason not in reasons:
             reasons.append(row.reason)
     steps = {sid: step_ref(res, sid) for sid, res in run.steps.items()}
+    gates: dict[str, GateRecord] = {}
+    for sid in graph.order:
+        res = run.steps.get(sid)
+        if sid == GATE_STEP or res is None or res.status not in OK_STATUSES:
+            continue
+        outcome = res.outcome
+        if isinstance(outcome, dict) and outcome.get("schema") == "trace.gate/v1":
+            record = GateRecord.model_validate(outcome)
+            gates[record.gate] = record
+
     return VerifyResult(
         candidate=candidate.spec.id,
         candidate_file=str(candidate.path),
@@ -165,6 +175,7 @@ def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
         pre=pre,
         post=post,
         expectation=gate_record,
+        gates=gates,
         deterministic=claims["deterministic"].holds
         if claims["deterministic"].reason in ("ok", "nondeterministic")
         else None,
