@@ -110,9 +110,10 @@ def test_python_diff_coverage_and_mutation(state: Path) -> None:
     assert (f["coverage_file"], f["covered"]) == ("lib/python/pager/__init__.py", [8])
     mutation = gate(result, "gate-mutation")
     d = mutation["details"]
-    assert (d["killed"], d["survived"], d["did_not_build"]) == (2, 4, 0)
-    assert mutation["score"] == 0.333333
-    assert mutation["reasons"] == ["mutation-score-below-threshold"]
+    # the reproducer checks the boundary variants too: every mutant of the fix is killed
+    assert (d["killed"], d["survived"], d["did_not_build"]) == (6, 0, 0)
+    assert mutation["score"] == 1.0
+    assert (mutation["passed"], mutation["reasons"]) == (True, [])
 
 
 def test_no_change_reruns_nothing(ptr: RunResult, state: Path) -> None:
@@ -126,13 +127,15 @@ def test_a_changed_reproducer_reruns_the_mutants_and_not_the_builds(tmp_path: Pa
     cand = tmp_path / "cand"
     cand.mkdir()
     shutil.copy(PTR.parent / "fix.patch", cand / "fix.patch")
-    (cand / "repro.sh").write_text((src / "repro.sh").read_text())
+    (cand / "repro.sh").write_text((PTR.parent / "repro.sh").read_text())
     text = PTR.read_text().replace("../../fork/trace/candidates/cparse-key-overflow/", f"{src}/")
     (cand / "candidate.toml").write_text(text.replace(f'"{src}/repro.sh"', '"repro.sh"'))
     state = tmp_path / "state"
     first = run(cand / "candidate.toml", state, root=Path("/"))  # inputs outside the repo
     assert first.ok
-    (cand / "repro.sh").write_text("# a changed reproducer\n" + (src / "repro.sh").read_text())
+    (cand / "repro.sh").write_text(
+        "# a changed reproducer\n" + (PTR.parent / "repro.sh").read_text()
+    )
     second = run(cand / "candidate.toml", state, root=Path("/"))
     rebuilt = sorted(s for s, r in second.steps.items() if r.status != "cached")
     assert rebuilt == [
