@@ -349,8 +349,13 @@ def load_graph(
     root: Path | None = None,
     context: Mapping[str, Any] | None = None,
     hasher: StatCache | None = None,
+    variant: str | None = None,
 ) -> Graph:
-    """Load, validate and resolve a pipeline file and its includes."""
+    """Load, validate and resolve a pipeline file and its includes.
+
+    `variant` names one instantiation of a shared pipeline (e.g. a candidate id), so the index
+    keeps each one's latest keys apart (plan explanations, `trace gc`).
+    """
     entry = entry.resolve()
     root = (root or Path.cwd()).resolve()
     hasher = hasher or StatCache()
@@ -511,6 +516,7 @@ def load_graph(
         order=order,
         nix=nix,
         package_set=package_set,
+        variant=variant,
     )
 
 

@@ -141,3 +141,4 @@ class Graph(Strict):
     order: tuple[str, ...]
     nix: NixSettings
     package_set: InputRef | None
+    variant: str | None = None

@@ -77,9 +77,10 @@ class RunResult(BaseModel):
 
 def graph_id(graph: Graph) -> str:
     try:
-        return str(graph.entry.relative_to(graph.root))
+        name = str(graph.entry.relative_to(graph.root))
     except ValueError:
-        return str(graph.entry)
+        name = str(graph.entry)
+    return f"{name}#{graph.variant}" if graph.variant else name
 
 
 def _input_key(ref: InputRef) -> dict[str, str]:

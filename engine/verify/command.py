@@ -41,6 +41,18 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--wait", type=float, default=0, metavar="SECONDS", help="wait for a busy state dir"
     )
+    p.add_argument(
+        "--bundle",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="then route, decide and write the evidence bundle to DIR; with --sign/--key it is "
+        "signed only when the signing policy allows (see `trace bundle --help`)",
+    )
+    from engine.bundle_verify.options import add_policy_options, add_signing_options
+
+    add_signing_options(p)
+    add_policy_options(p)
     p.set_defaults(handler=cmd_verify)
 
 
@@ -109,6 +121,7 @@ def run_verify(
             root=project_root(fork),
             context=verify_context(candidate, fork),
             hasher=hasher,
+            variant=candidate.spec.id,
         )
         hasher.flush()
         with Progress(enabled=progress) as reporter:
@@ -155,7 +168,29 @@ def print_table(result: VerifyResult) -> None:
         console.print(f"[bold red]FAIL[/]: {', '.join(result.reasons)}")
 
 
+def _bundle(args: argparse.Namespace, fork: Path, result_path: Path) -> int:
+    from engine.bundle_verify.produce import produce_bundle, report_lines, request_from_args
+
+    outcome = produce_bundle(
+        request_from_args(
+            args,
+            candidate=args.candidate,
+            fork=fork,
+            state_dir=args.state_dir,
+            result=result_path,
+            out=args.bundle,
+            wait=args.wait,
+        )
+    )
+    print("\n".join(report_lines(outcome)), file=sys.stderr if args.json else sys.stdout)
+    return 1 if outcome.denied else 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
+    if (args.sign or args.key) and args.bundle is None:
+        from engine.errors import UsageError
+
+        raise UsageError("--sign/--key sign a bundle", hint="add --bundle DIR")
     result = run_verify(
         args.candidate,
         fork=args.fork,
@@ -173,4 +208,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         print_table(result)
         print(f"result: {out}")
-    return 0 if result.passed else 1
+    status = 0 if result.passed else 1
+    if args.bundle is not None:
+        status = max(status, _bundle(args, fork, out))
+    return status
