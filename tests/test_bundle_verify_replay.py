@@ -1,4 +1,7 @@
-"""verify-bundle --replay with real nix builds: recorded outcomes are rebuilt and compared."""
+"""verify-bundle --replay with real nix builds: recorded outcomes are rebuilt and compared.
+
+A tiny two-step graph; the CLI over the real verify pipeline is in test_e2e_bundle.py.
+"""
 
 from __future__ import annotations
 
@@ -137,78 +140,3 @@ def test_replay_agrees_and_a_forged_outcome_is_caught(tmp_path: Path) -> None:
     v = verify_bundle(honest, policy, replay=replay)
     assert v.reasons == ["replay.pin-mismatch"], v.checks
     assert "templates/record.nix.j2" in next(c.detail for c in v.checks if not c.ok)
-
-
-@pytest.mark.nix
-def test_cli_bundle_signs_only_when_the_signing_decision_allows(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from engine.cli import main
-
-    root = tmp_path / "proj"
-    root.mkdir()
-    key = project(root)
-    (root / "allow.json").write_text(
-        json.dumps(
-            {
-                "allowed": True,
-                "policy": {
-                    "name": "trace-test",
-                    "version": "1.0.0",
-                    "digest": "0" * 64,
-                    "path": "x",
-                },
-            }
-        )
-    )
-    (root / "deny.json").write_text(json.dumps({"allowed": False, "reasons": ["flaky"]}))
-    common = [
-        "bundle",
-        str(root / "cand" / "candidate.toml"),
-        "--root",
-        str(root),
-        "--graph",
-        "graph.toml",
-        "--key",
-        str(key),
-    ]
-    assert (
-        main([*common, "--out", str(tmp_path / "b1"), "--signing", str(root / "allow.json")]) == 0
-    )
-    assert (tmp_path / "b1" / "statement.sigstore.json").is_file()
-    assert main([*common, "--out", str(tmp_path / "b2"), "--signing", str(root / "deny.json")]) == 1
-    assert not (tmp_path / "b2" / "statement.sigstore.json").exists()
-    assert main([*common, "--out", str(tmp_path / "b3")]) == 2  # no decision: refuse to sign
-    capsys.readouterr()
-    verify = ["verify-bundle", "--json", "--identity", str(root / "identity.json")]
-    (root / "identity.json").write_text(
-        json.dumps(
-            {
-                "schema": "trace.signing-identity/v1",
-                "version": "1",
-                "keys": [{"name": "signer", "public_key": "keys/signer.key.pub"}],
-                "policy_versions": {"trace-test": ["1.0.0"]},
-            }
-        )
-    )
-    assert main([*verify, "--root", str(root), "--replay", str(tmp_path / "b1")]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert doc["passed"] and doc["mode"] == "key"
-    files = sorted(
-        p.relative_to(tmp_path / "b1" / "payload").as_posix()
-        for p in (tmp_path / "b1" / "payload").rglob("*")
-        if p.is_file()
-    )
-    assert files == [
-        "advisory.json",
-        "candidate.toml",
-        "decisions/signing.json",
-        "outcomes/post.json",
-        "outcomes/pre.json",
-        "patches/01-fix.patch",
-        "redaction.json",
-        "replay.json",
-        "reproducer/repro.sh",
-    ]
-    assert main([*verify, str(tmp_path / "b2")]) == 1
-    assert json.loads(capsys.readouterr().out)["reasons"] == ["bundle.unsigned"]

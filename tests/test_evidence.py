@@ -14,7 +14,13 @@ from pydantic import ValidationError
 
 from engine.errors import InputError
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
-from engine.evidence.bundle import REDACTION_PATH, REPLAY_PATH, assemble, write_bundle
+from engine.evidence.bundle import (
+    INDEX_PATH,
+    REDACTION_PATH,
+    REPLAY_PATH,
+    assemble,
+    write_bundle,
+)
 from engine.evidence.payload import (
     PayloadEntry,
     canonical_diff,
@@ -114,7 +120,12 @@ def test_assemble_redacts_before_hashing_and_covers_every_file(tmp_path: Path) -
     entries = [
         text_entry("rationale.md", "rationale", f"written by bob@example.org\r\nsee {SECRET_GH}"),
         json_entry("outcomes/pre@1.json", "run", {"exit_code": 1, "signal": None}),
-        PayloadEntry(path="reproducer/data/blob.bin", kind="reproducer", data=b"\xff\x00\xfe"),
+        PayloadEntry(
+            path="reproducer/data/blob.bin",
+            kind="reproducer",
+            data=b"\xff\x00\xfe",
+            media_type="application/octet-stream",
+        ),
     ]
     asm = assemble(
         entries,
@@ -133,10 +144,22 @@ def test_assemble_redacts_before_hashing_and_covers_every_file(tmp_path: Path) -
             "outcomes/pre@1.json",
             "rationale.md",
             "reproducer/data/blob.bin",
+            INDEX_PATH,
             REDACTION_PATH,
             REPLAY_PATH,
         ]
     )
+    index = json.loads((out / PAYLOAD_DIR / INDEX_PATH).read_bytes())
+    assert index["files"] == {
+        "outcomes/pre@1.json": {"kind": "run", "media_type": "application/json"},
+        "rationale.md": {"kind": "rationale", "media_type": "text/plain"},
+        "reproducer/data/blob.bin": {
+            "kind": "reproducer",
+            "media_type": "application/octet-stream",
+        },
+        REDACTION_PATH: {"kind": "redaction", "media_type": "application/json"},
+        REPLAY_PATH: {"kind": "replay", "media_type": "application/json"},
+    }
     statement = json.loads((out / STATEMENT_FILE).read_bytes())
     assert (out / STATEMENT_FILE).read_bytes() == rfc8785.dumps(statement)
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
@@ -168,6 +191,7 @@ def test_assemble_redacts_before_hashing_and_covers_every_file(tmp_path: Path) -
 def test_reserved_and_duplicate_paths_rejected() -> None:
     for entries in (
         [text_entry(REPLAY_PATH, "other", "x")],
+        [text_entry(INDEX_PATH, "other", "x")],
         [text_entry("a.txt", "other", "x"), text_entry("a.txt", "other", "y")],
     ):
         with pytest.raises(InputError):

@@ -3,36 +3,53 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 DEFAULT_IDENTITY = Path("policy/signing-identity.json")
-DEFAULT_GRAPH = Path("graphs/verify.toml")
 
 
 def register(sub: Any) -> None:
+    from engine.bundle_verify.options import add_policy_options, add_signing_options
+
     p = sub.add_parser(
         "bundle",
-        help="write a candidate's evidence bundle (optionally signed)",
-        description="Assemble the evidence for CANDIDATE (advisory, patch, reproducer, every "
-        "step outcome, verify result, decisions, replay record) into a directory with an in-toto "
-        "statement over every file's sha256; sign it when asked and the signing decision allows.",
+        help="write a candidate's evidence bundle from its verify result (signed if allowed)",
+        description="Assemble the evidence for CANDIDATE from the result `trace verify` wrote "
+        "(advisory, upstream reference, patch, rationale, review, reproducer, every step "
+        "outcome and run record, every gate record, the routing and signing decisions with "
+        "their policy versions, the replay record) into a directory with an in-toto statement "
+        "over every file's sha256. With --sign/--key it is signed only when the signing "
+        "decision allows; on a deny the reasons are printed, the bundle is written UNSIGNED "
+        "for review, and the exit code is 1.",
     )
     p.add_argument("candidate", type=Path, help="candidate TOML file")
-    p.add_argument("--out", type=Path, help="bundle directory (default: bundles/<candidate id>)")
-    p.add_argument("--graph", type=Path, default=DEFAULT_GRAPH, help="pipeline entry file")
-    p.add_argument("--root", type=Path, default=Path("."), help="project root (default: .)")
-    p.add_argument("--state", type=Path, help="state directory (default: <root>/.trace)")
-    p.add_argument("--result", type=Path, help="VerifyResult JSON written by `trace verify`")
-    p.add_argument("--routing", type=Path, help="routing decision JSON (`trace route --json`)")
-    p.add_argument("--signing", type=Path, help="signing decision JSON (`trace decide --json`)")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--sign", action="store_true", help="sign keyless with Sigstore")
-    mode.add_argument("--key", type=Path, help="sign offline with this private key")
-    p.add_argument("--identity-token", help="OIDC token for keyless signing (default: CI's)")
-    p.add_argument("--trust-config", type=Path, help="Sigstore ClientTrustConfig JSON")
-    p.add_argument("--builder-id", default="trace", help="SLSA runDetails.builder.id")
+    p.add_argument(
+        "--fork",
+        type=Path,
+        help="the package set (default: nearest directory above the candidate with trace.toml)",
+    )
+    p.add_argument("--state-dir", type=Path, help="default: FORK/.trace")
+    p.add_argument("--out", type=Path, help="bundle directory (default: STATE/bundles/ID)")
+    p.add_argument("--result", type=Path, help="verify result JSON (default: STATE/verify/ID.json)")
+    p.add_argument(
+        "--decision",
+        type=Path,
+        help="the record `trace decide` wrote (default: decide in-process with the policies)",
+    )
+    p.add_argument(
+        "--gate",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="an extra gate record JSON (trace.gate/v1); repeatable",
+    )
+    add_policy_options(p)
+    add_signing_options(p)
+    p.add_argument(
+        "--wait", type=float, default=0, metavar="SECONDS", help="wait for a busy state dir"
+    )
     p.set_defaults(handler=_bundle)
 
     k = sub.add_parser(
@@ -52,10 +69,21 @@ def register(sub: Any) -> None:
     v.add_argument("bundle", type=Path, help="bundle directory")
     v.add_argument("--json", action="store_true", help="print the verdict as JSON")
     v.add_argument("--replay", action="store_true", help="rebuild the steps and compare")
-    v.add_argument("--identity", type=Path, help=f"signer lock (default: {DEFAULT_IDENTITY})")
+    v.add_argument(
+        "--identity",
+        type=Path,
+        help=f"signer lock (default: ROOT/{DEFAULT_IDENTITY} if present, else trace's shipped one)",
+    )
     v.add_argument("--trust-config", type=Path, help="Sigstore ClientTrustConfig JSON")
     v.add_argument("--key", type=Path, action="append", default=[], help="trusted public key")
-    v.add_argument("--root", type=Path, default=Path("."), help="project root for --replay")
+    v.add_argument(
+        "--root",
+        "--fork",
+        dest="root",
+        type=Path,
+        default=Path("."),
+        help="the checkout to replay in: for bundles of `trace verify`, the fork (default: .)",
+    )
     v.set_defaults(handler=_verify_bundle)
 
 
@@ -67,98 +95,24 @@ def _keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-def _allowed(decision: Any) -> bool:
-    if isinstance(decision, dict):
-        if isinstance(decision.get("allowed"), bool):
-            return bool(decision["allowed"])
-        return decision.get("decision") == "allow" or decision.get("verdict") == "allow"
-    return False
-
-
 def _bundle(args: argparse.Namespace) -> int:
-    from engine.candidate import load_candidate
-    from engine.errors import InputError
-    from engine.evidence.bundle import assemble, write_bundle
-    from engine.evidence.collect import (
-        candidate_entries,
-        decision_entry,
-        load_json,
-        model_pin,
-        outcome_entries,
-        policy_versions,
-    )
-    from engine.evidence.payload import json_entry
-    from engine.evidence.replay import build_replay_record
-    from engine.evidence.statement import PAYLOAD_TYPE
-    from engine.graph import load_graph
-    from engine.run import run_graph
+    from engine.bundle_verify.produce import produce_bundle, report_lines, request_from_args
 
-    root = args.root.resolve()
-    candidate = load_candidate(args.candidate)
-    graph = load_graph(
-        (root / args.graph).resolve(), root=root, context={"candidate": candidate.context()}
+    outcome = produce_bundle(
+        request_from_args(
+            args,
+            candidate=args.candidate,
+            fork=args.fork,
+            state_dir=args.state_dir,
+            out=args.out,
+            result=args.result,
+            decision=args.decision,
+            gates=tuple(args.gate),
+            wait=args.wait,
+        )
     )
-    run = run_graph(graph, args.state or root / ".trace")
-    entries = candidate_entries(candidate) + outcome_entries(run)
-    versions: dict[str, str] = {}
-    if args.result:
-        entries.append(json_entry("verify-result.json", "verify", load_json(args.result)))
-    signing_decision = None
-    if args.routing:
-        routing = load_json(args.routing)
-        entries.append(decision_entry("routing", "routing", routing))
-        versions.update(policy_versions(routing))
-    if args.signing:
-        signing_decision = load_json(args.signing)
-        entries.append(decision_entry("signing", "signing", signing_decision))
-        versions.update(policy_versions(signing_decision))
-    replay = build_replay_record(
-        graph, run, candidate_file=candidate.path, root=root, model=model_pin(candidate)
-    )
-    assembled = assemble(
-        entries,
-        replay=replay,
-        candidate_id=candidate.spec.id,
-        policy_versions=versions,
-        builder_id=args.builder_id,
-    )
-    out = args.out or root / "bundles" / candidate.spec.id
-    signature = None
-    status = 0
-    if args.sign or args.key:
-        if signing_decision is None:
-            raise InputError(
-                "signing needs the signing policy's decision",
-                hint="pass --signing FILE (from `trace decide --json`), or omit --sign/--key",
-            )
-        if not _allowed(signing_decision):
-            print(
-                "trace: the signing policy denies signing; writing an unsigned bundle",
-                file=sys.stderr,
-            )
-            status = 1
-        elif args.key:
-            from engine.signing.keymode import sign_with_key
-            from engine.signing.keys import load_private_key
-
-            signature = sign_with_key(
-                assembled.statement_bytes, PAYLOAD_TYPE, load_private_key(args.key)
-            )
-        else:
-            from engine.signing.keyless import sign_keyless
-            from engine.signing.oidc import identity_token
-
-            signature = sign_keyless(
-                assembled.statement_bytes,
-                token=identity_token(args.identity_token),
-                trust_config=args.trust_config,
-            )
-    written = write_bundle(out, assembled, signature)
-    print(
-        f"bundle: {written} ({len(assembled.entries)} payload files, "
-        f"{'signed' if signature else 'unsigned'})"
-    )
-    return status
+    print("\n".join(report_lines(outcome)))
+    return 1 if outcome.denied else 0
 
 
 def _verify_bundle(args: argparse.Namespace) -> int:
@@ -166,10 +120,14 @@ def _verify_bundle(args: argparse.Namespace) -> int:
     from engine.bundle_verify.identity import load_identity_policy
     from engine.bundle_verify.replay import replay_checks
     from engine.bundle_verify.report import print_json, print_table
+    from engine.paths import data_dir
     from engine.signing.keys import key_hint, load_public_key
 
     root = args.root.resolve()
-    policy = load_identity_policy(args.identity or root / DEFAULT_IDENTITY)
+    identity = args.identity or root / DEFAULT_IDENTITY
+    if args.identity is None and not identity.is_file():
+        identity = data_dir() / DEFAULT_IDENTITY
+    policy = load_identity_policy(identity)
     keys = {key_hint(k): k for k in (load_public_key(p) for p in args.key)}
     replay: ReplayFn | None = None
     if args.replay:

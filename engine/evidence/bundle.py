@@ -27,8 +27,9 @@ from engine.evidence.statement import Statement, build_statement
 
 REPLAY_PATH = "replay.json"
 REDACTION_PATH = "redaction.json"
+INDEX_PATH = "index.json"  # every other payload file's claim kind and media type
 OUTCOMES_DIR = "outcomes"  # outcomes/<step id>.json: each step's outcome, as built
-RESERVED = frozenset({REPLAY_PATH, REDACTION_PATH})
+RESERVED = frozenset({REPLAY_PATH, REDACTION_PATH, INDEX_PATH})
 
 
 class Assembled(BaseModel):
@@ -51,7 +52,7 @@ def assemble(
     rules: tuple[RedactionRule, ...] = RULES,
     started: dt.datetime | None = None,
 ) -> Assembled:
-    """Redact, add the replay record and redaction rules, and build the statement."""
+    """Redact, add the replay record, redaction rules and the index, and build the statement."""
     seen: set[str] = set()
     for e in entries:
         if e.path in RESERVED:
@@ -71,6 +72,10 @@ def assemble(
     reports.append(report)
     redacted.append(replay_entry)
     redacted.append(json_entry(REDACTION_PATH, "redaction", rules_document(rules, reports)))
+    index = {e.path: {"kind": e.kind, "media_type": e.media_type} for e in redacted}
+    redacted.append(
+        json_entry(INDEX_PATH, "other", {"schema": "trace.bundle-index/v1", "files": index})
+    )
     redacted.sort(key=lambda e: e.path)
     subjects = {e.path: hashlib.sha256(e.data).hexdigest() for e in redacted}
     now = dt.datetime.now(dt.UTC)

@@ -11,20 +11,31 @@
 | model.json                   | other      | model id, prompt digest, parameters (if any)   |
 | prompt.txt                   | other      | the prompt (when the candidate names one)      |
 | outcomes/<step id>.json      | run / gate | every step's outcome as built (all K runs)     |
-| verify-result.json           | verify     | `trace verify`'s VerifyResult (when given)     |
-| decisions/<name>.json        | routing / signing | policy decisions, with policy versions  |
+| verify-result.json           | verify     | `trace verify`'s VerifyResult: claims, verdict, |
+|                              |            | the K run records of each side (build failures |
+|                              |            | included), determinism and flakiness           |
+| gates/<gate>.json            | gate       | every gate record: the verify result's own     |
+|                              |            | (expectation, later gates) and further gate    |
+|                              |            | steps' and `--gate` files' records             |
+| decisions/routing.json       | routing    | the routing decision (policy + critical list   |
+|                              |            | name, version, digest)                         |
+| decisions/signing.json       | signing    | the signing decision record (`trace decide`'s) |
+
+The bundle adds `replay.json`, `redaction.json` and `index.json` (every file's claim kind).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from engine.candidate import Candidate
+from engine.errors import InputError
 from engine.evidence.bundle import OUTCOMES_DIR
 from engine.evidence.payload import (
     ClaimKind,
@@ -34,7 +45,13 @@ from engine.evidence.payload import (
     text_entry,
 )
 from engine.evidence.replay import ModelPin
+from engine.records import GateRecord
 from engine.run import RunResult
+from engine.verify.result import VerifyResult
+
+VERIFY_RESULT_PATH = "verify-result.json"
+GATES_DIR = "gates"
+GATE_SCHEMA = "trace.gate/v1"
 
 
 def _file_entry(path: str, kind: ClaimKind, source: Path) -> PayloadEntry:
@@ -92,7 +109,7 @@ def candidate_entries(candidate: Candidate) -> list[PayloadEntry]:
 
 def _outcome_kind(outcome: Any) -> ClaimKind:
     schema = outcome.get("schema") if isinstance(outcome, dict) else None
-    return "gate" if schema == "trace.gate/v1" else "run"
+    return "gate" if schema == GATE_SCHEMA else "run"
 
 
 def outcome_entries(run: RunResult) -> list[PayloadEntry]:
@@ -100,6 +117,49 @@ def outcome_entries(run: RunResult) -> list[PayloadEntry]:
         json_entry(f"{OUTCOMES_DIR}/{sid}.json", _outcome_kind(r.outcome), r.outcome)
         for sid, r in sorted(run.steps.items())
         if r.outcome is not None
+    ]
+
+
+def verify_entry(result: VerifyResult) -> PayloadEntry:
+    return json_entry(VERIFY_RESULT_PATH, "verify", result.model_dump(mode="json", by_alias=True))
+
+
+def gate_records(
+    result: VerifyResult, run: RunResult | None = None, extra: Sequence[tuple[str, GateRecord]] = ()
+) -> dict[str, GateRecord]:
+    """Every gate record, by gate name: the verify result's own (its expectation gate and any
+    `gates` it carries), then those of further gate steps in the run, then `extra`
+    (source, record) pairs such as `--gate` files. Generic over the result's shape: whatever
+    gate records it holds are taken."""
+    found: dict[str, GateRecord] = {}
+    if result.expectation is not None:
+        found[result.expectation.gate] = result.expectation
+    carried = getattr(result, "gates", None)
+    if isinstance(carried, dict):
+        carried = list(carried.values())
+    for record in carried if isinstance(carried, list) else []:
+        if isinstance(record, GateRecord):
+            found.setdefault(record.gate, record)
+    for _, step in sorted((run.steps if run else {}).items()):
+        outcome = step.outcome
+        if isinstance(outcome, dict) and outcome.get("schema") == GATE_SCHEMA:
+            record = GateRecord.model_validate(outcome)
+            found.setdefault(record.gate, record)
+    for source, record in extra:
+        if record.gate in found:
+            raise InputError(
+                f"a second record for gate '{record.gate}'",
+                file=source,
+                hint="the verify run already recorded this gate; pass each gate's record once",
+            )
+        found[record.gate] = record
+    return found
+
+
+def gate_entries(records: dict[str, GateRecord]) -> list[PayloadEntry]:
+    return [
+        json_entry(f"{GATES_DIR}/{name}.json", "gate", rec.model_dump(mode="json", by_alias=True))
+        for name, rec in sorted(records.items())
     ]
 
 

@@ -1,10 +1,15 @@
 """The replay record: everything needed to rerun a verification and compare its outcomes.
 
-It pins the package set (git commit and tree of the fork), the candidate file, the graph and
-template files (sha256), the engine version, `nix --version`, the Nix system, and for model-made
-patches the model id, prompt digest and parameters. `steps` records each step's content key,
-derivation and the sha256 of its canonical outcome, so `trace verify-bundle --replay` can rebuild
-and compare step by step.
+It pins the package set (git commit and tree of the fork, and the engine's digest of it), the
+candidate file, the graph and template files (sha256), the engine version, `nix --version`, the
+Nix system, and for model-made patches the model id, prompt digest and parameters. `steps`
+records each step's content key, derivation and the sha256 of its canonical outcome, so
+`trace verify-bundle --replay` can rebuild and compare step by step.
+
+File pins are relative to the project root (for `trace verify`: the fork), or `trace:<path>` for
+trace's own shipped graphs and templates (wherever trace is installed), as graphs name them.
+The graph is loaded for a replay exactly as `trace verify` loads it: with
+`engine.verify.command.verify_context(candidate, fork=root)` (`context = "verify"`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.errors import InputError
 from engine.hashing import digest_json
 from engine.model import Graph
+from engine.paths import PREFIX, data_dir, resolve_ref
 from engine.run import RunResult
 
 SCHEMA: Final = "trace.replay/v1"
@@ -39,6 +45,9 @@ class ForkPin(_Model):
     commit: str | None = Field(description="git commit of HEAD (None outside git)")
     tree: str | None = Field(description="git tree of HEAD")
     dirty: bool = Field(description="the work tree differs from HEAD")
+    digest: str | None = Field(
+        default=None, description="the engine's digest of the package set (in every step key)"
+    )
 
 
 class ModelPin(_Model):
@@ -57,6 +66,10 @@ class StepPin(_Model):
 
 class ReplayRecord(_Model):
     schema_: Literal["trace.replay/v1"] = Field(default=SCHEMA, alias="schema")
+    context: Literal["verify"] = Field(
+        default="verify",
+        description="how the graph is loaded: verify_context(candidate, fork=project root)",
+    )
     engine_version: str
     nix_version: str
     system: str
@@ -73,16 +86,26 @@ def outcome_digest(outcome: Any) -> str | None:
     return None if outcome is None else digest_json(outcome)
 
 
+def pin_name(path: Path, root: Path) -> str:
+    """`path` relative to the project root, else `trace:<rel>` inside trace's data dir."""
+    target = path.resolve()
+    for base, prefix in ((root.resolve(), ""), (data_dir(), PREFIX)):
+        if target.is_relative_to(base):
+            return prefix + target.relative_to(base).as_posix()
+    raise InputError(
+        f"{path} is outside the project root {root} and trace's data dir {data_dir()}",
+        file=path,
+        hint="keep candidates, graphs and templates inside the project",
+    )
+
+
+def pinned_path(name: str, root: Path) -> Path:
+    """The file a pin names, in this checkout (the inverse of `pin_name`)."""
+    return resolve_ref(name, root)
+
+
 def file_pin(path: Path, root: Path) -> FilePin:
-    try:
-        rel = path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        raise InputError(
-            f"{path} is outside the project root {root}",
-            file=path,
-            hint="keep candidates, graphs and templates inside the project",
-        ) from None
-    return FilePin(path=rel, sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    return FilePin(path=pin_name(path, root), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
@@ -95,7 +118,7 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def fork_pin(package_set: Path, root: Path) -> ForkPin:
+def fork_pin(package_set: Path, root: Path, digest: str | None = None) -> ForkPin:
     """git commit + tree of the package set's repository (None when it is not a git checkout)."""
     d = package_set if package_set.is_dir() else package_set.parent
     try:
@@ -105,7 +128,9 @@ def fork_pin(package_set: Path, root: Path) -> ForkPin:
     commit = _run(["git", "-C", str(d), "rev-parse", "HEAD"])
     tree = _run(["git", "-C", str(d), "rev-parse", "HEAD^{tree}"]) if commit else None
     status = _run(["git", "-C", str(d), "status", "--porcelain", "--", "."]) if commit else None
-    return ForkPin(path=rel, commit=commit, tree=tree, dirty=bool(status) or commit is None)
+    return ForkPin(
+        path=rel, commit=commit, tree=tree, dirty=bool(status) or commit is None, digest=digest
+    )
 
 
 def nix_version() -> str:
@@ -137,7 +162,9 @@ def build_replay_record(
         graph=file_pin(graph.entry, root),
         graph_files=[file_pin(f, root) for f in sorted({f.resolve() for f in graph.files})],
         templates=[file_pin(t, root) for t in templates],
-        package_set=fork_pin(graph.package_set.path, root) if graph.package_set else None,
+        package_set=fork_pin(graph.package_set.path, root, graph.package_set.digest)
+        if graph.package_set
+        else None,
         model=model,
         steps={
             sid: StepPin(key=r.key, drv=r.drv, outcome_sha256=outcome_digest(r.outcome))

@@ -1,0 +1,36 @@
+"""Command-line options shared by `trace bundle` and `trace verify --bundle`.
+
+Plain argparse only: registering them must keep `trace --help` fast (no pydantic, no sigstore).
+`engine.bundle_verify.produce.request_from_args` turns them into a `BundleRequest`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+DEFAULT_BUILDER = "https://trace.invalid/builders/cli"
+
+
+def add_signing_options(p: Any) -> None:
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--sign", action="store_true", help="sign keyless with Sigstore (when the policy allows)"
+    )
+    mode.add_argument(
+        "--key", type=Path, help="sign offline with this private key (when the policy allows)"
+    )
+    p.add_argument("--identity-token", help="OIDC token for keyless signing (default: CI's)")
+    p.add_argument("--trust-config", type=Path, help="Sigstore ClientTrustConfig JSON")
+    p.add_argument(
+        "--builder-id", default=DEFAULT_BUILDER, help="SLSA runDetails.builder.id of the bundle"
+    )
+
+
+def add_policy_options(p: Any) -> None:
+    p.add_argument("--routing-policy", type=Path, help="routing policy (default: shipped)")
+    p.add_argument("--signing-policy", type=Path, help="signing policy (default: shipped)")
+    p.add_argument("--waivers", type=Path, metavar="FILE", help="waiver file (default: none)")
+    p.add_argument(
+        "--today", metavar="YYYY-MM-DD", help="decide as of this date (default: today, UTC)"
+    )
