@@ -189,6 +189,7 @@ def load_run(
             root=project_root(fork),
             context=verify_context(candidate, fork),
             hasher=hasher,
+            variant=candidate.spec.id,
         )
         hasher.flush()
         planned, _ = plan(graph, index)

@@ -139,6 +139,7 @@ def replay_checks(
             pinned_path(rec.graph.path, root),
             root=root,
             context=verify_context(candidate, root),
+            variant=candidate.spec.id,
         )
         pinned_set = rec.package_set.digest if rec.package_set else None
         now_set = graph.package_set.digest if graph.package_set else None

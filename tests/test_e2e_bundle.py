@@ -1,0 +1,335 @@
+"""End to end with real nix on the fixture fork: verify -> route -> decide -> bundle -> sign ->
+verify-bundle (key mode and keyless through the offline fake Sigstore), replay agreeing with the
+real pipeline and disagreeing with forged records, and a signing-policy deny that signs nothing.
+
+One module-scoped copy of tests/fixtures/fork; the pager candidate builds fast, and every later
+command answers from the state dir's index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.cli import main
+from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
+from engine.evidence.bundle import INDEX_PATH, RESERVED, assemble, write_bundle
+from engine.evidence.payload import PayloadEntry, canonical_diff, canonical_json
+from engine.evidence.replay import ReplayRecord
+from engine.evidence.statement import PAYLOAD_TYPE
+from engine.signing.keymode import sign_with_key
+from engine.signing.keys import keygen, load_private_key
+from tests.sigstore_fake import TEST_ISSUER, shared
+
+pytestmark = pytest.mark.nix
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = REPO / "tests" / "fixtures" / "fork"
+CAND = "trace/candidates/pager-last-page/candidate.toml"
+PAGER_ID = "TRACE-2026-0002-pager"
+SIGNER = "signer@trace.test"
+
+
+@dataclass
+class World:
+    base: Path
+    fork: Path
+    cand: Path
+    key: Path
+    identity: Path
+    deny_policy: Path
+    signed: Path
+    rc: int
+    out: str
+
+
+def payload_files(bundle: Path) -> dict[str, bytes]:
+    payload = bundle / PAYLOAD_DIR
+    return {
+        p.relative_to(payload).as_posix(): p.read_bytes()
+        for p in sorted(payload.rglob("*"))
+        if p.is_file()
+    }
+
+
+def load(bundle: Path, path: str) -> Any:
+    return json.loads((bundle / PAYLOAD_DIR / path).read_bytes())
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    base = tmp_path_factory.mktemp("e2e")
+    fork = base / "fork"
+    shutil.copytree(FIXTURE, fork, ignore=shutil.ignore_patterns(".trace", "result*"))
+    key, _, _ = keygen(base / "keys" / "signer.key")
+    # the signer lock beside copies of the shipped policy files (their versions are known)
+    policy = base / "policy"
+    policy.mkdir()
+    for f in (REPO / "policy").glob("*.toml"):
+        shutil.copy(f, policy / f.name)
+    identity = policy / "signing-identity.json"
+    identity.write_text(
+        json.dumps(
+            {
+                "schema": "trace.signing-identity/v1",
+                "version": "1.0.0",
+                "keyless": [{"identity": SIGNER, "issuer": TEST_ISSUER}],
+                "keys": [{"name": "signer", "public_key": "../keys/signer.key.pub"}],
+            }
+        )
+    )
+    # a signing policy that denies the pager fix: it asks for more reproducer runs than it has
+    strict = base / "strict"
+    strict.mkdir()
+    shutil.copy(REPO / "policy" / "reasons.toml", strict / "reasons.toml")
+    text = (REPO / "policy" / "signing.toml").read_text()
+    assert "min_runs = 3" in text
+    (strict / "signing.toml").write_text(text.replace("min_runs = 3", "min_runs = 4"))
+
+    signed = base / "signed"
+    cand = fork / CAND
+    cli = ["verify", str(cand), "--fork", str(fork), "-q", "--bundle", str(signed)]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main([*cli, "--key", str(key)])
+    return World(
+        base, fork, cand, key, identity, strict / "signing.toml", signed, rc, buf.getvalue()
+    )
+
+
+def verify_bundle(
+    capsys: pytest.CaptureFixture[str], world: World, bundle: Path, *extra: str
+) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()
+    rc = main(["verify-bundle", str(bundle), "--identity", str(world.identity), "--json", *extra])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_trace_verify_bundle_signs_and_the_replay_agrees(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert world.rc == 0, world.out
+    assert "PASS: every claim holds" in world.out
+    assert "signing policy: ALLOW (trace-signing 1.0.0" in world.out
+    assert f"bundle: {world.signed} (" in world.out and "signed (key)" in world.out
+    assert (world.signed / SIGNATURE_FILE).is_file()
+    rc, doc = verify_bundle(capsys, world, world.signed, "--fork", str(world.fork), "--replay")
+    assert rc == 0 and doc["passed"] and doc["mode"] == "key", doc
+    replay = next(c for c in doc["checks"] if c["name"] == "replay")
+    assert replay["ok"] and "judged again" in replay["detail"], replay
+
+
+def test_the_bundle_holds_every_claim_link_by_link(world: World) -> None:
+    b = world.signed
+    files = payload_files(b)
+    result = load(b, "verify-result.json")
+    assert result["candidate"] == PAGER_ID and result["passed"] is True
+    cand_dir = world.cand.parent
+    # advisory, upstream reference, candidate, patch in canonical -U0 form, reproducer + data
+    assert files["advisory.json"] == (cand_dir / "advisory.json").read_bytes()
+    assert load(b, "upstream.json")["upstream_fix"].startswith("https://example.invalid/pager/")
+    assert files["patches/01-fix.patch"] == canonical_diff((cand_dir / "fix.patch").read_bytes())
+    hunk_lines = [ln for ln in files["patches/01-fix.patch"].decode().splitlines()[2:]]
+    assert all(ln[:1] in ("@", "+", "-") for ln in hunk_lines), "-U0: no context lines"
+    assert files["reproducer/repro.sh"] == (cand_dir / "repro.sh").read_bytes()
+    assert files["reproducer/data/repro.py"] == (cand_dir / "repro.py").read_bytes()
+    # all K run records of both sides, as built, and the same as the verify result's
+    for side in ("pre", "post"):
+        runs = result[side]["runs"]
+        assert len(runs) == 3
+        for n, run in enumerate(runs, 1):
+            outcome = load(b, f"outcomes/{side}-fix-run@{n}.json")
+            assert outcome["side"] == side and outcome["run"] == n
+            assert {k: v for k, v in run.items() if k in outcome} == outcome
+    # every gate record the result carries, each in its own file
+    gate_names = {"expectation", *result["gates"]}
+    assert {p for p in files if p.startswith("gates/")} == {f"gates/{g}.json" for g in gate_names}
+    assert load(b, "gates/expectation.json") == result["expectation"]
+    for name, record in result["gates"].items():
+        assert load(b, f"gates/{name}.json") == record
+    # the decisions, with policy versions, naming the bundled files they read by digest
+    signing = load(b, "decisions/signing.json")
+    routing = load(b, "decisions/routing.json")
+    assert signing["decision"] == "allow" and signing["candidate"] == PAGER_ID
+    assert signing["routing"] == routing and routing["state"] == "human-review-required"
+    evidence = {e["path"]: e["sha256"] for e in signing["evidence"]}
+    assert set(evidence) == {"payload/verify-result.json"} | {
+        f"payload/gates/{g}.json" for g in gate_names
+    }
+    for path, digest in evidence.items():
+        assert hashlib.sha256(files[path.removeprefix("payload/")]).hexdigest() == digest
+    statement = json.loads((b / STATEMENT_FILE).read_bytes())
+    versions = statement["predicate"]["buildDefinition"]["internalParameters"]["policy_versions"]
+    assert versions == {
+        "redaction": "trace.redaction/1",
+        "trace-critical-packages": "1.0.0",
+        "trace-reasons": "1.0.0",
+        "trace-routing": "1.0.0",
+        "trace-signing": "1.0.0",
+    }
+    # the replay record pins what `trace verify` loaded, fork-relative or `trace:`
+    replay = load(b, "replay.json")
+    assert replay["context"] == "verify"
+    assert replay["candidate"]["path"] == CAND and replay["graph"]["path"] == "trace.toml"
+    assert "trace:graphs/verify.toml" in {f["path"] for f in replay["graph_files"]}
+    assert replay["package_set"]["path"] == "." and replay["package_set"]["digest"]
+    assert {s: p["key"] for s, p in replay["steps"].items()} == {
+        s: r["key"] for s, r in result["steps"].items()
+    }
+    # the index names the claim kind of every other payload file
+    index = load(b, INDEX_PATH)["files"]
+    assert set(index) == set(files) - {INDEX_PATH}
+    assert index["patches/01-fix.patch"]["kind"] == "patch"
+    assert index["outcomes/pre-fix-run@1.json"]["kind"] == "run"
+    assert index["decisions/signing.json"]["kind"] == "signing"
+
+
+def resign(world: World, out: Path, edit: Callable[[dict[str, bytes]], None]) -> Path:
+    """A signer who lies: edit payload files, then assemble and sign them again honestly."""
+    files = payload_files(world.signed)
+    kinds = load(world.signed, INDEX_PATH)["files"]
+    replay = ReplayRecord.model_validate_json(files["replay.json"])
+    edit(files)
+    entries = [
+        PayloadEntry(path=p, kind=kinds[p]["kind"], data=d, media_type=kinds[p]["media_type"])
+        for p, d in files.items()
+        if p not in RESERVED
+    ]
+    statement = json.loads((world.signed / STATEMENT_FILE).read_bytes())
+    versions = statement["predicate"]["buildDefinition"]["internalParameters"]["policy_versions"]
+    versions.pop("redaction")
+    asm = assemble(
+        entries,
+        replay=replay,
+        candidate_id=PAGER_ID,
+        policy_versions=versions,
+        builder_id="forger",
+    )
+    sig = sign_with_key(asm.statement_bytes, PAYLOAD_TYPE, load_private_key(world.key))
+    return write_bundle(out, asm, sig)
+
+
+def _edit_json(path: str, change: Callable[[Any], None]) -> Callable[[dict[str, bytes]], None]:
+    def edit(files: dict[str, bytes]) -> None:
+        doc = json.loads(files[path])
+        change(doc)
+        files[path] = canonical_json(doc)
+
+    return edit
+
+
+def test_replay_disagrees_with_forged_records(
+    world: World, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    def quiet_pre_run(doc: Any) -> None:
+        doc["stdout_tail"] = "page 11: [101, 102, 103]\n"
+
+    def quiet_pre_result(doc: Any) -> None:
+        doc["pre"]["runs"][0]["stderr_tail"] = ""
+
+    cases = {
+        "outcome": (_edit_json("outcomes/pre-fix-run@1.json", quiet_pre_run), "pre-fix-run@1"),
+        "result": (_edit_json("verify-result.json", quiet_pre_result), "verify result: pre"),
+    }
+    for name, (edit, needle) in cases.items():
+        forged = resign(world, tmp_path / name, edit)
+        rc, doc = verify_bundle(capsys, world, forged)
+        assert rc == 0 and doc["passed"], (name, doc)  # signature and digests all hold
+        rc, doc = verify_bundle(capsys, world, forged, "--fork", str(world.fork), "--replay")
+        assert rc == 1 and doc["reasons"] == ["replay.mismatch"], (name, doc)
+        detail = next(c["detail"] for c in doc["checks"] if c["reason"] == "replay.mismatch")
+        assert needle in detail, (name, detail)
+
+
+def test_a_signing_policy_deny_writes_no_signature(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = world.base / "denied"
+    capsys.readouterr()
+    rc = main(
+        [
+            "verify",
+            str(world.cand),
+            "--fork",
+            str(world.fork),
+            "-q",
+            "--bundle",
+            str(out),
+            "--key",
+            str(world.key),
+            "--signing-policy",
+            str(world.deny_policy),
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert rc == 1, printed
+    assert "PASS: every claim holds" in printed  # the claims hold; the policy says no
+    assert "DENY too-few-runs" in printed and "not signed" in printed
+    assert not (out / SIGNATURE_FILE).exists()
+    signing = load(out, "decisions/signing.json")
+    assert signing["decision"] == "deny"
+    assert [r["code"] for r in signing["reasons"]] == ["too-few-runs"]
+    rc, doc = verify_bundle(capsys, world, out)
+    assert rc == 1 and doc["reasons"] == ["bundle.unsigned"], doc
+
+
+def test_keyless_bundle_through_the_fake_sigstore(
+    world: World, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fake = shared()
+    trust = fake.write_trust_config(tmp_path / "trust.json")
+    out = tmp_path / "keyless"
+    common = ["--fork", str(world.fork), "--trust-config", str(trust)]
+    token = ["--identity-token", fake.token()]
+    rc = main(["bundle", str(world.cand), *common, "--out", str(out), "--sign", *token])
+    assert rc == 0, capsys.readouterr()
+    rc, doc = verify_bundle(capsys, world, out, "--trust-config", str(trust))
+    assert rc == 0 and doc["mode"] == "keyless", doc
+    assert doc["signer"] == {"mode": "keyless", "identity": SIGNER, "issuer": TEST_ISSUER}
+
+
+def test_bundle_refuses_stale_results_and_decisions(
+    world: World, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    result_file = world.fork / ".trace" / "verify" / f"{PAGER_ID}.json"
+    result = json.loads(result_file.read_text())
+    bundle = ["bundle", str(world.cand), "--fork", str(world.fork)]
+
+    stale = json.loads(json.dumps(result))
+    stale["steps"]["post-fix"]["key"] = "0" * 64
+    (tmp_path / "stale.json").write_text(json.dumps(stale))
+    capsys.readouterr()
+    rc = main([*bundle, "--result", str(tmp_path / "stale.json"), "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "the verify result is stale" in err and "post-fix" in err, err
+    assert not (tmp_path / "x").exists()
+
+    # `trace decide`'s record is bundled as written, when it was made from these very files
+    assert main(["decide", str(world.cand), "--fork", str(world.fork)]) == 0
+    record = world.fork / ".trace" / "decisions" / f"{PAGER_ID}.json"
+    capsys.readouterr()
+    out = tmp_path / "decided"
+    rc = main([*bundle, "--decision", str(record), "--out", str(out), "--key", str(world.key)])
+    assert rc == 0, capsys.readouterr()
+    assert (out / SIGNATURE_FILE).is_file()
+    assert load(out, "decisions/signing.json") == json.loads(record.read_text())
+
+    # ... and refused when it was made from another verify result than the one bundled
+    other = json.loads(json.dumps(result))
+    other["pre"]["runs"][0]["stderr_tail"] = ""
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    capsys.readouterr()
+    forged = ["--result", str(tmp_path / "other.json"), "--decision", str(record)]
+    rc = main([*bundle, *forged, "--out", str(tmp_path / "y")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "made from other evidence" in err, err
+    assert not (tmp_path / "y").exists()
