@@ -31,6 +31,9 @@ from engine.evidence.payload import (
 )
 from engine.evidence.redact import REDACTION_VERSION, redact_text
 from engine.evidence.replay import FilePin, ReplayRecord, StepPin
+from engine.records import GateRecord
+from engine.run import RunResult, StepResult
+from engine.verify.result import VerifyResult
 
 SECRET_JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4eXoifQ.c2lnbmF0dXJlLWJ5dGVz"
 SECRET_GH = "ghp_" + "A1b2C3d4" * 5
@@ -202,3 +205,69 @@ def test_reserved_and_duplicate_paths_rejected() -> None:
                 policy_versions={},
                 builder_id="t",
             )
+
+
+def test_pins_name_fork_files_relatively_and_shipped_files_by_trace_ref(tmp_path: Path) -> None:
+    from engine.evidence.replay import pin_name, pinned_path
+    from engine.paths import data_dir
+
+    (tmp_path / "trace.toml").write_text("version = 1\n")
+    shipped = data_dir() / "graphs" / "verify.toml"
+    assert pin_name(tmp_path / "trace.toml", tmp_path) == "trace.toml"
+    assert pin_name(shipped, tmp_path) == "trace:graphs/verify.toml"
+    assert pinned_path("trace:graphs/verify.toml", tmp_path) == shipped.resolve()
+    assert pinned_path("trace.toml", tmp_path) == (tmp_path / "trace.toml").resolve()
+    with pytest.raises(InputError, match="outside the project root"):
+        pin_name(Path("/etc/hostname"), tmp_path)
+
+
+def _gate(name: str, passed: bool = True) -> GateRecord:
+    return GateRecord(gate=name, passed=passed, score=1.0 if passed else 0.0)
+
+
+def _step(sid: str, outcome: object) -> StepResult:
+    return StepResult(id=sid, key=f"key-{sid}", status="cached", outcome=outcome)
+
+
+def test_gate_records_from_result_run_and_files_each_once() -> None:
+    from engine.evidence.collect import gate_entries, gate_records
+
+    # an explicit fake: only the fields gate_records reads (no builds behind it)
+    result = VerifyResult.model_construct(
+        expectation=_gate("expectation"), gates={"scope": _gate("scope")}
+    )
+    run = RunResult(
+        graph="g",
+        steps={
+            "gate-scope": _step("gate-scope", _gate("scope", False).model_dump(by_alias=True)),
+            "gate-extra": _step("gate-extra", _gate("extra").model_dump(by_alias=True)),
+            "run@1": _step("run@1", {"schema": "trace.run/v1", "exit_code": 0}),
+        },
+    )
+    found = gate_records(result, run, [("cov.json", _gate("coverage"))])
+    assert sorted(found) == ["coverage", "expectation", "extra", "scope"]
+    assert found["scope"].passed is True, "the verify result's own record comes first"
+    assert [e.path for e in gate_entries(found)] == [
+        "gates/coverage.json",
+        "gates/expectation.json",
+        "gates/extra.json",
+        "gates/scope.json",
+    ]
+    with pytest.raises(InputError, match="a second record for gate 'scope'") as info:
+        gate_records(result, run, [("again.json", _gate("scope"))])
+    assert info.value.file == "again.json"
+
+
+def test_payload_ref_is_the_digest_of_the_bundled_redacted_file(tmp_path: Path) -> None:
+    from engine.evidence.decisions import payload_ref
+
+    entry = json_entry("verify-result.json", "verify", {"stdout_tail": "mail bob@example.org"})
+    ref = payload_ref(entry)
+    asm = assemble(
+        [entry], replay=replay_record(), candidate_id="c", policy_versions={}, builder_id="t"
+    )
+    out = write_bundle(tmp_path / "b", asm, signature=None)
+    bundled = (out / PAYLOAD_DIR / "verify-result.json").read_bytes()
+    assert b"bob@example.org" not in bundled
+    assert ref.path == "payload/verify-result.json"
+    assert ref.sha256 == hashlib.sha256(bundled).hexdigest()
