@@ -271,3 +271,52 @@ def test_payload_ref_is_the_digest_of_the_bundled_redacted_file(tmp_path: Path) 
     assert b"bob@example.org" not in bundled
     assert ref.path == "payload/verify-result.json"
     assert ref.sha256 == hashlib.sha256(bundled).hexdigest()
+
+
+def test_candidate_entries_cover_every_claim_the_candidate_makes(tmp_path: Path) -> None:
+    from engine.candidate import load_candidate
+    from engine.evidence.collect import candidate_entries
+
+    c = tmp_path / "cand"
+    c.mkdir()
+    (c / "candidate.toml").write_text(
+        'id = "CVE-2026-9-x"\npackage = "x"\npatches = ["a.patch", "b.patch"]\n'
+        'origin = "model"\nrationale = "why.md"\nreview = "review.md"\n'
+        '[advisory]\nosv = "osv.json"\nupstream_fix = "https://example.invalid/x/commit/1"\n'
+        '[reproducer]\nscript = "r.sh"\ndata = ["in.txt"]\n[expect]\nexit_code = 1\n'
+        '[model]\nid = "m-1"\nprompt = "prompt.txt"\nparameters = { temperature = 0 }\n'
+    )
+    diff = "--- a/x.c\n+++ b/x.c\n@@ -1,3 +1,3 @@\n ctx\n-old\n+new\n ctx\n"
+    for name, text in {
+        "a.patch": diff,
+        "b.patch": diff,
+        "why.md": "bounds check\n",
+        "review.md": "looks right\n",
+        "osv.json": '{"id": "OSV-9"}\n',
+        "r.sh": "$TARGET/bin/x in.txt\n",
+        "in.txt": "boom\n",
+        "prompt.txt": "fix it\n",
+    }.items():
+        (c / name).write_text(text)
+    entries = {e.path: e for e in candidate_entries(load_candidate(c / "candidate.toml"))}
+    assert {p: e.kind for p, e in entries.items()} == {
+        "candidate.toml": "other",
+        "advisory.json": "advisory",
+        "upstream.json": "upstream",
+        "patches/01-a.patch": "patch",
+        "patches/02-b.patch": "patch",
+        "rationale.md": "rationale",
+        "review.md": "review",
+        "reproducer/r.sh": "reproducer",
+        "reproducer/data/in.txt": "reproducer",
+        "model.json": "other",
+        "prompt.txt": "other",
+    }
+    assert entries["patches/01-a.patch"].data == canonical_diff(diff)
+    assert b" ctx" not in entries["patches/01-a.patch"].data
+    model = json.loads(entries["model.json"].data)
+    assert model == {
+        "id": "m-1",
+        "prompt_sha256": hashlib.sha256(b"fix it\n").hexdigest(),
+        "parameters": {"temperature": 0},
+    }
