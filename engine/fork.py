@@ -366,24 +366,6 @@ def _route(candidate: Candidate, policy: Path) -> RouteDecision:
     return route(facts, routing)
 
 
-def _extra_gates(run: RunResult, verify: VerifyResult, dest: Path) -> list[Path]:
-    """Gate records of steps beyond the verify pipeline's own (the fork's gates), as files."""
-    from engine.records import GateRecord
-
-    known = {verify.expectation.gate} if verify.expectation else set()
-    files: list[Path] = []
-    for sid, r in sorted(run.steps.items()):
-        if isinstance(r.outcome, dict) and r.outcome.get("schema") == "trace.gate/v1":
-            record = GateRecord.model_validate(r.outcome)
-            if record.gate in known:
-                continue
-            known.add(record.gate)
-            path = dest / f"{sid}.json"
-            write_if_changed(path, json.dumps(r.outcome, indent=2, sort_keys=True).encode())
-            files.append(path)
-    return files
-
-
 def _decide(
     candidate: Candidate,
     routing: RouteDecision,
@@ -418,27 +400,23 @@ def _assemble(
     from engine.evidence.collect import (
         candidate_entries,
         decision_entry,
+        gate_entries,
+        gate_records,
         model_pin,
         outcome_entries,
         policy_versions,
+        verify_entry,
     )
-    from engine.evidence.payload import json_entry
     from engine.evidence.replay import build_replay_record
-    from engine.paths import data_dir
 
     entries = candidate_entries(candidate) + outcome_entries(run)
-    entries.append(
-        json_entry("verify-result.json", "verify", verify.model_dump(mode="json", by_alias=True))
-    )
+    entries.append(verify_entry(verify))
+    entries += gate_entries(gate_records(verify, run))
     entries.append(decision_entry("routing", "routing", routing))
     entries.append(decision_entry("signing", "signing", decision))
     versions = {**policy_versions(routing), **policy_versions(decision)}
-    # The replay record pins files relative to `root`; trace's shipped graphs and templates live
-    # in its data dir (the Nix store, under `nix run`), so pin relative to a common ancestor
-    # until engine.evidence.replay names shipped files by their `trace:` reference.
-    pin_root = Path(os.path.commonpath([root, data_dir()]))
     replay = build_replay_record(
-        graph, run, candidate_file=candidate.path, root=pin_root, model=model_pin(candidate)
+        graph, run, candidate_file=candidate.path, root=root, model=model_pin(candidate)
     )
     if replay.package_set is not None:
         # `fork_pin` counts trace's own untracked state dir as a change; the fork's clean check
@@ -500,7 +478,11 @@ def verify_candidate(
     with Index(cfg.state, wait=wait) as index:
         hasher = StatCache(index.db)
         graph = load_graph(
-            entry, root=root, context=verify_context(candidate, cfg.package_set), hasher=hasher
+            entry,
+            root=root,
+            context=verify_context(candidate, cfg.package_set),
+            hasher=hasher,
+            variant=cid,
         )
         hasher.flush()
         with Progress(enabled=progress) as reporter:
@@ -509,10 +491,10 @@ def verify_candidate(
     result = cfg.state / "verify" / f"{cid}.json"
     write_if_changed(result, (verify.model_dump_json(indent=2, by_alias=True) + "\n").encode())
     routing = _route(candidate, policy)
-    gates = _extra_gates(run, verify, cfg.state / "gates" / cid)
     own_waivers = cfg.policy / WAIVERS if cfg.policy else None
     waivers = policy / WAIVERS if own_waivers and own_waivers.is_file() else None
-    decision = _decide(candidate, routing, result, gates, policy, waivers)
+    # every gate record (the standard gates and the fork's own steps) is in the verify result
+    decision = _decide(candidate, routing, result, [], policy, waivers)
     write_if_changed(
         cfg.state / "decisions" / f"{cid}.json",
         (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),
