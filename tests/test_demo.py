@@ -1,0 +1,32 @@
+"""The README's main job (scripts/demo) runs as written: a signed, verified, replayed bundle for the
+real fix, and a policy deny for the wrong one."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.nix
+
+
+def test_scripts_demo_runs_the_main_job(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "demo")],
+        capture_output=True,
+        text=True,
+        env={"TMPDIR": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        timeout=900,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "bundle verified" in out
+    assert re.search(r"cparse-key-overflow \(\d+ payload files, signed \(key\)\)", out)
+    assert "signing policy: DENY" in out and "mutation-score-below-threshold" in out
+    (work,) = tmp_path.glob("trace-demo.*")
+    assert (work / "cparse-key-overflow" / "statement.sigstore.json").is_file()
+    assert not (work / "cparse-wrong-fix" / "statement.sigstore.json").exists()
