@@ -65,9 +65,11 @@ def trace_cmd(project: Project, state: Path, jobs: int, *extra: str) -> list[str
     ]
 
 
-def trace_run(project: Project, state: Path, jobs: int) -> tuple[float, dict[str, int]]:
+def trace_run(
+    project: Project, state: Path, jobs: int, *extra: str
+) -> tuple[float, dict[str, int]]:
     """`trace run --quiet`: seconds and the status counts of its summary line."""
-    t = timed(trace_cmd(project, state, jobs, "--quiet"), project.root)
+    t = timed(trace_cmd(project, state, jobs, "--quiet", *extra), project.root)
     m = _SUMMARY.search(t.stdout)
     if not m:
         raise BenchError(f"no summary line in trace's output:\n{t.stdout}")

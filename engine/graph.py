@@ -200,6 +200,9 @@ class _Resolver:
         self.hasher = hasher
         self._digests: dict[Path, str] = {}
 
+    def digested(self) -> list[Path]:
+        return list(self._digests)
+
     def var(self, ref: VarRef, f: _File, *key: str) -> Any:
         try:
             return _lookup(self.context, ref.var)
@@ -213,8 +216,12 @@ class _Resolver:
                 hint=f"known variables: {known}",
             ) from None
 
-    def path(self, value: str, f: _File, *key: str) -> InputRef:
-        """A file or tree the step reads: inside the project root, or `trace:` shipped data."""
+    def path(self, value: str, f: _File, *key: str, exclude: list[str] | None = None) -> InputRef:
+        """A file or tree the step reads: inside the project root, or `trace:` shipped data.
+
+        With `exclude` (the package set), git's tree hash is used when the tree is a git work
+        tree, and the listed paths are left out of the digest.
+        """
         shipped = value.startswith(PREFIX)
         target = resolve_ref(value, f.path.parent)
         if not shipped and not target.is_relative_to(self.root):
@@ -233,8 +240,10 @@ class _Resolver:
                 key=".".join(key),
                 line=f.line(*key),
             )
-        digest = self._digests.get(target)
-        if digest is None:
+        digest = self._digests.get(target) if exclude is None else None
+        if digest is None and exclude is not None and target.is_dir():
+            digest = git_tree_digest(target, exclude) or tree_digest(target, self.hasher, exclude)
+        elif digest is None:
             digest = tree_digest(target, self.hasher)
             self._digests[target] = digest
         # Keys name shipped data by its `trace:` reference, so they do not depend on where trace
@@ -243,12 +252,7 @@ class _Resolver:
         return InputRef(path=target, rel=rel, digest=digest)
 
     def package_set(self, value: str, exclude: list[str], f: _File) -> InputRef:
-        ref = self.path(value, f, "nix", "package_set")
-        if ref.path.is_dir():
-            git = git_tree_digest(ref.path, exclude)
-            digest = git or tree_digest(ref.path, self.hasher, exclude)
-            ref = ref.model_copy(update={"digest": digest})
-        return ref
+        return self.path(value, f, "nix", "package_set", exclude=exclude)
 
 
 def _flatten(ctx: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -517,7 +521,22 @@ def load_graph(
         nix=nix,
         package_set=package_set,
         variant=variant,
+        reads=_reads(files, kinds, r, package_set, nix.package_set_exclude),
     )
+
+
+def _reads(
+    files: list[_File],
+    kinds: dict[str, Kind],
+    r: _Resolver,
+    package_set: InputRef | None,
+    exclude: list[str],
+) -> tuple[tuple[Path, tuple[str, ...]], ...]:
+    paths = {f.path: () for f in files} | {k.template_path: () for k in kinds.values()}
+    reads: dict[Path, tuple[str, ...]] = {**paths, **dict.fromkeys(r.digested(), ())}
+    if package_set is not None:
+        reads[package_set.path] = tuple(exclude)
+    return tuple(sorted(reads.items()))
 
 
 def kinds_spec(kind: Kind) -> KindSpec:

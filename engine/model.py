@@ -142,3 +142,8 @@ class Graph(Strict):
     nix: NixSettings
     package_set: InputRef | None
     variant: str | None = None
+    reads: tuple[tuple[Path, tuple[str, ...]], ...] = Field(
+        default=(),
+        description="every file and tree loading read (pipeline files, templates, inputs, the "
+        "package set), each with the paths left out of it: what the no-op fast path stats",
+    )

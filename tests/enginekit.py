@@ -19,7 +19,7 @@ pkgs.runCommand {{ step.id | store_name }} {
   mkdir $out
   sleep $sleep
   printf '%s\\n' "$message" > $out/text
-  for f in $files; do cat $f >> $out/text; done
+  for f in $files; do if [ -d $f ]; then ls $f >> $out/text; else cat $f >> $out/text; fi; done
   for u in $upstream; do cat $u/text >> $out/text; done
   {% if params.fail %}
   echo "failing on purpose: {{ step.id }}" >&2

@@ -1,0 +1,125 @@
+"""The no-op fast path: answered from stat() alone, and never when anything it read changed."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from engine import fastpath
+from tests.enginekit import make_project
+
+pytestmark = pytest.mark.nix
+
+CHECK = (
+    "import sys, engine.cli; rc = engine.cli.main(sys.argv[1:]); "
+    "print('FAST' if 'pydantic' not in sys.modules else 'FULL', rc)"
+)
+
+
+def age(root: Path) -> None:
+    """Move every mtime 10 s into the past, as if the files were written before this run."""
+    past = time.time() - 10
+    for dirpath, _, files in os.walk(root):
+        for name in [*files, "."]:
+            os.utime(os.path.join(dirpath, name), (past, past), follow_symlinks=False)
+
+
+def trace_run(project: Path) -> tuple[str, int, str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECK, "run", "graph.toml", "-q"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    *lines, last = proc.stdout.strip().splitlines()
+    mode, rc = last.split()
+    return mode, int(rc), "\n".join(lines)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    graph = make_project(
+        tmp_path,
+        f"""
+        [steps.a]
+        kind = "text"
+        params = {{ message = "{uuid.uuid4().hex}" }}
+        inputs = {{ tree = "data" }}
+        [steps.b]
+        kind = "text"
+        needs = ["a"]
+        """,
+    )
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "one.txt").write_text("one\n")
+    age(tmp_path)
+    mode, rc, out = trace_run(graph.parent)
+    assert (mode, rc) == ("FULL", 0) and "2 built" in out
+    return graph.parent
+
+
+def test_noop_is_answered_without_loading_the_graph(project: Path) -> None:
+    mode, rc, out = trace_run(project)
+    assert (mode, rc, out) == ("FAST", 0, "2 steps: 2 cached")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "input-edited",
+        "file-added-to-input-tree",
+        "template-edited",
+        "package-set-edited",
+        "graph-edited",
+    ],
+)
+def test_any_change_takes_the_full_path(project: Path, edit: str) -> None:
+    if edit == "input-edited":
+        (project / "data" / "one.txt").write_text("uno\n")
+    elif edit == "file-added-to-input-tree":
+        (project / "data" / "two.txt").write_text("two\n")
+    elif edit == "template-edited":
+        tmpl = project / "templates" / "text.nix.j2"
+        tmpl.write_text(tmpl.read_text() + "\n")
+    elif edit == "package-set-edited":
+        (project / "pkgs" / "note.txt").write_text("a new file in the package set\n")
+    else:
+        graph = project / "graph.toml"
+        graph.write_text(graph.read_text() + "\n# a comment\n")
+    mode, rc, _ = trace_run(project)
+    assert (mode, rc) == ("FULL", 0)
+
+
+def test_an_edit_during_the_run_is_never_stamped(project: Path) -> None:
+    db = sqlite3.connect(project / ".trace" / "state.db", isolation_level=None)
+    key = fastpath.name(project / "graph.toml", project)
+    reads = [(project / "data", [])]
+    assert fastpath.record(db, key, reads, {}, since_ns=time.time_ns())  # files are 10 s old
+    (project / "data" / "one.txt").write_text("edited while building\n")
+    # the run started before that edit: its stamp must not be recorded (and the old one goes)
+    assert not fastpath.record(db, key, reads, {}, since_ns=time.time_ns() - 10**9)
+    assert db.execute("SELECT count(*) FROM fastpath WHERE name = ?", (key,)).fetchone()[0] == 0
+
+
+def test_a_missing_output_takes_the_full_path(project: Path) -> None:
+    db = sqlite3.connect(project / ".trace" / "state.db", isolation_level=None)
+    key = fastpath.name(project / "graph.toml", project)
+    (reads, outs) = db.execute("SELECT reads, outs FROM fastpath WHERE name = ?", (key,)).fetchone()
+    assert "/nix/store/" in outs
+    db.execute("UPDATE fastpath SET outs = ? WHERE name = ?", ('[["a", "/nix/store/gone"]]', key))
+    args = ["run", str(project / "graph.toml"), "--root", str(project)]
+    assert fastpath.try_noop(args) is None
+    assert reads
+
+
+def test_flags_it_does_not_know_take_the_full_path(project: Path) -> None:
+    assert fastpath.try_noop(["run", str(project / "graph.toml"), "--json"]) is None
+    assert fastpath.try_noop(["run"]) is None
