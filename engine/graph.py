@@ -32,7 +32,7 @@ from engine.model import (
     StepSpec,
     VarRef,
 )
-from engine.paths import PREFIX, resolve_ref
+from engine.paths import PREFIX, key_source_paths, resolve_ref
 
 _TYPE_NAMES = {
     "string": "a string",
@@ -533,6 +533,7 @@ def _reads(
     exclude: list[str],
 ) -> tuple[tuple[Path, tuple[str, ...]], ...]:
     paths = {f.path: () for f in files} | {k.template_path: () for k in kinds.values()}
+    paths |= dict.fromkeys(key_source_paths(), ())
     reads: dict[Path, tuple[str, ...]] = {**paths, **dict.fromkeys(r.digested(), ())}
     if package_set is not None:
         reads[package_set.path] = tuple(exclude)

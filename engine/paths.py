@@ -24,3 +24,14 @@ def resolve_ref(value: str, base: Path) -> Path:
     if value.startswith(PREFIX):
         return (data_dir() / value[len(PREFIX) :]).resolve()
     return (base / value).resolve()
+
+
+# The engine modules whose code shapes derivations and keys: their digest is part of every step
+# key, so a changed engine never answers from results an older engine built (even without a
+# version bump, as in a development checkout).
+KEY_SOURCES = ("model.py", "graph.py", "hashing.py", "render.py", "run.py", "nix.py")
+
+
+def key_source_paths() -> list[Path]:
+    here = Path(__file__).resolve().parent
+    return [here / name for name in KEY_SOURCES]

@@ -87,10 +87,24 @@ def _input_key(ref: InputRef) -> dict[str, str]:
     return {"path": ref.rel, "digest": ref.digest}
 
 
+_ENGINE_ID: str | None = None
+
+
+def engine_id() -> str:
+    """The engine's version plus a digest of the modules that shape keys and derivations."""
+    global _ENGINE_ID
+    if _ENGINE_ID is None:
+        from engine.paths import key_source_paths
+
+        code = b"".join(p.read_bytes() for p in key_source_paths())
+        _ENGINE_ID = f"{__version__}+{digest_bytes(code)[:16]}"
+    return _ENGINE_ID
+
+
 def components(graph: Graph, step: Step, keys: dict[str, str]) -> dict[str, Any]:
     kind = graph.kinds[step.kind]
     return {
-        "engine": __version__,
+        "engine": engine_id(),
         "id": step.id,
         "kind": step.kind,
         "template": kind.template_digest,
