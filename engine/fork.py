@@ -349,21 +349,10 @@ class Signer:
 
 
 def _route(candidate: Candidate, policy: Path) -> RouteDecision:
-    from engine.advisory import load_advisory
     from engine.policy.registry import ROUTING
-    from engine.policy.routing import facts_for, load_routing, route
+    from engine.policy.routing import route_candidate
 
-    spec = candidate.spec
-    routing = load_routing(policy / ROUTING)
-    facts = facts_for(
-        candidate=spec.id,
-        package=spec.package,
-        origin=spec.origin,
-        advisory=load_advisory(candidate.file(spec.advisory.osv)),
-        upstream_fix=spec.advisory.upstream_fix,
-        critical=routing.critical,
-    )
-    return route(facts, routing)
+    return route_candidate(candidate, policy / ROUTING)
 
 
 def _decide(

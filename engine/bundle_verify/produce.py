@@ -45,12 +45,11 @@ from engine.evidence.collect import (
 from engine.evidence.decisions import (
     load_decision,
     payload_ref,
-    route_candidate,
     signing_decision,
 )
 from engine.evidence.payload import PayloadEntry
 from engine.model import Graph
-from engine.policy.routing import RouteDecision
+from engine.policy.routing import RouteDecision, route_candidate
 from engine.policy.signing import Decision
 from engine.records import GateRecord
 from engine.run import RunResult

@@ -1,6 +1,7 @@
 """The routing and signing decisions a bundle carries, computed with engine.policy or read back.
 
-`route_candidate` and `signing_decision` call the policy functions in-process (`route`,
+`route_candidate` (engine.policy.routing) and `signing_decision` call the policy functions
+in-process (`route`,
 `decide`), exactly as `trace route` / `trace decide` do, over the typed VerifyResult and gate
 records being bundled. The evidence the signing decision names (`Decision.evidence`) is then the
 bundle's own payload files (`payload/verify-result.json`, `payload/gates/<gate>.json`) with the
@@ -19,7 +20,6 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from engine.candidate import Candidate
 from engine.errors import InputError
 from engine.evidence.payload import PayloadEntry
 from engine.evidence.redact import redact_entry
@@ -30,25 +30,6 @@ from engine.records import GateRecord
 from engine.verify.result import VerifyResult
 
 PAYLOAD_PREFIX = "payload/"
-
-
-def route_candidate(candidate: Candidate, policy: Path | None = None) -> RouteDecision:
-    """`trace route`: the routing state of a candidate under `policy` (default: shipped)."""
-    from engine.advisory import load_advisory
-    from engine.policy.registry import ROUTING, policy_dir
-    from engine.policy.routing import facts_for, load_routing, route
-
-    spec = candidate.spec
-    routing = load_routing(policy or policy_dir() / ROUTING)
-    facts = facts_for(
-        candidate=spec.id,
-        package=spec.package,
-        origin=spec.origin,
-        advisory=load_advisory(candidate.file(spec.advisory.osv)),
-        upstream_fix=spec.advisory.upstream_fix,
-        critical=routing.critical,
-    )
-    return route(facts, routing)
 
 
 def payload_ref(entry: PayloadEntry) -> SourceRef:

@@ -73,24 +73,10 @@ def register(sub: Any) -> None:
 
 
 def _route(candidate_path: Path, policy_path: Path | None) -> RouteDecision:
-    from engine.advisory import load_advisory
     from engine.candidate import load_candidate
-    from engine.policy.registry import ROUTING, policy_dir
-    from engine.policy.routing import facts_for, load_routing, route
+    from engine.policy.routing import route_candidate
 
-    cand = load_candidate(candidate_path)
-    policy = load_routing(policy_path or policy_dir() / ROUTING)
-    spec = cand.spec
-    advisory = load_advisory(cand.file(spec.advisory.osv))
-    facts = facts_for(
-        candidate=spec.id,
-        package=spec.package,
-        origin=spec.origin,
-        advisory=advisory,
-        upstream_fix=spec.advisory.upstream_fix,
-        critical=policy.critical,
-    )
-    return route(facts, policy)
+    return route_candidate(load_candidate(candidate_path), policy_path)
 
 
 def _route_text(d: RouteDecision) -> str:

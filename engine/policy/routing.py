@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from engine.advisory import Level, OsvAdvisory
+from engine.candidate import Candidate
 from engine.errors import PolicyError
 from engine.policy.critical import CriticalList, load_critical
 from engine.policy.source import (
@@ -176,3 +177,22 @@ def route(facts: RouteFacts, policy: RoutingPolicy) -> RouteDecision:
         critical_packages=policy.critical.ref,
         facts=facts,
     )
+
+
+def route_candidate(candidate: Candidate, policy_file: Path | None = None) -> RouteDecision:
+    """Route one candidate: its advisory and package against the routing policy file (default:
+    the shipped `policy/routing.toml`)."""
+    from engine.advisory import load_advisory
+    from engine.policy.registry import ROUTING, policy_dir
+
+    policy = load_routing(policy_file or policy_dir() / ROUTING)
+    spec = candidate.spec
+    facts = facts_for(
+        candidate=spec.id,
+        package=spec.package,
+        origin=spec.origin,
+        advisory=load_advisory(candidate.file(spec.advisory.osv)),
+        upstream_fix=spec.advisory.upstream_fix,
+        critical=policy.critical,
+    )
+    return route(facts, policy)
