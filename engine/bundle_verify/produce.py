@@ -176,21 +176,11 @@ def load_run(
 ) -> tuple[Graph, RunResult]:
     """The verify graph as `trace verify` loads it, and its run answered from the cache index."""
     from engine.cache import Index
-    from engine.graph import load_graph
-    from engine.hashing import StatCache
     from engine.run import plan, run_graph
-    from engine.verify.command import graph_entry, project_root, verify_context
+    from engine.verify.command import load_verify_graph
 
     with Index(state, wait=wait) as index:
-        hasher = StatCache(index.db)
-        graph = load_graph(
-            graph_entry(fork),
-            root=project_root(fork),
-            context=verify_context(candidate, fork),
-            hasher=hasher,
-            variant=candidate.spec.id,
-        )
-        hasher.flush()
+        graph = load_verify_graph(candidate, fork, index)
         planned, _ = plan(graph, index)
         stale = _stale_steps(result, {sid: sp.key for sid, sp in planned.steps.items()})
         if stale:

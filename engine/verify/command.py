@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from engine.cache import Index
     from engine.candidate import Candidate
+    from engine.model import Graph
     from engine.verify.result import VerifyResult
 
 STANDARD_GRAPH = "graphs/verify.toml"
@@ -88,6 +90,24 @@ def project_root(fork: Path) -> Path:
     return fork
 
 
+def load_verify_graph(candidate: Candidate, fork: Path, index: Index) -> Graph:
+    """The fork's verify graph instantiated for one candidate, inputs hashed with the index's
+    stat cache. The one way `trace verify`, `trace bundle` and replays load it."""
+    from engine.graph import load_graph
+    from engine.hashing import StatCache
+
+    hasher = StatCache(index.db)
+    graph = load_graph(
+        graph_entry(fork),
+        root=project_root(fork),
+        context=verify_context(candidate, fork),
+        hasher=hasher,
+        variant=candidate.spec.id,
+    )
+    hasher.flush()
+    return graph
+
+
 def run_verify(
     candidate_file: Path,
     *,
@@ -101,8 +121,6 @@ def run_verify(
     from engine.cache import Index
     from engine.candidate import load_candidate
     from engine.errors import UsageError
-    from engine.graph import load_graph
-    from engine.hashing import StatCache
     from engine.progress import Progress
     from engine.run import run_graph
     from engine.verify.verdict import judge
@@ -115,15 +133,7 @@ def run_verify(
         raise UsageError(f"--fork {fork} is not a directory", hint="pass the package set's root")
     state = (state_dir or fork / ".trace").resolve()
     with Index(state, wait=wait) as index:
-        hasher = StatCache(index.db)
-        graph = load_graph(
-            graph_entry(fork),
-            root=project_root(fork),
-            context=verify_context(candidate, fork),
-            hasher=hasher,
-            variant=candidate.spec.id,
-        )
-        hasher.flush()
+        graph = load_verify_graph(candidate, fork, index)
         with Progress(enabled=progress) as reporter:
             result = run_graph(graph, index, jobs=jobs, reporter=reporter)
     return judge(candidate, graph, result)
