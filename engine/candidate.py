@@ -154,6 +154,22 @@ class Candidate(BaseModel):
         }
 
 
+_HUNK = re.compile(rb"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@", re.MULTILINE)
+_NEW_FILE = re.compile(rb"^\+\+\+ \S", re.MULTILINE)
+_CHANGE = re.compile(rb"^[+-](?![+-]{2} )", re.MULTILINE)
+
+
+def _patch_problem(data: bytes) -> str | None:
+    """Why a patch is not a usable unified diff (None when it is one)."""
+    if not _NEW_FILE.search(data):
+        return "names no file (no '+++ ' header): it is not a unified diff"
+    if not _HUNK.search(data):
+        return "has no hunk ('@@ -a,b +c,d @@'): it changes nothing"
+    if not _CHANGE.search(data):
+        return "adds and removes no line: it changes nothing"
+    return None
+
+
 def load_candidate(path: Path) -> Candidate:
     path = path.resolve()
     try:
@@ -199,6 +215,17 @@ def load_candidate(path: Path) -> Candidate:
                 key=key,
                 line=find_line(text, key.split(".")),
                 hint="fix the path (relative to the candidate file)",
+            )
+    for i, rel in enumerate(spec.patches):
+        problem = _patch_problem(cand.file(rel).read_bytes())
+        if problem:
+            raise InputError(
+                f"patch '{rel}' {problem}",
+                file=path,
+                key=f"patches.{i}",
+                line=find_line(text, ["patches"]),
+                hint="write the patch as a unified diff (`git diff`, `diff -u`); "
+                "an empty or garbled patch would make post-fix identical to pre-fix",
             )
     if spec.expect == Expectation():
         raise InputError(
