@@ -19,7 +19,7 @@ import tomli
 from pydantic import ValidationError
 
 from engine.errors import InputError
-from engine.hashing import StatCache, digest_bytes, git_tree_digest, tree_digest
+from engine.hashing import StatCache, digest_bytes, tree_digest
 from engine.model import (
     Graph,
     InputRef,
@@ -219,8 +219,8 @@ class _Resolver:
     def path(self, value: str, f: _File, *key: str, exclude: list[str] | None = None) -> InputRef:
         """A file or tree the step reads: inside the project root, or `trace:` shipped data.
 
-        With `exclude` (the package set), git's tree hash is used when the tree is a git work
-        tree, and the listed paths are left out of the digest.
+        With `exclude` (the package set), the listed paths are left out of the digest. Every
+        other file counts, git-ignored ones included: Nix imports the work tree as it is.
         """
         shipped = value.startswith(PREFIX)
         target = resolve_ref(value, f.path.parent)
@@ -242,7 +242,7 @@ class _Resolver:
             )
         digest = self._digests.get(target) if exclude is None else None
         if digest is None and exclude is not None and target.is_dir():
-            digest = git_tree_digest(target, exclude) or tree_digest(target, self.hasher, exclude)
+            digest = tree_digest(target, self.hasher, exclude)
         elif digest is None:
             digest = tree_digest(target, self.hasher)
             self._digests[target] = digest

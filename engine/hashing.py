@@ -10,11 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sqlite3
 import stat
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -136,62 +133,3 @@ def tree_digest(root: Path, cache: StatCache, exclude: list[str] | None = None) 
             exe = "x" if est.st_mode & 0o111 else "-"
             h.update(f"f{exe} {relpath}\0{cache.file_digest(Path(entry.path), est)}\0".encode())
     return "tree:" + h.hexdigest()
-
-
-def git_tree_digest(root: Path, exclude: list[str] | None = None) -> str | None:
-    """git's own tree hash of a work tree, index stat cache included; None outside git.
-
-    Uses a throw-away copy of the index so the user's staging area is never touched.
-    Untracked files that git ignores are not part of the digest, just as they are not part of
-    the fork's revision.
-    """
-    try:
-        top = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--show-toplevel", "--git-path", "index"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split("\n")
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    if Path(top[0]).resolve() != root.resolve():
-        return None
-    index = Path(top[1]) if os.path.isabs(top[1]) else root / top[1]
-    with tempfile.TemporaryDirectory(prefix="trace-git-") as tmp:
-        tmp_index = Path(tmp) / "index"
-        if index.exists():
-            shutil.copyfile(index, tmp_index)
-        env = {**os.environ, "GIT_INDEX_FILE": str(tmp_index)}
-        excluded = [".trace", *(p.strip("/") for p in exclude or [])]
-        subprocess.run(
-            ["git", "-C", str(root), "add", "-A", "--", "."] + [f":(exclude){p}" for p in excluded],
-            env=env,
-            check=True,
-            capture_output=True,
-        )
-        # Committed files under an excluded path are in the copied index too: drop them.
-        subprocess.run(
-            [
-                "git",
-                "-C",
-                str(root),
-                "rm",
-                "-r",
-                "-q",
-                "--cached",
-                "--ignore-unmatch",
-                "--",
-                *excluded,
-            ],
-            env=env,
-            check=True,
-            capture_output=True,
-        )
-        tree = subprocess.run(
-            ["git", "-C", str(root), "write-tree"],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    return "git-tree:" + tree

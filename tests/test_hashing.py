@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from engine import hashing
-from engine.hashing import StatCache, digest_json, git_tree_digest, tree_digest
+from engine.graph import load_graph
+from engine.hashing import StatCache, digest_json, tree_digest
+from tests.enginekit import make_project
 
 
 def test_canonical_json_ignores_key_order() -> None:
@@ -59,47 +61,27 @@ def test_tree_digest_sees_modes_links_and_names(tmp_path: Path) -> None:
     assert tree_digest(tmp_path, StatCache()) == link
 
 
-def test_git_tree_digest_tracks_work_tree_not_index(tmp_path: Path) -> None:
-    def git(*args: str) -> None:
-        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
-
-    assert git_tree_digest(tmp_path) is None
-    git("init", "-q")
-    (tmp_path / "default.nix").write_text("{ }: { }\n")
-    d1 = git_tree_digest(tmp_path)
-    assert d1 is not None and d1.startswith("git-tree:")
-    (tmp_path / "default.nix").write_text("{ }: { a = 1; }\n")
-    d2 = git_tree_digest(tmp_path)
-    assert d2 != d1
-    (tmp_path / ".trace").mkdir()
-    (tmp_path / ".trace" / "junk").write_text("not part of the fork")
-    assert git_tree_digest(tmp_path) == d2
-    # the user's staging area is untouched
-    status = subprocess.run(
-        ["git", "-C", str(tmp_path), "status", "--porcelain"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "?? default.nix" in status
-
-
-def test_git_tree_digest_leaves_out_excluded_paths_committed_or_not(tmp_path: Path) -> None:
-    def git(*args: str) -> None:
-        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
-
-    git("init", "-q")
+def test_tree_digest_exclusions(tmp_path: Path) -> None:
     (tmp_path / "default.nix").write_text("{ }: { }\n")
     (tmp_path / "trace").mkdir()
     (tmp_path / "trace" / "c.toml").write_text("id = 1\n")
-    git("add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
-    before = git_tree_digest(tmp_path, ["trace"])
-    (tmp_path / "trace" / "c.toml").write_text("id = 2\n")  # uncommitted change
-    assert git_tree_digest(tmp_path, ["trace"]) == before
-    git("add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "two")  # committed
-    assert git_tree_digest(tmp_path, ["trace"]) == before
-    assert git_tree_digest(tmp_path) != before
+    before = tree_digest(tmp_path, StatCache(), ["trace"])
+    (tmp_path / "trace" / "c.toml").write_text("id = 2\n")
+    assert tree_digest(tmp_path, StatCache(), ["trace/"]) == before
+    assert tree_digest(tmp_path, StatCache()) != before
     (tmp_path / "default.nix").write_text("{ }: { a = 1; }\n")
-    assert git_tree_digest(tmp_path, ["trace"]) != before
+    assert tree_digest(tmp_path, StatCache(), ["trace"]) != before
+
+
+def test_git_ignored_files_of_the_package_set_are_part_of_every_key(tmp_path: Path) -> None:
+    """Nix imports the work tree, ignored files and all: so does the key (an audit found a stale
+    answer when the package set read a git-ignored file)."""
+    graph = make_project(tmp_path, '[steps.a]\nkind = "text"\n')
+    pkgs = tmp_path / "pkgs"
+    subprocess.run(["git", "init", "-q", str(pkgs)], check=True)
+    (pkgs / ".gitignore").write_text("local.txt\n")
+    (pkgs / "local.txt").write_text("one")
+    first = load_graph(graph, root=tmp_path).package_set
+    (pkgs / "local.txt").write_text("two")
+    second = load_graph(graph, root=tmp_path).package_set
+    assert first is not None and second is not None and first.digest != second.digest
