@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from engine.errors import InputError
 from engine.hashing import StatCache, digest_bytes, tree_digest
 from engine.model import (
+    FORBIDDEN_OPTIONS,
     Graph,
     InputRef,
     Kind,
@@ -338,6 +339,17 @@ def _merge_nix(files: list[_File]) -> NixSettings:
     for f in files:  # included files first, the entry file last: it wins
         if f.spec.nix is None:
             continue
+        for opt in f.spec.nix.options:
+            if opt.removeprefix("extra-") in FORBIDDEN_OPTIONS or opt in FORBIDDEN_OPTIONS:
+                raise InputError(
+                    f"[nix] options may not set '{opt}'",
+                    file=f.path,
+                    key=f"nix.options.{opt}",
+                    line=f.line("nix", "options"),
+                    hint="trace always builds in the Nix sandbox with no substituters or remote "
+                    "builders of the pipeline's choosing (verdicts come only from sandboxed "
+                    "builds); paths the sandbox needs go in [nix] extra_sandbox_paths",
+                )
         data = f.spec.nix.model_dump(exclude_unset=True)
         sandbox.extend(p for p in data.pop("extra_sandbox_paths", []) if p not in sandbox)
         opts = {**merged.get("options", {}), **data.pop("options", {})}

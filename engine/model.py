@@ -73,8 +73,37 @@ class NixSettings(Strict):
         "already enter the steps that use them.",
     )
     extra_sandbox_paths: list[str] = Field(default_factory=list)
-    options: dict[str, str] = Field(default_factory=dict, description="Extra `--option`s.")
+    options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra `--option`s (not the sandbox ones: trace always builds sandboxed; "
+        "use extra_sandbox_paths for paths the sandbox needs).",
+    )
     jobs: int | None = Field(default=None, description="Parallel builds (`-j`).")
+
+
+# Settings a pipeline may not pass as `[nix] options`: verdicts come only from sandboxed builds,
+# so the sandbox is trace's, not the pipeline's (and results must never come from a cache).
+FORBIDDEN_OPTIONS = frozenset(
+    {
+        "sandbox",
+        "build-use-sandbox",
+        "sandbox-fallback",
+        "sandbox-paths",
+        "build-sandbox-paths",
+        "extra-sandbox-paths",
+        "allowed-impure-host-deps",
+        "impure-env",
+        "substituters",
+        "extra-substituters",
+        "trusted-substituters",
+        "require-sigs",
+        "trusted-public-keys",
+        "builders",
+        "post-build-hook",
+        "pre-build-hook",
+        "diff-hook",
+    }
+)
 
 
 class PipelineFile(Strict):

@@ -21,6 +21,9 @@ _NONDET = re.compile(r"derivation '(/nix/store/[^']+\.drv)' may not be determini
 _OUT = re.compile(r'^Derive\(\[\("out","(/nix/store/[^"]+)"')
 
 
+ENFORCED = ("--option", "sandbox", "true", "--option", "substituters", "")
+
+
 @dataclass
 class RealiseReport:
     returncode: int
@@ -48,12 +51,14 @@ class Nix:
         self.jobs = jobs or settings.jobs
 
     def option_args(self) -> list[str]:
+        """The graph's settings, then the ones trace enforces (last, so nothing overrides them):
+        the sandbox on, and no substituters (a result must come from a build here)."""
         args: list[str] = []
-        if self.settings.extra_sandbox_paths:
-            args += ["--option", "extra-sandbox-paths", " ".join(self.settings.extra_sandbox_paths)]
         for k, v in sorted(self.settings.options.items()):
             args += ["--option", k, v]
-        return args
+        if self.settings.extra_sandbox_paths:
+            args += ["--option", "extra-sandbox-paths", " ".join(self.settings.extra_sandbox_paths)]
+        return [*args, *ENFORCED]
 
     def _cmd(self, name: str):  # type: ignore[no-untyped-def]
         from plumbum import local
@@ -82,8 +87,8 @@ class Nix:
         """Build (or `--check`) derivations in one invocation with --keep-going."""
         cmd = self._cmd("nix-store")
         args = ["--realise", *drvs, "--keep-going", *self.option_args()]
-        if self.jobs:
-            args += ["--max-jobs", str(self.jobs)]
+        # unset: one build per core (Nix's own default is a single build at a time)
+        args += ["--max-jobs", str(self.jobs) if self.jobs else "auto"]
         if check:
             args.append("--check")
         report = RealiseReport(returncode=0)

@@ -412,8 +412,11 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
     if checks:
         rep = nix.realise([drv_of[s] for s in checks], check=True)
         run.nix_calls += 1
+        # A failed --check that names no derivation (e.g. a rebuild that itself failed) proves
+        # nothing reproducible: none of the checked steps counts as deterministic then.
+        unexplained = rep.returncode != 0 and not rep.failed
         for sid in checks:
-            results[sid].deterministic = drv_of[sid] not in rep.failed
+            results[sid].deterministic = drv_of[sid] not in rep.failed and not unexplained
             report(sid, "checked" if results[sid].deterministic else "nondeterministic")
 
     for sid in dirty:

@@ -198,3 +198,26 @@ def test_schema_is_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert schema["title"] == "PipelineFile" and "steps" in schema["properties"]
     assert main(["schema", "candidate"]) == 0
     assert "reproducer" in json.loads(capsys.readouterr().out)["properties"]
+
+
+@pytest.mark.parametrize(
+    "opt", ["sandbox", "sandbox-fallback", "substituters", "extra-substituters"]
+)
+def test_pipeline_cannot_turn_the_sandbox_off(tmp_path: Path, opt: str) -> None:
+    graph = make_project(tmp_path, '[steps.a]\nkind = "text"\n')
+    text = graph.read_text().replace(
+        'package_set = "pkgs"', f'package_set = "pkgs"\noptions = {{ {opt} = "false" }}'
+    )
+    graph.write_text(text)
+    with pytest.raises(InputError) as info:
+        load(graph)
+    assert f"may not set '{opt}'" in info.value.message and info.value.key == f"nix.options.{opt}"
+
+
+def test_nix_calls_end_with_the_enforced_settings() -> None:
+    from engine.model import NixSettings
+    from engine.nix import Nix
+
+    args = Nix(NixSettings(options={"cores": "1"}, extra_sandbox_paths=["/usr"])).option_args()
+    assert args[:3] == ["--option", "cores", "1"]
+    assert args[-6:] == ["--option", "sandbox", "true", "--option", "substituters", ""]
