@@ -190,6 +190,18 @@ class Index:
         tmp.symlink_to(out)
         os.replace(tmp, link)
 
+    def forget_graphs(self, root: Path) -> list[str]:
+        """Drop the latest keys of graphs whose pipeline file no longer exists under `root`."""
+        gone: list[str] = []
+        for (gid,) in self.db.execute("SELECT DISTINCT graph FROM last_keys").fetchall():
+            entry = Path(gid.split("#", 1)[0])
+            if not (entry if entry.is_absolute() else root / entry).exists():
+                gone.append(gid)
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("DELETE FROM last_keys WHERE graph = ?", [(g,) for g in gone])
+        return gone
+
     def gc(self, keep: set[str]) -> list[str]:
         """Drop roots and index entries of results no graph references; return dropped keys."""
         dropped = [
@@ -203,3 +215,22 @@ class Index:
             self.db.execute("BEGIN")
             self.db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in dropped])
         return dropped
+
+
+def sweep_orphans(base: Path | None = None) -> list[Path]:
+    """Remove this user's GC-root folders whose state directory no longer exists (a deleted
+    project or temporary directory): their results are referenced by nothing."""
+    import shutil
+
+    base = base or GCROOTS_BASE / getpass.getuser() / "trace"
+    removed: list[Path] = []
+    if not base.is_dir():
+        return removed
+    for folder in base.iterdir():
+        marker = folder / ".state-dir"
+        if not marker.is_file():
+            continue
+        if not Path(marker.read_text().strip()).is_dir():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed

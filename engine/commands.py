@@ -96,10 +96,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Files modified from (about) now on are never stamped for the fast path: the coarse file
     # system clock may lag the wall clock, hence the margin.
     since_ns = time.time_ns() - 1_000_000_000
-    with Index(_state_dir(args), wait=args.wait) as index:
-        hasher = StatCache(index.db)
-        graph = load_graph(args.graph, root=_root(args), hasher=hasher)
-        hasher.flush()
+    state = _state_dir(args)
+    # Load and validate first: bad input exits 2 having written nothing, not even a state dir.
+    hasher = StatCache.read_only(state / "state.db")
+    graph = load_graph(args.graph, root=_root(args), hasher=hasher)
+    with Index(state, wait=args.wait) as index:
+        hasher.flush(index.db)
         with Progress(enabled=not args.quiet and not args.json) as progress:
             result = run_graph(graph, index, jobs=args.jobs, reporter=progress)
         if result.ok:
@@ -131,13 +133,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from engine.cache import Index
     from engine.graph import load_graph
     from engine.hashing import StatCache
-    from engine.run import plan
+    from engine.run import plan, render_expression
 
-    with Index(_state_dir(args), wait=args.wait) as index:
-        hasher = StatCache(index.db)
-        graph = load_graph(args.graph, root=_root(args), hasher=hasher)
-        hasher.flush()
+    state = _state_dir(args)
+    hasher = StatCache.read_only(state / "state.db")
+    graph = load_graph(args.graph, root=_root(args), hasher=hasher)
+    with Index(state, wait=args.wait) as index:
+        hasher.flush(index.db)
         p, _ = plan(graph, index)
+        if p.dirty:  # a template that does not render is bad input, found before any build
+            render_expression(graph, p, p.dirty)
     if args.json:
         print(
             json.dumps(
@@ -155,9 +160,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     width = max((len(s) for s in p.order), default=4)
     for sid in p.order:
         sp = p.steps[sid]
-        state = "dirty" if sp.dirty else "clean"
+        status = "dirty" if sp.dirty else "clean"
         why = "; ".join(sp.reasons)
-        print(f"{sid:<{width}}  {sp.key[:12]}  {state}" + (f"  {why}" if why else ""))
+        print(f"{sid:<{width}}  {sp.key[:12]}  {status}" + (f"  {why}" if why else ""))
     n = len(p.dirty)
     print(f"{n} of {len(p.order)} steps would build")
     return 0
@@ -180,7 +185,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
         for layer, nodes in enumerate(nx.topological_generations(g)):
             out.append(f"  {{ rank=same; // layer {layer}")
             for sid in sorted(nodes):
-                label = json.dumps(f"{sid}\\n({g.nodes[sid]['kind']})")
+                label = json.dumps(f"{sid}\n({g.nodes[sid]['kind']})")  # JSON's \n = DOT's
                 out.append(f"    {ids[sid]} [label={label}];")
             out.append("  }")
         out.extend(f"  {ids[a]} -> {ids[b]};" for a, b in sorted(g.edges))
@@ -204,12 +209,18 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from engine.cache import Index
+    from engine.cache import Index, sweep_orphans
 
     state = _state_dir(args)
     with Index(state, wait=args.wait) as index:
+        forgotten = index.forget_graphs(_root(args))
         keep = {row[0] for row in index.db.execute("SELECT key FROM last_keys")}
         dropped = index.gc(keep)
+    orphans = sweep_orphans()
     print(f"dropped {len(dropped)} GC roots; kept {len(keep)}")
+    if forgotten:
+        print(f"forgot {len(forgotten)} graph(s) whose file is gone: {', '.join(forgotten)}")
+    if orphans:
+        print(f"removed {len(orphans)} root folder(s) of state directories that no longer exist")
     print("run `nix-collect-garbage` to free the store paths no root holds any more")
     return 0

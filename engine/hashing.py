@@ -55,6 +55,12 @@ def _read_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+_TABLE = (
+    "CREATE TABLE IF NOT EXISTS stat_cache (path TEXT PRIMARY KEY, size INTEGER,"
+    " mtime_ns INTEGER, ino INTEGER, ctime_ns INTEGER, digest TEXT)"
+)
+
+
 class StatCache:
     """path + (size, mtime_ns, inode, ctime_ns) -> sha256, kept in the state database.
 
@@ -67,14 +73,29 @@ class StatCache:
         self._mem: dict[str, tuple[int, int, int, int, str]] = {}
         self._dirty: dict[str, tuple[int, int, int, int, str]] = {}
         if db is not None:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS stat_cache (path TEXT PRIMARY KEY, size INTEGER,"
-                " mtime_ns INTEGER, ino INTEGER, ctime_ns INTEGER, digest TEXT)"
-            )
-            for row in db.execute(
-                "SELECT path, size, mtime_ns, ino, ctime_ns, digest FROM stat_cache"
-            ):
-                self._mem[row[0]] = (row[1], row[2], row[3], row[4], row[5])
+            db.execute(_TABLE)
+            self._load(db)
+
+    @classmethod
+    def read_only(cls, db_path: Path) -> StatCache:
+        """The cache of an existing state database, opened without writing or creating anything
+        (so loading a graph that turns out to be invalid leaves no state behind); persist new
+        entries later with `flush(db)`."""
+        cache = cls()
+        if db_path.is_file():
+            try:
+                db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+                try:
+                    cache._load(db)
+                finally:
+                    db.close()
+            except sqlite3.Error:
+                pass  # no table yet, or unreadable: start empty, nothing is lost
+        return cache
+
+    def _load(self, db: sqlite3.Connection) -> None:
+        for row in db.execute("SELECT path, size, mtime_ns, ino, ctime_ns, digest FROM stat_cache"):
+            self._mem[row[0]] = (row[1], row[2], row[3], row[4], row[5])
 
     def file_digest(self, path: Path, st: os.stat_result | None = None) -> str:
         st = st or path.stat()
@@ -89,11 +110,13 @@ class StatCache:
         self._dirty[key] = entry
         return digest
 
-    def flush(self) -> None:
-        """Persist new entries (the caller commits the surrounding transaction)."""
-        if self._db is None or not self._dirty:
+    def flush(self, db: sqlite3.Connection | None = None) -> None:
+        """Persist new entries into `db` (default: the database it was made with)."""
+        db = db or self._db
+        if db is None or not self._dirty:
             return
-        self._db.executemany(
+        db.execute(_TABLE)
+        db.executemany(
             "INSERT OR REPLACE INTO stat_cache VALUES (?, ?, ?, ?, ?, ?)",
             [(k, *v) for k, v in self._dirty.items()],
         )

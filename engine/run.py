@@ -243,7 +243,7 @@ def render_expression(graph: Graph, p: Plan, targets: list[str]) -> tuple[str, d
             raise InputError(
                 f"template {what}: {getattr(exc, 'message', None) or exc}",
                 file=kind.template_path,
-                line=getattr(exc, "lineno", None),
+                line=getattr(exc, "lineno", None) or _template_line(exc),
                 key=f"steps.{step.base_id}",
                 hint=f"fix the template or the step's params (step declared in {step.source})",
             ) from None
@@ -258,6 +258,17 @@ def render_expression(graph: Graph, p: Plan, targets: list[str]) -> tuple[str, d
     lines.extend(f"  steps.{nix_string(t)}" for t in targets)
     lines.append("]")
     return "\n".join(lines) + "\n", owner
+
+
+def _template_line(exc: BaseException) -> int | None:
+    """The template line a jinja2 runtime error happened on (jinja maps its frames to it)."""
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -183,7 +183,19 @@ def test_cli_exit_code_2_and_nothing_written(
     assert rc == 2
     err = capsys.readouterr().err
     assert "graph.toml" in err and "unknown kind 'nope'" in err and "hint:" in err
-    assert not (tmp_path / "st" / "build").exists()
+    assert not (tmp_path / "st").exists(), "bad input must leave no state behind"
+
+
+def test_plan_reports_a_template_that_does_not_render(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    graph = make_project(tmp_path, '[steps.a]\nkind = "text"\n')
+    tmpl = tmp_path / "templates" / "text.nix.j2"
+    tmpl.write_text('pkgs.runCommand "a" {\n  x = {{ params.nosuch }};\n} "true"\n')
+    rc = main(["plan", str(graph), "--root", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "text.nix.j2:2" in err and "does not render for step 'a'" in err and "nosuch" in err
 
 
 def test_find_line_locates_nested_keys() -> None:
