@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -54,7 +55,12 @@ def to_nix(value: Any) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"Nix has no representation for {value}")
+        if value != 0 and abs(value) < sys.float_info.min:
+            raise ValueError(f"Nix cannot read the subnormal float {value!r}")
         text = repr(value)
+        mantissa, e, exponent = text.partition("e")
+        if e and "." not in mantissa:  # Nix needs a decimal point before an exponent
+            text = f"{mantissa}.0e{exponent}"
         return text if value >= 0 else f"({text})"
     if isinstance(value, str):
         return nix_string(value)

@@ -58,6 +58,29 @@ def test_template_values_cannot_splice_code(value: str) -> None:
     assert nix_eval(expr) == {"a": value, "b": "fixed"}
 
 
+@pytest.mark.nix
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=False),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_floats_round_trip_through_nix(values: list[float]) -> None:
+    got = nix_eval(to_nix(values))
+    assert isinstance(got, list)
+    # Nix prints floats with 6 significant digits in --json output, so compare that closely
+    for a, b in zip(got, values, strict=True):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-300)
+
+
+def test_float_exponents_get_a_decimal_point() -> None:
+    assert to_nix(1e16) == "1.0e+16" and to_nix(-2.5e-07) == "(-2.5e-07)" and to_nix(0.5) == "0.5"
+    with pytest.raises(ValueError, match="subnormal"):
+        to_nix(5e-324)
+
+
 def test_engine_expressions_pass_verbatim() -> None:
     assert to_nix(NixExpr("steps.a")) == "steps.a"
     assert to_nix([NixExpr("x"), 1, -2, None, True]) == "[ (x) (1) ((-2)) (null) (true) ]"
