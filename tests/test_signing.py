@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.errors import InputError
 from engine.signing.errors import SigningError
 from engine.signing.keymode import parse_key_bundle, sign_with_key, verify_envelope_with_key
 from engine.signing.keys import key_hint, keygen, load_private_key, load_public_key
@@ -45,11 +46,12 @@ def test_keygen_writes_0600_and_never_overwrites(tmp_path: Path) -> None:
     assert pub == tmp_path / "keys" / "trace.key.pub"
     assert key_hint(load_public_key(pub)) == hint
     before = priv.read_bytes()
-    with pytest.raises(SigningError, match="already exists"):
+    with pytest.raises(InputError, match="already exists") as info:  # bad input: exit 2
         keygen(priv)
+    assert info.value.exit_code == 2
     assert priv.read_bytes() == before
     (tmp_path / "other.key.pub").write_text("x")  # a stray public key blocks a new pair too
-    with pytest.raises(SigningError, match="already exists"):
+    with pytest.raises(InputError, match="already exists"):
         keygen(tmp_path / "other.key")
     assert not (tmp_path / "other.key").exists()
 
@@ -60,8 +62,76 @@ def test_keygen_encrypted_needs_password(tmp_path: Path, monkeypatch: pytest.Mon
     assert b"ENCRYPTED" in priv.read_bytes()
     load_private_key(priv)
     monkeypatch.setenv("TRACE_KEY_PASSWORD", "wrong")
-    with pytest.raises(SigningError, match="not a usable private key"):
+    with pytest.raises(InputError, match="not a usable private key"):
         load_private_key(priv)
+
+
+def test_bad_input_exits_2_through_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad --key PEM, an existing keygen path and a malformed --trust-config are input errors
+    (exit 2); exit 1 stays for checks that fail."""
+    from engine.cli import main
+    from engine.signing.keyless import load_trust_config
+
+    (tmp_path / "bad.pem").write_text(
+        "-----BEGIN PUBLIC KEY-----\nnope\n-----END PUBLIC KEY-----\n"
+    )
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    assert main(["verify-bundle", str(bundle), "--key", str(tmp_path / "bad.pem")]) == 2
+    assert "bad.pem: not a usable public key" in capsys.readouterr().err
+    assert main(["keygen", str(tmp_path / "k")]) == 0
+    assert main(["keygen", str(tmp_path / "k")]) == 2
+    assert "already exists" in capsys.readouterr().err
+    (tmp_path / "trust.json").write_text('{"mediaType": "something else"}')
+    with pytest.raises(InputError, match="not a Sigstore ClientTrustConfig") as info:
+        load_trust_config(tmp_path / "trust.json")
+    assert info.value.exit_code == 2
+    with pytest.raises(InputError, match="cannot read trust config"):
+        load_trust_config(tmp_path / "missing.json")
+
+
+def test_no_network_tuf_error_is_a_signing_error_with_a_hint(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --trust-config the production trust root comes from TUF; with no network
+    sigstore raises TUFError. An explicit fake stands in for the TUF client here (no test may
+    reach a real Sigstore host): the error becomes a SigningError, never a traceback."""
+    from sigstore.errors import TUFError
+    from sigstore.models import ClientTrustConfig
+
+    from engine.cli import main
+    from engine.signing.keyless import load_trust_config, sign_keyless
+
+    calls: list[str] = []
+
+    def offline(*args: object, **kwargs: object) -> ClientTrustConfig:
+        calls.append("production")
+        raise TUFError("Failed to refresh TUF metadata")
+
+    monkeypatch.setattr(ClientTrustConfig, "production", offline)
+    with pytest.raises(SigningError) as info:
+        load_trust_config(None, deadline=5)
+    assert "pass --trust-config or check the network" in info.value.render()
+    assert "TUFError" in info.value.message and info.value.exit_code == 1
+    with pytest.raises(SigningError, match="trust root"):
+        sign_keyless(STATEMENT, token="t", trust_config=None, deadline=5)
+    assert calls == ["production", "production"]
+
+    # `trace verify-bundle` on a keyless bundle without --trust-config: the same message, exit 1
+    fake = shared()
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "payload").mkdir()
+    (bundle / "statement.json").write_bytes(STATEMENT)
+    trust = fake.write_trust_config(tmp_path / "trust.json")
+    sig = sign_keyless(STATEMENT, token=fake.token(), trust_config=trust, deadline=20)
+    (bundle / "statement.sigstore.json").write_text(sig)
+    capsys.readouterr()
+    assert main(["verify-bundle", str(bundle)]) == 1
+    err = capsys.readouterr().err
+    assert "pass --trust-config or check the network" in err and "Traceback" not in err
 
 
 def test_key_mode_bundle_round_trip(tmp_path: Path) -> None:

@@ -2,15 +2,20 @@
 
 `--trust-config FILE` selects a non-production instance (a ClientTrustConfig JSON: trusted root
 plus signing config); without it the production instance is used through its TUF repository.
-Every network step (TUF refresh, Fulcio, Rekor) runs under a hard deadline.
+Every network step (TUF refresh, Fulcio, Rekor) runs under a hard deadline. A production trust
+root that cannot be fetched (no network: sigstore's TUFError) is a SigningError (exit 1) that says
+to pass --trust-config; a --trust-config file that cannot be read or parsed is an InputError
+(exit 2).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from engine.errors import SigningError
+from engine.errors import InputError, SigningError
 from engine.signing.deadline import DEFAULT_SECONDS, call_with_deadline
+
+TRUST_HINT = "pass --trust-config or check the network"
 
 
 def load_trust_config(path: Path | None, *, deadline: float = DEFAULT_SECONDS) -> object:
@@ -18,15 +23,24 @@ def load_trust_config(path: Path | None, *, deadline: float = DEFAULT_SECONDS) -
     from sigstore.models import ClientTrustConfig
 
     if path is None:
-        return call_with_deadline(
-            ClientTrustConfig.production, deadline, "Sigstore TUF trust root refresh"
-        )
+        try:
+            return call_with_deadline(
+                ClientTrustConfig.production, deadline, "Sigstore TUF trust root refresh"
+            )
+        except SigningError as exc:  # the deadline
+            raise SigningError(exc.message, hint=TRUST_HINT) from None
+        except Exception as exc:  # sigstore's TUFError, or requests/OSError underneath
+            raise SigningError(
+                "cannot load the production Sigstore trust root (TUF): "
+                + (f"{type(exc).__name__}: {exc}".splitlines()[0]),
+                hint=TRUST_HINT,
+            ) from None
     try:
         return ClientTrustConfig.from_json(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise SigningError(f"cannot read trust config: {exc.strerror}", file=path) from None
+        raise InputError(f"cannot read trust config: {exc.strerror}", file=path) from None
     except Exception as exc:  # sigstore raises pydantic/ValueError/its own Error
-        raise SigningError(
+        raise InputError(
             f"not a Sigstore ClientTrustConfig: {exc}".splitlines()[0],
             file=path,
             hint="expected mediaType application/vnd.dev.sigstore.clienttrustconfig.v0.1+json "

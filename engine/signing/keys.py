@@ -1,5 +1,6 @@
 """Local ECDSA P-256 key pairs for offline signing (`trace keygen`), and their hints.
 
+Bad input (a path that exists, a file that is not a usable key) is an InputError (exit 2).
 The private key is PKCS#8 PEM (optionally encrypted with TRACE_KEY_PASSWORD), created with mode
 0600 through O_EXCL, so an existing key is never overwritten; the public key is SPKI PEM. A key's
 hint is the hex sha256 of its DER SubjectPublicKeyInfo (the RFC 6962 key id, as Sigstore uses).
@@ -14,7 +15,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from engine.errors import SigningError
+from engine.errors import InputError
 
 PASSWORD_ENV = "TRACE_KEY_PASSWORD"
 
@@ -30,7 +31,7 @@ def _create_exclusive(path: Path, data: bytes, mode: int) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except FileExistsError:
-        raise SigningError(
+        raise InputError(
             f"{path} already exists",
             file=path,
             hint="keys are never overwritten; pick another path",
@@ -48,7 +49,7 @@ def keygen(private_path: Path, public_path: Path | None = None) -> tuple[Path, P
     public_path = public_path or private_path.with_name(private_path.name + ".pub")
     for p in (private_path, public_path):
         if p.exists() or p.is_symlink():
-            raise SigningError(
+            raise InputError(
                 f"{p} already exists", file=p, hint="keys are never overwritten; pick another path"
             )
     private_path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,7 +67,7 @@ def keygen(private_path: Path, public_path: Path | None = None) -> tuple[Path, P
     _create_exclusive(private_path, pem, 0o600)
     try:
         _create_exclusive(public_path, pub, 0o644)
-    except SigningError:
+    except InputError:
         private_path.unlink()
         raise
     return private_path, public_path, key_hint(key.public_key())
@@ -76,20 +77,18 @@ def load_private_key(path: Path) -> ec.EllipticCurvePrivateKey:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise SigningError(f"cannot read key: {exc.strerror}", file=path) from None
+        raise InputError(f"cannot read key: {exc.strerror}", file=path) from None
     password = os.environ.get(PASSWORD_ENV)
     try:
         key = serialization.load_pem_private_key(data, password.encode() if password else None)
     except (ValueError, TypeError) as exc:
-        raise SigningError(
+        raise InputError(
             f"not a usable private key: {exc}",
             file=path,
             hint=f"use a key from `trace keygen`; set {PASSWORD_ENV} if it is encrypted",
         ) from None
     if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
-        raise SigningError(
-            "the key is not an ECDSA P-256 key", file=path, hint="use `trace keygen`"
-        )
+        raise InputError("the key is not an ECDSA P-256 key", file=path, hint="use `trace keygen`")
     return key
 
 
@@ -97,7 +96,13 @@ def load_public_key(path: Path) -> ec.EllipticCurvePublicKey:
     try:
         key = serialization.load_pem_public_key(path.read_bytes())
     except (OSError, ValueError) as exc:
-        raise SigningError(f"not a usable public key: {exc}", file=path) from None
+        raise InputError(
+            f"not a usable public key: {exc}",
+            file=path,
+            hint="pass the PRIVATE.pub file `trace keygen` wrote (SPKI PEM)",
+        ) from None
     if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
-        raise SigningError("the key is not an ECDSA P-256 public key", file=path)
+        raise InputError(
+            "the key is not an ECDSA P-256 public key", file=path, hint="use `trace keygen`"
+        )
     return key
