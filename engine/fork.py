@@ -356,22 +356,29 @@ def _route(candidate: Candidate, policy: Path) -> RouteDecision:
 
 
 def _decide(
-    candidate: Candidate,
+    run: RunResult,
+    verify: VerifyResult,
     routing: RouteDecision,
-    result: Path,
-    gates: list[Path],
     policy: Path,
     waivers_file: Path | None,
 ) -> Decision:
-    """As `trace decide`; waivers apply only when the fork has its own waivers file."""
-    from engine.policy.evidence import load_evidence
+    """As `trace decide`, over the verdict judged from this run's builds (never the result file
+    written beside it); waivers apply only when the fork has its own waivers file."""
+    from engine.evidence.collect import evidence_sources, gate_records
+    from engine.policy.evidence import Evidence
     from engine.policy.registry import SIGNING
     from engine.policy.signing import decide, load_signing
     from engine.policy.waivers import NO_WAIVERS, load_waivers
 
     signing, catalogue = load_signing(policy / SIGNING)
     waivers = load_waivers(waivers_file, catalogue) if waivers_file else NO_WAIVERS
-    evidence = load_evidence(candidate.spec.id, result, gates)
+    gates = gate_records(verify, run)
+    evidence = Evidence(
+        candidate=verify.candidate,
+        verify=verify,
+        gates=gates,
+        sources=evidence_sources(verify, gates),
+    )
     return decide(evidence, routing, signing, catalogue, waivers, dt.datetime.now(dt.UTC).date())
 
 
@@ -482,8 +489,8 @@ def verify_candidate(
     routing = _route(candidate, policy)
     own_waivers = cfg.policy / WAIVERS if cfg.policy else None
     waivers = policy / WAIVERS if own_waivers and own_waivers.is_file() else None
-    # every gate record (the standard gates and the fork's own steps) is in the verify result
-    decision = _decide(candidate, routing, result, [], policy, waivers)
+    # every gate record (the standard gates and the fork's own steps) comes from the run
+    decision = _decide(run, verify, routing, policy, waivers)
     write_if_changed(
         cfg.state / "decisions" / f"{cid}.json",
         (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),

@@ -229,33 +229,48 @@ def _step(sid: str, outcome: object) -> StepResult:
     return StepResult(id=sid, key=f"key-{sid}", status="cached", outcome=outcome)
 
 
-def test_gate_records_from_result_run_and_files_each_once() -> None:
+def test_gate_records_come_from_the_run_and_files_each_once() -> None:
     from engine.evidence.collect import gate_entries, gate_records
 
+    scope = _gate("scope", False)
     # an explicit fake: only the fields gate_records reads (no builds behind it)
-    result = VerifyResult.model_construct(
-        expectation=_gate("expectation"), gates={"scope": _gate("scope")}
-    )
+    result = VerifyResult.model_construct(expectation=None, gates={"scope": scope})
     run = RunResult(
         graph="g",
         steps={
-            "gate-scope": _step("gate-scope", _gate("scope", False).model_dump(by_alias=True)),
+            "gate-scope": _step("gate-scope", scope.model_dump(by_alias=True)),
             "gate-extra": _step("gate-extra", _gate("extra").model_dump(by_alias=True)),
             "run@1": _step("run@1", {"schema": "trace.run/v1", "exit_code": 0}),
         },
     )
     found = gate_records(result, run, [("cov.json", _gate("coverage"))])
-    assert sorted(found) == ["coverage", "expectation", "extra", "scope"]
-    assert found["scope"].passed is True, "the verify result's own record comes first"
+    # determinism: derived from the run's --check results (here: no post-fix build at all)
+    assert sorted(found) == ["coverage", "determinism", "extra", "scope"]
+    assert found["scope"] == scope and not found["determinism"].passed
     assert [e.path for e in gate_entries(found)] == [
         "gates/coverage.json",
-        "gates/expectation.json",
+        "gates/determinism.json",
         "gates/extra.json",
         "gates/scope.json",
     ]
     with pytest.raises(InputError, match="a second record for gate 'scope'") as info:
         gate_records(result, run, [("again.json", _gate("scope"))])
     assert info.value.file == "again.json"
+
+
+def test_a_carried_gate_record_that_disagrees_with_the_run_is_refused() -> None:
+    from engine.evidence.collect import gate_records
+
+    run = RunResult(
+        graph="g",
+        steps={"gate-scope": _step("gate-scope", _gate("scope", False).model_dump(by_alias=True))},
+    )
+    forged = VerifyResult.model_construct(expectation=None, gates={"scope": _gate("scope")})
+    with pytest.raises(InputError, match="record for gate 'scope' disagrees"):
+        gate_records(forged, run)
+    invented = VerifyResult.model_construct(expectation=_gate("expectation"), gates={})
+    with pytest.raises(InputError, match="'expectation' that no step of the run produced"):
+        gate_records(invented, run)
 
 
 def test_payload_ref_is_the_digest_of_the_bundled_redacted_file(tmp_path: Path) -> None:
@@ -320,3 +335,131 @@ def test_candidate_entries_cover_every_claim_the_candidate_makes(tmp_path: Path)
         "prompt_sha256": hashlib.sha256(b"fix it\n").hexdigest(),
         "parameters": {"temperature": 0},
     }
+
+
+def test_statement_and_replay_record_are_redacted_and_prompt_digest_names_the_bundled_bytes(
+    tmp_path: Path,
+) -> None:
+    from engine.evidence.replay import ModelPin
+
+    prompt = f"fix it; mail carol@example.org; token={SECRET_GH}\r\n"
+    raw_digest = hashlib.sha256(prompt.encode()).hexdigest()
+    record = replay_record().model_copy(
+        update={
+            "candidate": FilePin(path="cands/dave@example.org/c.toml", sha256="a" * 64),
+            "model": ModelPin(id="m", prompt_sha256=raw_digest),
+        }
+    )
+    entries = [
+        text_entry("prompt.txt", "other", prompt),
+        json_entry("model.json", "other", {"id": "m", "prompt_sha256": raw_digest}),
+    ]
+    asm = assemble(
+        entries,
+        replay=record,
+        candidate_id="CVE-1",
+        policy_versions={},
+        builder_id=f"https://ci.example/run?token={SECRET_GH}",
+    )
+    out = write_bundle(tmp_path / "b", asm, signature=None)
+    statement = (out / STATEMENT_FILE).read_bytes()
+    for secret in (SECRET_GH.encode(), b"dave@example.org"):
+        assert secret not in statement
+        for f in (out / PAYLOAD_DIR).rglob("*"):
+            assert not f.is_file() or secret not in f.read_bytes(), f
+    bundled_prompt = (out / PAYLOAD_DIR / "prompt.txt").read_bytes()
+    assert b"carol@example.org" not in bundled_prompt
+    digest = hashlib.sha256(bundled_prompt).hexdigest()
+    assert digest != raw_digest
+    assert json.loads((out / PAYLOAD_DIR / "model.json").read_bytes())["prompt_sha256"] == digest
+    replay = json.loads((out / PAYLOAD_DIR / REPLAY_PATH).read_bytes())
+    assert replay["model"]["prompt_sha256"] == digest
+    doc = json.loads(statement)
+    ext = doc["predicate"]["buildDefinition"]["externalParameters"]
+    assert (
+        ext["candidate"]["path"] == replay["candidate"]["path"] == ("cands/[REDACTED:email]/c.toml")
+    )
+    applied = json.loads((out / PAYLOAD_DIR / REDACTION_PATH).read_bytes())["applied"]
+    assert applied["statement.json"] == {"github-token": 1}
+    assert applied[REPLAY_PATH] == {"email": 1}
+    assert applied["prompt.txt"] == {"email": 1, "github-token": 1}
+
+
+def test_statement_pins_each_policy_digest() -> None:
+    from engine.evidence.redact import rules_digest
+
+    ref = {"name": "trace-signing", "version": "1.0.0", "digest": "d" * 64, "path": "x"}
+    decision = json_entry("decisions/signing.json", "signing", {"policy": ref, "waivers": []})
+    asm = assemble(
+        [decision],
+        replay=replay_record(),
+        candidate_id="c",
+        policy_versions={"trace-signing": "1.0.0"},
+        builder_id="t",
+    )
+    pins = asm.statement.policy_pins()
+    assert pins is not None
+    assert {n: (p.version, p.digest) for n, p in pins.items()} == {
+        "trace-signing": ("1.0.0", "d" * 64),
+        "redaction": (REDACTION_VERSION, rules_digest()),
+    }
+
+
+def test_a_second_writer_gets_a_clear_error_not_an_oserror(tmp_path: Path) -> None:
+    """Two `trace bundle` runs into one --out: whoever renames second gets an InputError."""
+    import threading
+
+    asm = assemble(
+        [text_entry("a.txt", "other", "a")],
+        replay=replay_record(),
+        candidate_id="c",
+        policy_versions={},
+        builder_id="t",
+    )
+    out = tmp_path / "b"
+    barrier = threading.Barrier(6)
+    results: list[str] = []
+
+    def writer() -> None:
+        barrier.wait()
+        try:
+            write_bundle(out, asm, signature=None)
+            results.append("written")
+        except InputError as exc:
+            assert "already exists" in exc.message or "another process" in exc.message
+            results.append("refused")
+
+    threads = [threading.Thread(target=writer) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == ["refused"] * 5 + ["written"]
+    assert [p.name for p in tmp_path.iterdir()] == ["b"]  # no temp directory left behind
+
+
+def test_the_race_window_itself_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The winner renames between the loser's exists check and its rename."""
+    import engine.evidence.bundle as bundle_mod
+
+    asm = assemble(
+        [text_entry("a.txt", "other", "a")],
+        replay=replay_record(),
+        candidate_id="c",
+        policy_versions={},
+        builder_id="t",
+    )
+    out = tmp_path / "b"
+    real_write = bundle_mod._write
+
+    def write_then_lose(path: Path, data: bytes) -> None:
+        real_write(path, data)
+        if path.name == STATEMENT_FILE and not out.exists():
+            monkeypatch.setattr(bundle_mod, "_write", real_write)
+            write_bundle(out, asm, signature=None)  # the other run wins meanwhile
+
+    monkeypatch.setattr(bundle_mod, "_write", write_then_lose)
+    with pytest.raises(InputError, match="written by another process meanwhile"):
+        write_bundle(out, asm, signature=None)
+    assert (out / STATEMENT_FILE).read_bytes() == asm.statement_bytes
+    assert [p.name for p in tmp_path.iterdir()] == ["b"]

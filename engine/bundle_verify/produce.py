@@ -1,13 +1,15 @@
 """Making a candidate's bundle from what `trace verify` recorded: `trace bundle` and
 `trace verify --bundle` both end here.
 
-1. The candidate, its fork and the VerifyResult `trace verify` wrote (default
-   STATE/verify/ID.json) are read. The verify graph is loaded exactly as `trace verify` loads it
-   (`verify_context`) and planned: every step key must equal the key the result recorded, or the
-   result is stale (inputs changed since) and nothing is bundled. The run is then answered from
-   the cache index (no Nix evaluation), giving each step's outcome for `outcomes/` and the
-   replay record.
-2. Gate records: the result's own, further gate steps' outcomes, and `--gate` files.
+1. The candidate, its fork and the verdict from the builds: `cached_verify` loads the verify
+   graph exactly as `trace verify` loads it, plans it against the cache index and refuses when a
+   step is dirty (never verified, a failed build, or inputs changed since: a patch swapped after
+   verify). The run is answered from the index (no Nix evaluation) and judged again; that judged
+   VerifyResult is what is bundled and decided on. A `--result FILE` is only a cross-check: if
+   it differs from the judged result, nothing is bundled. `trace verify --bundle` hands over the
+   run it just built instead.
+2. Gate records: the run's gate steps' outcomes, the determinism record derived from the run,
+   and `--gate` files (`gate_records`: a carried record that disagrees with the run's is refused).
 3. Decisions: the routing and signing decisions are computed in-process with engine.policy (as
    `trace route` / `trace decide`), naming the bundle's own payload files as their evidence; or
    `--decision` reads `trace decide`'s record, which must have been made from the very files
@@ -27,31 +29,28 @@ import hashlib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine.bundle_verify.options import DEFAULT_BUILDER
-from engine.candidate import Candidate, load_candidate
+from engine.candidate import load_candidate
 from engine.errors import InputError, UsageError
 from engine.evidence.collect import (
     candidate_entries,
     decision_entry,
+    evidence_sources,
     gate_entries,
     gate_records,
     model_pin,
     outcome_entries,
     policy_versions,
+    read_gate_files,
     verify_entry,
 )
-from engine.evidence.decisions import (
-    load_decision,
-    payload_ref,
-    signing_decision,
-)
+from engine.evidence.decisions import load_decision, signing_decision
 from engine.evidence.payload import PayloadEntry
 from engine.model import Graph
 from engine.policy.routing import RouteDecision, route_candidate
 from engine.policy.signing import Decision
-from engine.records import GateRecord
 from engine.run import RunResult
 from engine.verify.result import VerifyResult
 
@@ -66,7 +65,9 @@ class BundleRequest(BaseModel):
     candidate: Path
     fork: Path | None = None
     state_dir: Path | None = None
-    result: Path | None = Field(default=None, description="default: STATE/verify/ID.json")
+    result: Path | None = Field(
+        default=None, description="a verify result to cross-check against the builds (optional)"
+    )
     out: Path | None = Field(default=None, description="default: STATE/bundles/ID")
     decision: Path | None = Field(default=None, description="`trace decide`'s record")
     routing_policy: Path | None = None
@@ -125,92 +126,6 @@ def request_from_args(args: argparse.Namespace, **fields: object) -> BundleReque
     )
 
 
-def read_verify_result(path: Path, candidate: Candidate) -> tuple[VerifyResult, bytes]:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(
-            "no verify result for this candidate",
-            file=path,
-            hint=f"run `trace verify {candidate.path}` first (or `trace verify --bundle DIR`), "
-            "or pass --result",
-        ) from None
-    try:
-        result = VerifyResult.model_validate_json(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise InputError(
-            f"not a verify result (trace.verify/v1): {err['msg']}",
-            file=path,
-            key=".".join(str(p) for p in err["loc"]) or None,
-            hint="pass the JSON `trace verify` wrote; rerun `trace verify` to recreate it",
-        ) from None
-    if result.candidate != candidate.spec.id:
-        raise InputError(
-            f"the verify result is for '{result.candidate}', not '{candidate.spec.id}'",
-            file=path,
-            key="candidate",
-            hint="pass this candidate's result (STATE/verify/ID.json)",
-        )
-    return result, raw
-
-
-def _stale_steps(result: VerifyResult, keys: dict[str, str]) -> list[str]:
-    recorded = {sid: ref.key for sid, ref in result.steps.items()}
-    stale = [
-        f"{sid}: recorded {(recorded.get(sid) or 'nothing')[:12]}…, now {keys[sid][:12]}…"
-        for sid in sorted(keys)
-        if recorded.get(sid) != keys[sid]
-    ]
-    stale += [f"{sid}: no longer in the graph" for sid in sorted(set(recorded) - set(keys))]
-    return stale
-
-
-def load_run(
-    candidate: Candidate,
-    fork: Path,
-    state: Path,
-    result: VerifyResult,
-    result_path: Path,
-    wait: float,
-) -> tuple[Graph, RunResult]:
-    """The verify graph as `trace verify` loads it, and its run answered from the cache index."""
-    from engine.cache import Index
-    from engine.run import plan, run_graph
-    from engine.verify.command import load_verify_graph
-
-    with Index(state, wait=wait) as index:
-        graph = load_verify_graph(candidate, fork, index)
-        planned, _ = plan(graph, index)
-        stale = _stale_steps(result, {sid: sp.key for sid, sp in planned.steps.items()})
-        if stale:
-            raise InputError(
-                "the verify result is stale: its steps' keys differ from the current inputs' ("
-                + "; ".join(stale[:5])
-                + (" …" if len(stale) > 5 else "")
-                + ")",
-                file=result_path,
-                hint=f"run `trace verify {candidate.path}` again, then bundle",
-            )
-        run = run_graph(graph, index)
-    return graph, run
-
-
-def _extra_gates(paths: tuple[Path, ...]) -> list[tuple[str, GateRecord, bytes]]:
-    out: list[tuple[str, GateRecord, bytes]] = []
-    for path in paths:
-        try:
-            raw = path.read_bytes()
-            out.append((str(path), GateRecord.model_validate_json(raw), raw))
-        except OSError as exc:
-            raise InputError(f"cannot read gate record: {exc.strerror}", file=path) from None
-        except ValidationError as exc:
-            raise InputError(
-                f"not a gate record (trace.gate/v1): {exc.errors()[0]['msg']}", file=path
-            ) from None
-    return out
-
-
 def _sign(req: BundleRequest, statement: bytes) -> str:
     from engine.evidence.statement import PAYLOAD_TYPE
 
@@ -228,9 +143,15 @@ def _sign(req: BundleRequest, statement: bytes) -> str:
     )
 
 
-def produce_bundle(req: BundleRequest) -> BundleOutcome:
+Verified = tuple[Graph, RunResult, VerifyResult]
+
+
+def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> BundleOutcome:
+    """`verified`: the graph, run and judged result of a build this process just made (`trace
+    verify --bundle`); otherwise they come from the cache index (`cached_verify`)."""
     from engine.evidence.bundle import assemble, write_bundle
     from engine.evidence.replay import build_replay_record
+    from engine.verify.cached import cached_verify, check_result_file
     from engine.verify.command import find_fork
 
     if req.sign == "key" and req.key is None:
@@ -241,11 +162,15 @@ def produce_bundle(req: BundleRequest) -> BundleOutcome:
     if not fork.is_dir():
         raise UsageError(f"--fork {fork} is not a directory", hint="pass the package set's root")
     state = (req.state_dir or fork / ".trace").resolve()
-    result_path = req.result or state / "verify" / f"{cid}.json"
-    result, raw_result = read_verify_result(result_path, candidate)
-    graph, run = load_run(candidate, fork, state, result, result_path, req.wait)
+    graph, run, result = verified or cached_verify(candidate, fork, state, wait=req.wait)
+    if result.candidate != cid:
+        raise InputError(
+            f"the verified result is for '{result.candidate}', not '{cid}'", file=candidate.path
+        )
+    if req.result is not None:
+        check_result_file(req.result, result)
 
-    extra = _extra_gates(req.gates)
+    extra = read_gate_files(req.gates)
     gates = gate_records(result, run, [(src, rec) for src, rec, _ in extra])
     result_entry = verify_entry(result)
     gate_files = gate_entries(gates)
@@ -255,14 +180,14 @@ def produce_bundle(req: BundleRequest) -> BundleOutcome:
         result_entry,
         *gate_files,
     ]
+    sources = evidence_sources(result, gates)
     if req.decision is not None:
-        bundled = {hashlib.sha256(raw_result).hexdigest(): str(result_path)}
+        bundled = {src.sha256: src.path for src in sources}
         bundled |= {hashlib.sha256(raw).hexdigest(): src for src, _, raw in extra}
         decision = load_decision(req.decision, candidate=cid, bundled=bundled)
         routing = decision.routing
     else:
         routing = route_candidate(candidate, req.routing_policy)
-        sources = [payload_ref(result_entry)] + [payload_ref(e) for e in gate_files]
         decision = signing_decision(
             result,
             gates,

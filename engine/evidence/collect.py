@@ -14,9 +14,9 @@
 | verify-result.json           | verify     | `trace verify`'s VerifyResult: claims, verdict, |
 |                              |            | the K run records of each side (build failures |
 |                              |            | included), determinism and flakiness           |
-| gates/<gate>.json            | gate       | every gate record: the verify result's own     |
-|                              |            | (expectation, later gates) and further gate    |
-|                              |            | steps' and `--gate` files' records             |
+| gates/<gate>.json            | gate       | every gate record: the run's gate steps'       |
+|                              |            | outcomes, the determinism record derived from  |
+|                              |            | the --check results, `--gate` files' records   |
 | decisions/routing.json       | routing    | the routing decision (policy + critical list   |
 |                              |            | name, version, digest)                         |
 | decisions/signing.json       | signing    | the signing decision record (`trace decide`'s) |
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from engine.candidate import Candidate
 from engine.errors import InputError
@@ -45,6 +45,7 @@ from engine.evidence.payload import (
     text_entry,
 )
 from engine.evidence.replay import ModelPin
+from engine.policy.evidence import SourceRef
 from engine.records import GateRecord
 from engine.run import RunResult
 from engine.verify.result import VerifyResult
@@ -125,26 +126,54 @@ def verify_entry(result: VerifyResult) -> PayloadEntry:
 
 
 def gate_records(
-    result: VerifyResult, run: RunResult | None = None, extra: Sequence[tuple[str, GateRecord]] = ()
+    result: VerifyResult, run: RunResult, extra: Sequence[tuple[str, GateRecord]] = ()
 ) -> dict[str, GateRecord]:
-    """Every gate record, by gate name: the verify result's own (its expectation gate and any
-    `gates` it carries), then those of further gate steps in the run, then `extra`
-    (source, record) pairs such as `--gate` files. Generic over the result's shape: whatever
-    gate records it holds are taken."""
+    """Every gate record, by gate name, from the builds: first the records the run's gate steps
+    wrote (their outcomes), then the records `judge` derives from the run itself (determinism,
+    from the engine's --check results), then `extra` (source, record) pairs such as `--gate`
+    files. The verify result's own records (`expectation`, `gates`) are never taken on trust:
+    each must equal the one the run produced, or it is an error."""
+    from engine.verify.verdict import derived_gate_records
+
     found: dict[str, GateRecord] = {}
-    if result.expectation is not None:
-        found[result.expectation.gate] = result.expectation
-    carried = getattr(result, "gates", None)
-    if isinstance(carried, dict):
-        carried = list(carried.values())
-    for record in carried if isinstance(carried, list) else []:
-        if isinstance(record, GateRecord):
-            found.setdefault(record.gate, record)
-    for _, step in sorted((run.steps if run else {}).items()):
+    origin: dict[str, str] = {}
+    for sid, step in sorted(run.steps.items()):
         outcome = step.outcome
         if isinstance(outcome, dict) and outcome.get("schema") == GATE_SCHEMA:
             record = GateRecord.model_validate(outcome)
-            found.setdefault(record.gate, record)
+            if record.gate in found and found[record.gate] != record:
+                raise InputError(
+                    f"steps '{origin[record.gate]}' and '{sid}' both wrote a record for gate "
+                    f"'{record.gate}', and they differ",
+                    hint="give each gate step its own gate name",
+                )
+            found[record.gate] = record
+            origin[record.gate] = sid
+    for record in derived_gate_records(run):
+        if record.gate in found:
+            raise InputError(
+                f"step '{origin[record.gate]}' wrote a record for gate '{record.gate}', a name "
+                "trace verify derives itself",
+                hint="rename that gate",
+            )
+        found[record.gate] = record
+        origin[record.gate] = "the engine's --check results"
+    carried = [result.expectation] if result.expectation is not None else []
+    carried += list(result.gates.values())
+    for record in carried:
+        produced = found.get(record.gate)
+        if produced is None:
+            raise InputError(
+                f"the verify result carries a record for gate '{record.gate}' that no step of "
+                "the run produced",
+                hint="records come from the builds; rerun `trace verify`",
+            )
+        if produced != record:
+            raise InputError(
+                f"the verify result's record for gate '{record.gate}' disagrees with the one "
+                f"{origin[record.gate]} produced",
+                hint="records come from the builds; rerun `trace verify`",
+            )
     for source, record in extra:
         if record.gate in found:
             raise InputError(
@@ -154,6 +183,32 @@ def gate_records(
             )
         found[record.gate] = record
     return found
+
+
+def read_gate_files(paths: Sequence[Path]) -> list[tuple[str, GateRecord, bytes]]:
+    """`--gate FILE` records: (source, record, raw bytes)."""
+    out: list[tuple[str, GateRecord, bytes]] = []
+    for path in paths:
+        try:
+            raw = path.read_bytes()
+            out.append((str(path), GateRecord.model_validate_json(raw), raw))
+        except OSError as exc:
+            raise InputError(f"cannot read gate record: {exc.strerror}", file=path) from None
+        except ValidationError as exc:
+            raise InputError(
+                f"not a gate record (trace.gate/v1): {exc.errors()[0]['msg']}", file=path
+            ) from None
+    return out
+
+
+def evidence_sources(result: VerifyResult, gates: dict[str, GateRecord]) -> list[SourceRef]:
+    """What a signing decision over (result, gates) read: the bundle payload files they become
+    (`payload/verify-result.json`, `payload/gates/<gate>.json`) with the sha256 of their bundled
+    bytes. `trace decide`, `trace bundle` and `trace fork` name the same files the same way, so
+    a decision record can be checked against the bundle it goes into."""
+    from engine.evidence.decisions import payload_ref
+
+    return [payload_ref(verify_entry(result))] + [payload_ref(e) for e in gate_entries(gates)]
 
 
 def gate_entries(records: dict[str, GateRecord]) -> list[PayloadEntry]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import sys
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import UsageError
 
 if TYPE_CHECKING:
+    from engine.candidate import Candidate
+    from engine.policy.evidence import Evidence
     from engine.policy.routing import RouteDecision
     from engine.policy.signing import Decision, Reason
 
@@ -39,7 +42,8 @@ def register(sub: Any) -> None:
         "--result",
         type=Path,
         default=None,
-        help="verify result JSON, as `trace verify` wrote it (default: STATE/verify/ID.json)",
+        help="a verify result JSON to cross-check: the verdict itself is judged from the "
+        "cached builds, and a file that differs from it is refused",
     )
     p.add_argument(
         "--gate",
@@ -163,9 +167,32 @@ def _decision_text(d: Decision, out: Path) -> str:
     return "\n".join(lines)
 
 
+def _built_evidence(
+    cand: Candidate, fork: Path, state: Path, result_file: Path | None, gate_files: list[Path]
+) -> Evidence:
+    """The evidence source of `trace decide`: the verdict judged from the cached builds (refused
+    when the candidate was not verified with its current inputs), never a result file; a
+    `--result` file is only cross-checked against it. Gate records come from the run's outcomes
+    and `--gate` files. The sources named are the bundle payload files these become."""
+    from engine.evidence.collect import evidence_sources, gate_records, read_gate_files
+    from engine.policy.evidence import Evidence, SourceRef
+    from engine.verify.cached import cached_verify, check_result_file
+
+    _, run, result = cached_verify(cand, fork.resolve(), state)
+    if result_file is not None:
+        check_result_file(result_file, result)
+    extra = read_gate_files(gate_files)
+    gates = gate_records(result, run, [(src, rec) for src, rec, _ in extra])
+    from_files = {rec.gate for _, rec, _ in extra}
+    sources = evidence_sources(result, {k: v for k, v in gates.items() if k not in from_files})
+    sources += [
+        SourceRef(path=src, sha256=hashlib.sha256(raw).hexdigest()) for src, _, raw in extra
+    ]
+    return Evidence(candidate=cand.spec.id, verify=result, gates=gates, sources=sources)
+
+
 def cmd_decide(args: argparse.Namespace) -> int:
     from engine.candidate import load_candidate
-    from engine.policy.evidence import load_evidence
     from engine.policy.registry import SIGNING, policy_dir
     from engine.policy.signing import decide, load_signing
     from engine.policy.waivers import NO_WAIVERS, load_waivers
@@ -179,10 +206,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
     routing = _route(args.candidate, args.routing)
     signing, catalogue = load_signing(args.signing or policy_dir() / SIGNING)
     waivers = load_waivers(args.waivers, catalogue) if args.waivers else NO_WAIVERS
-    result = args.result or state / "verify" / f"{cid}.json"
-    if args.result is not None and not args.result.exists():
-        raise UsageError("--result file does not exist", hint=f"run `trace verify {cand.path}`")
-    evidence = load_evidence(cid, result, args.gate)
+    evidence = _built_evidence(cand, fork, state, args.result, args.gate)
     decision = decide(evidence, routing, signing, catalogue, waivers, today)
     out = (args.out or state / "decisions" / f"{cid}.json").resolve()
     doc = decision.model_dump(mode="json", by_alias=True)
@@ -191,7 +215,5 @@ def cmd_decide(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:
         print(_decision_text(decision, out))
-        if decision.evidence == [] and not result.exists():
-            print(f"  (no verify result at {result}: run `trace verify` or pass --result)")
     sys.stdout.flush()
     return 0 if decision.decision == "allow" else 1

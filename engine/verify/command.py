@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from engine.cache import Index
     from engine.candidate import Candidate
     from engine.model import Graph
+    from engine.run import RunResult
     from engine.verify.result import VerifyResult
 
 STANDARD_GRAPH = "graphs/verify.toml"
@@ -74,7 +75,7 @@ def verify_context(candidate: Candidate, fork: Path) -> dict[str, Any]:
     return {
         "candidate": {**candidate.context(), "expect_json": json.dumps(expect, sort_keys=True)},
         "fork": {"root": str(fork)},
-        "gates": gate_context(candidate),
+        "gates": gate_context(candidate, fork=fork),
     }
 
 
@@ -118,6 +119,26 @@ def run_verify(
     wait: float = 0,
 ) -> VerifyResult:
     """Load the candidate and the fork's graph, build what is dirty, judge. The Python API."""
+    return build_verify(
+        candidate_file,
+        fork=fork,
+        state_dir=state_dir,
+        jobs=jobs,
+        progress=progress,
+        wait=wait,
+    )[2]
+
+
+def build_verify(
+    candidate_file: Path,
+    *,
+    fork: Path | None = None,
+    state_dir: Path | None = None,
+    jobs: int | None = None,
+    progress: bool = False,
+    wait: float = 0,
+) -> tuple[Graph, RunResult, VerifyResult]:
+    """`run_verify`, also returning the graph and the run the verdict was judged from."""
     from engine.cache import Index
     from engine.candidate import load_candidate
     from engine.errors import UsageError
@@ -136,7 +157,7 @@ def run_verify(
         graph = load_verify_graph(candidate, fork, index)
         with Progress(enabled=progress) as reporter:
             result = run_graph(graph, index, jobs=jobs, reporter=reporter)
-    return judge(candidate, graph, result)
+    return graph, result, judge(candidate, graph, result)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -178,7 +199,9 @@ def print_table(result: VerifyResult) -> None:
         console.print(f"[bold red]FAIL[/]: {', '.join(result.reasons)}")
 
 
-def _bundle(args: argparse.Namespace, fork: Path, result_path: Path) -> int:
+def _bundle(
+    args: argparse.Namespace, fork: Path, verified: tuple[Graph, RunResult, VerifyResult]
+) -> int:
     from engine.bundle_verify.produce import produce_bundle, report_lines, request_from_args
 
     outcome = produce_bundle(
@@ -187,10 +210,10 @@ def _bundle(args: argparse.Namespace, fork: Path, result_path: Path) -> int:
             candidate=args.candidate,
             fork=fork,
             state_dir=args.state_dir,
-            result=result_path,
             out=args.bundle,
             wait=args.wait,
-        )
+        ),
+        verified,
     )
     print("\n".join(report_lines(outcome)), file=sys.stderr if args.json else sys.stdout)
     return 1 if outcome.denied else 0
@@ -201,7 +224,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         from engine.errors import UsageError
 
         raise UsageError("--sign/--key sign a bundle", hint="add --bundle DIR")
-    result = run_verify(
+    verified = build_verify(
         args.candidate,
         fork=args.fork,
         state_dir=args.state_dir,
@@ -209,6 +232,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         progress=not args.quiet and not args.json,
         wait=args.wait,
     )
+    result = verified[2]
     text = result.model_dump_json(indent=2, by_alias=True) + "\n"
     fork = (args.fork or find_fork(args.candidate) or Path.cwd()).resolve()
     out = args.out or (args.state_dir or fork / ".trace") / "verify" / f"{result.candidate}.json"
@@ -220,5 +244,5 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"result: {out}")
     status = 0 if result.passed else 1
     if args.bundle is not None:
-        status = max(status, _bundle(args, fork, out))
+        status = max(status, _bundle(args, fork, verified))
     return status

@@ -118,7 +118,9 @@ class VerifyResult(_Model):
     gates: dict[str, GateRecord] = Field(
         default_factory=dict,
         description="records of the other gate steps that ran (scope, mutation, coverage, a "
-        "fork's own gates), by gate name; the signing policy judges them, not `trace verify`",
+        "fork's own gates), by gate name, plus `determinism`, derived from the engine's --check "
+        "results of the post-fix build and its reproducer runs; the signing policy judges them, "
+        "not `trace verify`",
     )
     deterministic: bool | None = Field(
         description="post-fix build and records rebuilt identically with --check (None: unknown)"

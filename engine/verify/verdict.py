@@ -71,7 +71,9 @@ def _side(side: Side, graph: Graph, run: RunResult) -> tuple[SideResult, list[St
     for n, (ref, sid) in enumerate(zip(refs, _require(graph, RUN_STEP[side]), strict=True), 1):
         outcome = run.steps[sid].outcome if sid in run.steps else None
         if build_ok and ref.status in OK_STATUSES and isinstance(outcome, dict):
-            records.append(RunRecord.model_validate(outcome))
+            # the run derivation is not told its side (the reproducer must not know it): the
+            # side comes from the step the record came from
+            records.append(RunRecord.model_validate({**outcome, "side": side}))
         elif not build_ok:
             records.append(RunRecord(side=side, run=n, build="failed", target_ran=False))
     result = SideResult(
@@ -147,7 +149,7 @@ def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
             reason="flaky" if any_flaky else "ok",
         )
 
-    claims["deterministic"] = _determinism(post, post_refs)
+    claims["deterministic"] = determinism_claim(run)
     order = ["pre-fix-fails-as-expected", "post-fix-survives", "runs-agree", "deterministic"]
     rows = [claims[c] for c in order if c in claims]
     reasons: list[str] = []
@@ -155,7 +157,7 @@ def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
         if not row.holds and row.reason not in reasons:
             reasons.append(row.reason)
     steps = {sid: step_ref(res, sid) for sid, res in run.steps.items()}
-    gates: dict[str, GateRecord] = {}
+    gates: dict[str, GateRecord] = {r.gate: r for r in derived_gate_records(run)}
     for sid in graph.order:
         res = run.steps.get(sid)
         if sid == GATE_STEP or res is None or res.status not in OK_STATUSES:
@@ -191,10 +193,19 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def _determinism(post: SideResult, refs: list[StepRef]) -> ClaimVerdict:
-    checked = [post.build, *refs]
-    evidence = "--check rebuild of " + ", ".join(r.id for r in checked)
-    if not post.build_ok:
+def _repeat(sid: str) -> int:
+    return int(sid.rsplit("@", 1)[1]) if "@" in sid else 0
+
+
+def determinism_claim(run: RunResult) -> ClaimVerdict:
+    """From the engine's `--check` results of the post-fix build and its reproducer runs."""
+    build = run.steps.get(BUILD_STEP["post"])
+    runs = sorted(
+        (r for r in run.steps.values() if r.id.split("@")[0] == RUN_STEP["post"]),
+        key=lambda r: _repeat(r.id),
+    )
+    evidence = "--check rebuild of " + ", ".join([BUILD_STEP["post"], *(r.id for r in runs)])
+    if build is None or build.status not in OK_STATUSES:
         return ClaimVerdict(
             claim="deterministic",
             evidence=evidence,
@@ -202,6 +213,7 @@ def _determinism(post: SideResult, refs: list[StepRef]) -> ClaimVerdict:
             reason="post-fix-build-broken",
             detail="nothing to rebuild",
         )
+    checked = [build, *runs]
     differed = [r.id for r in checked if r.deterministic is False]
     if differed:
         return ClaimVerdict(
@@ -221,3 +233,31 @@ def _determinism(post: SideResult, refs: list[StepRef]) -> ClaimVerdict:
             detail="no --check result for " + ", ".join(unchecked),
         )
     return ClaimVerdict(claim="deterministic", evidence=evidence, holds=True, reason="ok")
+
+
+DETERMINISM_GATE = "determinism"
+
+
+def derived_gate_records(run: RunResult) -> list[GateRecord]:
+    """Gate records `trace verify` derives in Python from the run itself, beside the records the
+    gate steps write: `determinism` (the `--check` rebuild happens after the expectation gate's
+    derivation is built, so that gate cannot carry it; issue 3's "both results": the flakiness is
+    in the expectation record, the determinism in this one)."""
+    claim = determinism_claim(run)
+    checked = {
+        r.id: r.deterministic
+        for r in run.steps.values()
+        if r.id == BUILD_STEP["post"] or r.id.split("@")[0] == RUN_STEP["post"]
+    }
+    record = GateRecord(
+        gate=DETERMINISM_GATE,
+        passed=claim.holds,
+        measurable=claim.reason in ("ok", "nondeterministic"),
+        reasons=[] if claim.holds else [claim.reason],
+        details={
+            "summary": claim.detail or "rebuilt identically with --check",
+            "evidence": claim.evidence,
+            "checked": dict(sorted(checked.items())),
+        },
+    )
+    return [record]

@@ -1,0 +1,137 @@
+"""A candidate's verdict from the builds themselves: the one evidence source of `trace decide`,
+`trace bundle` (and `trace verify --bundle` through it).
+
+`cached_verify` loads the fork's verify graph for the candidate exactly as `trace verify` does,
+plans it against the cache index and refuses (InputError, exit 2) when any step is dirty: never
+verified, a failed build (failures are not cached), or an input changed since (a patch swapped
+after verify). Otherwise every step is answered from the index (no Nix evaluation, no build: a
+clean plan makes no nix call, and this is checked) and judged again with `judge`. A verify result
+JSON file is never the source of a verdict: given explicitly (`--result FILE`) it is only
+cross-checked against the judged result (`check_result_file`), and a difference is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from engine.errors import InputError, TraceError
+
+if TYPE_CHECKING:
+    from engine.candidate import Candidate
+    from engine.model import Graph
+    from engine.run import Plan, RunResult
+    from engine.verify.result import VerifyResult
+
+SHOWN_STEPS = 6
+# Fields that describe how a result was obtained (paths as given, step statuses, log tails), not
+# what the builds showed: left out when a result file is compared with the judged result.
+RUN_ONLY_KEYS = frozenset({"status", "log_tail"})
+TOP_ONLY_KEYS = frozenset({"candidate_file", "graph"})
+
+
+def _dirty_lines(planned: Plan) -> list[str]:
+    lines: list[str] = []
+    for sid in planned.dirty:
+        step = planned.steps[sid]
+        own = [r for r in step.reasons if not r.startswith("upstream ")]
+        lines.append(f"{sid}: {'; '.join(own or step.reasons) or 'dirty'}")
+    shown = lines[:SHOWN_STEPS]
+    if len(lines) > SHOWN_STEPS:
+        shown.append(f"… and {len(lines) - SHOWN_STEPS} more")
+    return shown
+
+
+def cached_verify(
+    candidate: Candidate, fork: Path, state: Path, *, wait: float = 0
+) -> tuple[Graph, RunResult, VerifyResult]:
+    """The verify graph, its run answered from the index, and the verdict judged from that run.
+
+    Raises InputError when the candidate was not verified with its current inputs."""
+    from engine.cache import Index
+    from engine.run import plan, run_graph
+    from engine.verify.command import load_verify_graph
+    from engine.verify.verdict import judge
+
+    with Index(state, wait=wait) as index:
+        graph = load_verify_graph(candidate, fork, index)
+        planned, _ = plan(graph, index)
+        if planned.dirty:
+            raise InputError(
+                "not verified, or its inputs changed since (dirty steps: "
+                + ", ".join(_dirty_lines(planned))
+                + ")",
+                file=candidate.path,
+                hint=f"run `trace verify {candidate.path}` (with the same fork and state dir); "
+                "a failed build is never cached, so a candidate whose build fails cannot be "
+                "decided or bundled",
+            )
+        run = run_graph(graph, index)
+    if run.evaluated or run.nix_calls:
+        raise TraceError(
+            f"internal error: a clean plan made {run.nix_calls} nix call(s)",
+            hint="report this: the evidence must come from the cache index as planned",
+        )
+    return graph, run, judge(candidate, graph, run)
+
+
+def evidence_view(result: VerifyResult) -> Any:
+    """What a result file must share with the judged result: everything but step statuses, log
+    tails and the file paths as they were given."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            is_step = {"id", "status", "key"} <= value.keys()
+            return {k: strip(v) for k, v in value.items() if not (is_step and k in RUN_ONLY_KEYS)}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    doc = result.model_dump(mode="json", by_alias=True)
+    return strip({k: v for k, v in doc.items() if k not in TOP_ONLY_KEYS})
+
+
+def _differences(a: Any, b: Any, where: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for k in sorted(set(a) | set(b)):
+            out += _differences(a.get(k), b.get(k), f"{where}.{k}" if where else str(k))
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _differences(x, y, f"{where}.{i}")
+        ]
+    return [] if a == b else [where or "(the whole result)"]
+
+
+def check_result_file(path: Path, judged: VerifyResult) -> None:
+    """Refuse a result file (`--result`) that differs from the result judged from the builds."""
+    from engine.verify.result import VerifyResult
+
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the verify result: {exc.strerror}", file=path) from None
+    try:
+        given = VerifyResult.model_validate_json(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise InputError(
+            f"not a verify result (trace.verify/v1): {err['msg']}",
+            file=path,
+            key=".".join(str(p) for p in err["loc"]) or None,
+            hint="pass the JSON `trace verify` wrote, or leave out --result",
+        ) from None
+    differ = _differences(evidence_view(given), evidence_view(judged))
+    if differ:
+        shown = ", ".join(differ[:SHOWN_STEPS]) + (" …" if len(differ) > SHOWN_STEPS else "")
+        raise InputError(
+            f"the result file does not match the builds (differs at: {shown})",
+            file=path,
+            hint="verdicts come from the cached builds, never from a file: rerun "
+            "`trace verify` to rewrite it, or leave out --result",
+        )
