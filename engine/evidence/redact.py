@@ -6,6 +6,12 @@ replaced by `[REDACTED:<rule id>]`. Rules run in order; earlier, more specific r
 (a JWT is reported as a JWT, not as a generic secret assignment). Binary payloads (not UTF-8) are
 left alone and must not carry secrets.
 
+What is redacted (the user-facing rules are in docs/evidence.md): every text payload file, the
+replay record (payload/replay.json and the copy of it the statement
+is built from), and every other string that goes into statement.json (candidate id, builder id,
+policy names). Digests are taken over the redacted bytes only: the statement's subjects, the
+decision's evidence references and model.json's `prompt_sha256` all name the bundled files.
+
 Rules (change a rule only together with a new `REDACTION_VERSION`):
 
 | id                  | removes                                                                |
@@ -21,8 +27,11 @@ Rules (change a rule only together with a new `REDACTION_VERSION`):
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from functools import cache
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -131,3 +140,33 @@ def rules_document(
         "rules": [r.model_dump() for r in rules],
         "applied": {r.path: r.counts for r in reports if r.counts},
     }
+
+
+def redact_value(
+    value: Any, rules: tuple[RedactionRule, ...] = RULES
+) -> tuple[Any, dict[str, int]]:
+    """A JSON-like value with every string (object keys included) redacted; rule id -> count."""
+    counts: dict[str, int] = {}
+
+    def text(s: str) -> str:
+        out, n = redact_text(s, rules)
+        for rule_id, k in n.items():
+            counts[rule_id] = counts.get(rule_id, 0) + k
+        return out
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return text(v)
+        if isinstance(v, dict):
+            return {text(str(k)): walk(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value), counts
+
+
+def rules_digest(rules: tuple[RedactionRule, ...] = RULES) -> str:
+    """sha256 of the rules as data (sorted-key JSON): what the statement pins for `redaction`."""
+    doc = [r.model_dump() for r in rules]
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()

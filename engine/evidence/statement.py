@@ -4,7 +4,9 @@ Subjects: one per payload file, `name` = its path inside `payload/`, sorted, `di
 Predicate (`https://slsa.dev/provenance/v1` field names):
 - buildDefinition.buildType: `BUILD_TYPE`;
   externalParameters: the candidate and graph files (path + sha256) and the candidate id;
-  internalParameters: engine and Nix versions, system, policy versions, redaction version;
+  internalParameters: engine and Nix versions, system, policy versions, `policies` (each policy's
+  version and the sha256 of its file, so a loosened policy under the same version is told
+  apart), redaction version;
   resolvedDependencies: the fork revision (gitCommit/gitTree), templates and graph files (sha256),
   and every step's derivation (`uri` = the .drv store path, `digest.sha256` = the step key).
 - runDetails: builder id + versions, invocation id and start/finish times.
@@ -29,6 +31,14 @@ BUILD_TYPE = "https://trace.invalid/buildtypes/verify/v1"
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class PolicyPin(_Model):
+    """A policy the bundle's decisions applied: its version and the sha256 of its file's bytes
+    (for `redaction`: of the rules as data, see engine.evidence.redact.rules_digest)."""
+
+    version: str
+    digest: str
 
 
 class Subject(_Model):
@@ -84,6 +94,13 @@ class Statement(_Model):
         raw = self.predicate.buildDefinition.internalParameters.get("policy_versions", {})
         return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
+    def policy_pins(self) -> dict[str, PolicyPin] | None:
+        """name -> version and digest; None for a statement written before pins existed."""
+        raw = self.predicate.buildDefinition.internalParameters.get("policies")
+        if not isinstance(raw, dict):
+            return None
+        return {str(k): PolicyPin.model_validate(v) for k, v in raw.items()}
+
 
 def _iso(t: dt.datetime) -> str:
     return t.astimezone(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
@@ -96,6 +113,7 @@ def build_statement(
     candidate_id: str,
     policy_versions: dict[str, str],
     redaction_version: str,
+    policies: dict[str, PolicyPin] | None = None,
     builder_id: str,
     invocation_id: str,
     started: dt.datetime,
@@ -126,6 +144,7 @@ def build_statement(
                     "nix_version": replay.nix_version,
                     "system": replay.system,
                     "policy_versions": dict(sorted(policy_versions.items())),
+                    "policies": {n: p.model_dump() for n, p in sorted((policies or {}).items())},
                     "redaction_version": redaction_version,
                 },
                 resolvedDependencies=deps,
