@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from engine.candidate import load_candidate
-from engine.gates.context import gate_context
 from engine.graph import load_graph
+from engine.policy.signing import load_signing_rules
 from engine.run import RunResult, run_graph
 from engine.verify.command import verify_context
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.nix
 
 def run(candidate: Path, state: Path, root: Path = REPO) -> RunResult:
     cand = load_candidate(candidate)
-    ctx = {**verify_context(cand, FORK), "gates": gate_context(cand)}
+    ctx = verify_context(cand, FORK)  # the gates apply the shipped signing policy
     graph = load_graph(PIPELINE, root=root, context=ctx)
     return run_graph(graph, state)
 
@@ -85,6 +85,11 @@ def test_mutation_scores_are_exact_on_the_small_fixture(ptr: RunResult) -> None:
     ]
     assert mutation["score"] == 0.666667
     assert mutation["details"]["threshold"] == 0.8  # policy/signing.toml [gates.mutation]
+    shipped, _, _ = load_signing_rules(REPO / "policy" / "signing.toml")
+    assert mutation["details"]["policy"] == shipped.applied("mutation")
+    scope = gate(ptr, "gate-scope")
+    assert scope["details"]["policy"] == shipped.applied("scope")
+    assert scope["details"]["limits"] == {"max_files": 5, "max_hunks": 10, "max_lines": 100}
     assert (mutation["passed"], mutation["reasons"]) == (False, ["mutation-score-below-threshold"])
     assert [ptr.steps[f"mutant-run@{i}"].outcome["build"] for i in range(1, 5)] == [
         "ok",

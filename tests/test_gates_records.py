@@ -23,6 +23,12 @@ PTR = REPO / "tests" / "fixtures" / "gates" / "cparse-ptr" / "fix.patch"
 WRONG = REPO / "tests" / "fixtures" / "fork" / "trace" / "candidates" / "cparse-wrong-fix"
 
 
+def policy(min_score: float | None) -> str:
+    """A gate's `policy` parameter, as engine.gates.context makes it from a signing policy."""
+    thresholds = {} if min_score is None else {"min_score": min_score}
+    return json.dumps({"name": "test-signing", "version": "1.0", "thresholds": thresholds})
+
+
 def run_record(**kw: Any) -> dict[str, Any]:
     return {"schema": "trace.run/v1", "side": "post", "run": 1, "target_ran": True, **kw}
 
@@ -60,7 +66,7 @@ def test_mutation_counts_score_and_survivors(tmp_path: Path) -> None:
     ]
     cfg = {
         "patches": [str(PTR)],
-        "threshold": 0.7,
+        "policy": policy(0.7),
         "mutant_runs": mutant_dirs(tmp_path, PTR, runs),
         "post_runs": [post_dir(tmp_path, run_record(exit_code=0))],
     }
@@ -72,13 +78,13 @@ def test_mutation_counts_score_and_survivors(tmp_path: Path) -> None:
     assert (rec["passed"], rec["reasons"]) == (False, ["mutation-score-below-threshold"])
     assert [s["id"] for s in d["survivors"]] == ["m001"]
     assert "+    if ((size_t)(eq - line) > KEY_MAX)" in d["survivors"][0]["diff"]
-    assert mutation_gate({**cfg, "threshold": 0.6})["passed"] is True
+    assert mutation_gate({**cfg, "policy": policy(0.6)})["passed"] is True
 
 
 def test_mutation_is_not_measurable_when_the_post_fix_fails(tmp_path: Path) -> None:
     cfg = {
         "patches": [str(PTR)],
-        "threshold": 0.5,
+        "policy": policy(0.5),
         "mutant_runs": mutant_dirs(tmp_path, PTR, [run_record(exit_code=1)] * 4),
         "post_runs": [post_dir(tmp_path, run_record(exit_code=1))],
     }
@@ -91,7 +97,7 @@ def test_mutation_is_not_measurable_when_the_post_fix_fails(tmp_path: Path) -> N
 def test_mutation_rejects_runs_that_do_not_match_the_patch(tmp_path: Path) -> None:
     cfg = {
         "patches": [str(PTR)],
-        "threshold": 0.5,
+        "policy": policy(0.5),
         "mutant_runs": mutant_dirs(tmp_path, PTR, [run_record(exit_code=1)] * 3),  # one missing
         "post_runs": [post_dir(tmp_path, run_record(exit_code=0))],
     }
@@ -116,7 +122,7 @@ def test_coverage_share_of_executable_changed_lines(tmp_path: Path) -> None:
     files = {"cparse.c": {"executable": [10, 14, 15], "executed": [10, 14]}}
     cfg = {
         "patches": [str(PTR)],
-        "threshold": 0.8,
+        "policy": policy(0.8),
         "coverage": coverage_file(tmp_path, files, ["gcov"]),
     }
     rec = coverage_gate(cfg)
@@ -127,12 +133,12 @@ def test_coverage_share_of_executable_changed_lines(tmp_path: Path) -> None:
         ["coverage-below-threshold"],
     )
     assert rec["details"]["files"][0]["missed"] == [15]
-    assert coverage_gate({**cfg, "threshold": 0.5})["passed"] is True
+    assert coverage_gate({**cfg, "policy": policy(0.5)})["passed"] is True
 
 
 def test_coverage_not_measurable(tmp_path: Path) -> None:
     none = coverage_gate(
-        {"patches": [str(PTR)], "threshold": 0.8, "coverage": coverage_file(tmp_path, {}, [])}
+        {"patches": [str(PTR)], "policy": policy(0.8), "coverage": coverage_file(tmp_path, {}, [])}
     )
     assert (none["passed"], none["measurable"], none["reasons"]) == (
         False,
@@ -144,7 +150,7 @@ def test_coverage_not_measurable(tmp_path: Path) -> None:
     wrong = coverage_gate(
         {
             "patches": [str(WRONG / "fix.patch")],
-            "threshold": 0.8,
+            "policy": policy(0.8),
             "coverage": coverage_file(tmp_path, files, ["gcov"]),
         }
     )
@@ -185,3 +191,113 @@ def test_sandbox_code_imports_only_the_standard_library() -> None:
             for name in names:
                 top = name.split(".")[0]
                 assert top in sys.stdlib_module_names or top == "__future__", f"{path}: {name}"
+
+
+def test_gates_apply_the_policy_they_are_given_and_say_so(tmp_path: Path) -> None:
+    runs = [run_record(exit_code=0)] * 2 + [run_record(exit_code=1)] * 2  # score 0.5
+    cfg = {
+        "patches": [str(PTR)],
+        "policy": policy(0.8),
+        "mutant_runs": mutant_dirs(tmp_path, PTR, runs),
+        "post_runs": [post_dir(tmp_path, run_record(exit_code=0))],
+    }
+    strict = mutation_gate(cfg)
+    assert (strict["score"], strict["passed"]) == (0.5, False)
+    assert strict["details"]["policy"] == {
+        "name": "test-signing",
+        "version": "1.0",
+        "thresholds": {"min_score": 0.8},
+    }
+    # a policy without min_score sets no threshold: the same runs pass, the score stays
+    lenient = mutation_gate({**cfg, "policy": policy(None)})
+    assert (lenient["score"], lenient["passed"], lenient["reasons"]) == (0.5, True, [])
+    assert lenient["details"]["policy"]["thresholds"] == {}
+    # a gate that is not told its policy refuses to judge
+    try:
+        mutation_gate({k: v for k, v in cfg.items() if k != "policy"})
+    except ValueError as exc:
+        assert "names no signing policy" in str(exc)
+    else:
+        raise AssertionError("a gate without a policy must not write a record")
+
+
+TWO_FILES = """\
+--- a/a.c
++++ b/a.c
+@@ -3,0 +4 @@
++    x = check(n);
+--- a/b.c
++++ b/b.c
+@@ -10,0 +11,4 @@
++    if (n > cap)
++        return -1;
++    n = clamp(n);
++    /* clamp: see above */
+"""
+
+
+def test_coverage_an_unmeasured_changed_file_is_not_measurable(tmp_path: Path) -> None:
+    """a.c measured and covered, b.c (3 of 4 changed lines executable) not reported: the share
+    of a.c alone is not the patch's coverage, so the gate is not measurable, not a pass."""
+    patch = tmp_path / "two.patch"
+    patch.write_text(TWO_FILES)
+    files = {"a.c": {"executable": [4], "executed": [4]}}
+    rec = coverage_gate(
+        {
+            "patches": [str(patch)],
+            "policy": policy(0.8),
+            "coverage": coverage_file(tmp_path, files, ["gcov"]),
+        }
+    )
+    GateRecord.model_validate(rec)
+    assert (rec["passed"], rec["measurable"], rec["score"]) == (False, False, None)
+    assert rec["reasons"] == ["coverage-not-measurable"]
+    assert rec["details"]["rules"] == ["coverage.file-not-measured"]
+    assert rec["details"]["unmeasured_files"] == ["b.c"]
+    b = next(f for f in rec["details"]["files"] if f["file"] == "b.c")
+    assert b["may_execute"] == [11, 12, 13]  # not the comment line
+    # once b.c is reported too, the share is over both files
+    files["b.c"] = {"executable": [11, 12, 13], "executed": [11]}
+    both = coverage_gate(
+        {
+            "patches": [str(patch)],
+            "policy": policy(0.8),
+            "coverage": coverage_file(tmp_path, files, ["gcov"]),
+        }
+    )
+    assert (both["score"], both["reasons"]) == (0.5, ["coverage-below-threshold"])
+
+
+def test_coverage_an_unmeasured_file_without_code_does_not_block(tmp_path: Path) -> None:
+    patch = tmp_path / "hdr.patch"
+    patch.write_text(
+        "--- a/a.c\n+++ b/a.c\n@@ -3,0 +4 @@\n+    x = check(n);\n"
+        "--- a/a.h\n+++ b/a.h\n@@ -1,0 +2,3 @@\n+#define CAP 16\n+/* the cap */\n+\n"
+    )
+    files = {"a.c": {"executable": [4], "executed": [4]}}
+    rec = coverage_gate(
+        {
+            "patches": [str(patch)],
+            "policy": policy(0.8),
+            "coverage": coverage_file(tmp_path, files, ["gcov"]),
+        }
+    )
+    assert (rec["passed"], rec["score"], rec["details"]["unmeasured_files"]) == (True, 1.0, [])
+
+
+def test_may_execute_errs_towards_yes() -> None:
+    from engine.gates.core.coverage import may_execute
+
+    assert [may_execute(t, "c") for t in ("  x = 1;", "#define A 1", "  } else {", " * c")] == [
+        True,
+        False,
+        False,
+        False,
+    ]
+    assert [may_execute(t, "python") for t in ("    pass", "    else:", '    """doc"""')] == [
+        True,
+        False,
+        False,
+    ]
+    assert may_execute("echo hi", "shell") and may_execute("x = 1;", "other")
+    assert not may_execute("# a comment", "shell")

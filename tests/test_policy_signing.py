@@ -20,7 +20,13 @@ from engine.errors import PolicyError
 from engine.policy.evidence import Evidence
 from engine.policy.reasons import Catalogue, load_catalogue
 from engine.policy.routing import RouteDecision, RouteFacts, load_routing, route
-from engine.policy.signing import Decision, SigningPolicy, decide, load_signing
+from engine.policy.signing import (
+    Decision,
+    SigningPolicy,
+    decide,
+    load_signing,
+    load_signing_rules,
+)
 from engine.policy.waivers import NO_WAIVERS, WaiverSet
 from engine.records import GateRecord
 from engine.verify.result import VerifyResult
@@ -84,11 +90,16 @@ def gate(name: str, **kw: Any) -> dict[str, Any]:
     return {"schema": "trace.gate/v1", "gate": name, "passed": True, **kw}
 
 
+def applied(name: str) -> dict[str, Any]:
+    """What a gate run under the shipped signing policy states in details.policy."""
+    policy, _, _ = load_signing_rules(POLICY / "signing.toml")
+    return policy.applied(name)
+
+
 def gates_doc() -> dict[str, dict[str, Any]]:
     return {
-        "scope": gate("scope", score=1.0),
-        "mutation": gate("mutation", score=0.9),
-        "coverage": gate("coverage", score=1.0),
+        name: gate(name, score=score, details={"policy": applied(name)})
+        for name, score in (("scope", 1.0), ("mutation", 0.9), ("coverage", 1.0))
     }
 
 
@@ -161,6 +172,14 @@ def _set(path: str, value: Any) -> Callable[[Doc, dict[str, Doc]], Doc]:
 def _gate(name: str, **kw: Any) -> Callable[[Doc, dict[str, Doc]], Doc]:
     def mutate(v: Doc, g: dict[str, Doc]) -> Doc:
         g[name] = {**g[name], **kw}
+        return v
+
+    return mutate
+
+
+def _add_gate(name: str) -> Callable[[Doc, dict[str, Doc]], Doc]:
+    def mutate(v: Doc, g: dict[str, Doc]) -> Doc:
+        g[name] = gate(name)
         return v
 
     return mutate
@@ -242,11 +261,15 @@ CASES: list[tuple[str, Callable[[Doc, dict[str, Doc]], Doc | None], set[str]]] =
      {"evidence-unknown-reason"}),
     ("gate fails without a reason", _gate("scope", passed=False), {"evidence-unexplained-failure"}),
     ("gate under an old policy version", _gate("mutation", details={"policy": {
-     "name": "trace-signing", "version": "0.9"}}), {"policy-unknown-version"}),
-    ("gate under an unknown policy", _gate("mutation", details={"policy": {
-     "name": "other", "version": "1"}}), {"policy-unknown-version"}),
-    ("gate under the current policy", _gate("mutation", details={"policy": {
-     "name": "trace-signing", "version": "1.0.0"}}), set()),
+     **applied("mutation"), "version": "0.9"}}), {"policy-unknown-version"}),
+    ("gate under another policy", _gate("mutation", details={"policy": {
+     **applied("mutation"), "name": "other"}}), {"policy-unknown-version"}),
+    ("gate applied other thresholds", _gate("scope", details={"policy": {
+     **applied("scope"), "thresholds": {"max_files": 50}}}), {"policy-unknown-version"}),
+    ("thresholded gate names no policy", _gate("coverage", details={}),
+     {"policy-unknown-version"}),
+    # a gate the policy sets no thresholds for need not name one (a fork's own gates)
+    ("extra gate without thresholds", _add_gate("same-files"), set()),
 ]  # fmt: skip
 
 
@@ -332,18 +355,84 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
-def test_thresholds_come_from_the_policy_file(policy_copy: Path, routed: RouteDecision) -> None:
-    low = _gate("mutation", score=0.5)
-    strict = load_signing(policy_copy / "signing.toml")
-    assert run_case(strict, routed, low).decision == "deny"
-    edit(
-        policy_copy / "signing.toml",
-        'min_score = 0.8\nbelow_threshold = "mutation',
-        'min_score = 0.4\nbelow_threshold = "mutation',
+def _real_mutation_record(tmp: Path, signing_file: Path) -> dict[str, Any]:
+    """The mutation gate's own record (engine/gates/core, as the sandbox runs it) for four
+    mutants of which two are killed (score 0.5), given the `policy` parameter that
+    engine.gates.context makes from `signing_file`."""
+    from engine.gates.context import gate_policies
+    from engine.gates.core.mutation import evaluate
+    from tests.test_gates_records import PTR, mutant_dirs, post_dir, run_record
+
+    tmp.mkdir()
+    runs = [run_record(exit_code=0)] * 2 + [run_record(exit_code=1)] * 2
+    return evaluate(
+        {
+            "patches": [str(PTR)],
+            "policy": gate_policies(signing_file)["mutation"],
+            "mutant_runs": mutant_dirs(tmp, PTR, runs),
+            "post_runs": [post_dir(tmp, run_record(exit_code=0))],
+        }
     )
-    lenient = load_signing(policy_copy / "signing.toml")
-    assert run_case(lenient, routed, low).decision == "allow"
-    assert lenient[0].ref.digest != strict[0].ref.digest  # fmt: skip
+
+
+def _decide_with(signing_file: Path, mutation: dict[str, Any], routed: RouteDecision) -> Decision:
+    """Decide under `signing_file`, the other gates' records made under that same policy."""
+    policy, catalogue = load_signing(signing_file)
+    gates = {
+        n: gate(n, score=1.0, details={"policy": policy.applied(n)}) for n in ("scope", "coverage")
+    }
+    gates["mutation"] = mutation
+    return decide(evidence(verify_doc(), gates), routed, policy, catalogue, NO_WAIVERS, TODAY)
+
+
+def test_thresholds_come_from_the_policy_file(
+    policy_copy: Path, routed: RouteDecision, tmp_path: Path
+) -> None:
+    strict_file = policy_copy / "signing.toml"
+    lenient_dir = tmp_path / "lenient"
+    lenient_dir.mkdir()
+    shutil.copy(policy_copy / "reasons.toml", lenient_dir / "reasons.toml")
+    lenient_file = lenient_dir / "signing.toml"
+    text = strict_file.read_text()
+    lenient_text = text.replace('version = "1.0.0"', 'version = "1.0.1"', 1)
+    lenient_file.write_text(
+        lenient_text.replace(
+            'min_score = 0.8\nbelow_threshold = "mutation',
+            'min_score = 0.0\nbelow_threshold = "mutation',
+        )
+    )
+    strict_rec = _real_mutation_record(tmp_path / "strict", strict_file)
+    lenient_rec = _real_mutation_record(tmp_path / "lenient-run", lenient_file)
+    # the gate itself applied each policy's threshold, and says whose
+    assert (strict_rec["passed"], strict_rec["reasons"]) == (
+        False,
+        ["mutation-score-below-threshold"],
+    )
+    assert (lenient_rec["passed"], lenient_rec["reasons"], lenient_rec["score"]) == (True, [], 0.5)
+    assert lenient_rec["details"]["policy"] == {
+        "name": "trace-signing",
+        "version": "1.0.1",
+        "thresholds": {"min_score": 0.0},
+    }
+    # each policy allows or denies its own gate's record
+    assert _decide_with(lenient_file, lenient_rec, routed).decision == "allow"
+    strict = _decide_with(strict_file, strict_rec, routed)
+    assert [r.code for r in strict.reasons] == ["mutation-score-below-threshold"]
+    # a record made under the other policy is not trusted, whichever way it leans
+    for policy_file, rec in ((strict_file, lenient_rec), (lenient_file, strict_rec)):
+        d = _decide_with(policy_file, rec, routed)
+        codes = {r.code: r for r in d.reasons}
+        assert set(codes) == {"mutation-score-below-threshold", "policy-unknown-version"}
+        assert codes["policy-unknown-version"].sources == ["gate:mutation"]
+    # the same name and version with other thresholds: edited without a version bump
+    unbumped = lenient_dir / "unbumped.toml"
+    unbumped.write_text(lenient_file.read_text().replace('version = "1.0.1"', 'version = "1.0.0"'))
+    d = _decide_with(unbumped, strict_rec, routed)
+    (mismatch,) = [r for r in d.reasons if r.code == "policy-unknown-version"]
+    assert mismatch.details == [
+        "applied thresholds min_score=0.8, but trace-signing 1.0.0 sets min_score=0.0 "
+        "(was the policy edited without a version bump?)"
+    ]
 
 
 def test_a_rule_not_yet_effective_only_warns(policy_copy: Path, routed: RouteDecision) -> None:
@@ -373,6 +462,9 @@ BAD_SIGNING = [
     ('schema = "trace.signing/v1"', 'schema = "trace.signing/v2"', "policy.schema", "schema"),
     ('[gates.scope]\nrequired = true', '[gates.scope]\nrequird = true', "gates.scope.requird",
      "unknown key 'requird'"),
+    ('[gates.coverage]\nrequired = true', '[gates.coverage]\nrequired = true\nmax_lines = 9',
+     "gates.coverage.max_lines", "size bound 'max_lines' on gate 'coverage'"),
+    ("max_hunks = 10", "max_hunks = 0", "gates.scope.max_hunks", "greater than or equal to 1"),
 ]  # fmt: skip
 
 

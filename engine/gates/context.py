@@ -1,19 +1,32 @@
 """The gates' part of a pipeline's var context: what must be known before Nix evaluates.
 
-The mutation steps are one repeated step per mutant, so the number of mutants must be known when
-the graph is loaded. It is computed here with the same pure generator the sandbox runs
-(engine.gates.core.mutate), so both sides agree; the mutation gate checks that they do.
-Merge into the load context as `{"gates": gate_context(candidate)}`.
+* The mutation steps are one repeated step per mutant, so the number of mutants must be known
+  when the graph is loaded. It is computed here with the same pure generator the sandbox runs
+  (engine.gates.core.mutate), so both sides agree; the mutation gate checks that they do.
+* The gates' thresholds live in the signing policy only ([gates.mutation] and [gates.coverage]
+  min_score, [gates.scope] max_files/max_hunks/max_lines). Each gate step receives, as its
+  `policy` parameter, `SigningPolicy.applied(gate)` as JSON: the policy's name, version and that
+  gate's thresholds. The gate applies them and writes them back as its record's
+  `details.policy`, which `trace decide` checks against the policy deciding.
+
+Merge into the load context as `{"gates": gate_context(candidate, ...)}`.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from engine.candidate import Candidate
 from engine.errors import InputError
 from engine.gates.core.diff import DiffError
 from engine.gates.core.mutate import generate
+
+# A fork's own signing policy, where `trace fork` looks for it by default (CONFIG/policy, with
+# CONFIG = trace): it replaces the shipped one, so the gates must apply its thresholds.
+FORK_SIGNING = Path("trace") / "policy" / "signing.toml"
+GATES = ("scope", "mutation", "coverage")
 
 
 def mutant_count(candidate: Candidate) -> int:
@@ -32,7 +45,39 @@ def mutant_count(candidate: Candidate) -> int:
         ) from None
 
 
-def gate_context(candidate: Candidate) -> dict[str, Any]:
+def signing_policy_path(signing_policy: Path | None = None, fork: Path | None = None) -> Path:
+    """The signing policy whose thresholds the gates apply: the one named; else the fork's own
+    (FORK/trace/policy/signing.toml, as `trace fork` merges it); else the shipped one."""
+    from engine.policy.registry import SIGNING, policy_dir
+
+    if signing_policy is not None:
+        return signing_policy
+    if fork is not None and (fork / FORK_SIGNING).is_file():
+        return fork / FORK_SIGNING
+    return policy_dir() / SIGNING
+
+
+def gate_policies(signing_policy: Path) -> dict[str, str]:
+    """gate name -> the JSON its step's `policy` parameter carries (canonical: sorted keys)."""
+    from engine.policy.signing import load_signing_rules
+
+    policy, _, _ = load_signing_rules(signing_policy)
+    return {
+        gate: json.dumps(policy.applied(gate), sort_keys=True, separators=(",", ":"))
+        for gate in GATES
+    }
+
+
+def gate_context(
+    candidate: Candidate, signing_policy: Path | None = None, *, fork: Path | None = None
+) -> dict[str, Any]:
+    """`signing_policy`: the policy whose thresholds the gates apply (see `signing_policy_path`
+    for the default); `trace decide` must decide with the same policy, or it denies."""
     n = mutant_count(candidate)
-    # `repeat` must be at least 1: a patch without mutants still gets one placeholder step.
-    return {"mutation": {"mutants": n, "steps": max(1, n)}}
+    applied = gate_policies(signing_policy_path(signing_policy, fork))
+    return {
+        # `repeat` must be at least 1: a patch without mutants still gets one placeholder step.
+        "mutation": {"mutants": n, "steps": max(1, n), "policy": applied["mutation"]},
+        "coverage": {"policy": applied["coverage"]},
+        "scope": {"policy": applied["scope"]},
+    }

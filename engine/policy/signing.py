@@ -5,6 +5,10 @@ the waivers and `today` in; a `Decision` out. It denies with a catalogued reason
 problem it finds, and never allows on absent evidence: a gate the policy requires that left no
 record is `evidence-missing`. It re-derives what it can from the raw reproducer run records
 instead of trusting the verify summary, and applies its own thresholds to gate scores.
+
+The gates' thresholds live here too: `SigningPolicy.applied(gate)` is what a gate step receives
+(through `engine.gates.context.gate_context`) and writes back as its record's `details.policy`;
+`decide()` denies with `policy-unknown-version` when a record applied another policy's.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from engine.policy.source import (
     validate,
 )
 from engine.policy.waivers import Waiver, WaiverSet
-from engine.records import RunRecord
+from engine.records import GateRecord, RunRecord
 
 SCHEMA = "trace.signing/v1"
 
@@ -46,6 +50,23 @@ class GateRule(Strict):
     not_measurable: str | None = Field(
         default=None, description="reason code when the gate could not measure (measurable=false)"
     )
+    max_files: int | None = Field(
+        default=None, ge=1, description="scope gate only: most files a patch may touch"
+    )
+    max_hunks: int | None = Field(default=None, ge=1, description="scope gate only: most hunks")
+    max_lines: int | None = Field(
+        default=None, ge=1, description="scope gate only: most lines added plus removed"
+    )
+
+    def thresholds(self) -> dict[str, float | int]:
+        """The thresholds the gate step applies itself (absent: no bound)."""
+        values = {k: getattr(self, k) for k in THRESHOLD_KEYS}
+        return {k: v for k, v in values.items() if v is not None}
+
+
+THRESHOLD_KEYS = ("min_score", "max_files", "max_hunks", "max_lines")
+SIZE_BOUNDS = ("max_files", "max_hunks", "max_lines")
+SIZE_GATE = "scope"
 
 
 _SIGNABLE: tuple[State, ...] = ("auto-merge-eligible", "human-review-required")
@@ -74,14 +95,43 @@ class SigningPolicy(Strict):
     rules: SigningRules
     gates: dict[str, GateRule]
 
+    def applied(self, gate: str) -> dict[str, object]:
+        """What a gate step applies and states in its record's `details.policy`: this policy's
+        name and version and the gate's thresholds (`{}` when the policy sets none)."""
+        rule = self.gates.get(gate)
+        return {
+            "name": self.ref.name,
+            "version": self.ref.version,
+            "thresholds": rule.thresholds() if rule else {},
+        }
 
-def load_signing(path: Path) -> tuple[SigningPolicy, Catalogue]:
-    """The signing policy and the catalogue it names; every code it names must be catalogued."""
+
+def load_signing_rules(path: Path) -> tuple[SigningPolicy, str, str]:
+    """The signing policy file alone (no catalogue): the policy, the file's text and the
+    catalogue path it names. What the gates need to know of it before anything is built."""
     text, data, digest = read_toml(path, what="signing policy")
     spec = validate(SigningFile, data, path=path, text=text, what="signing policy")
     check_schema(spec.policy, SCHEMA, path=path, text=text)
-    catalogue = load_catalogue((path.parent / spec.catalogue).resolve())
     for name, rule in spec.gates.items():
+        bounds = [k for k in SIZE_BOUNDS if getattr(rule, k) is not None]
+        if bounds and name != SIZE_GATE:
+            raise PolicyError(
+                f"size bound '{bounds[0]}' on gate '{name}'",
+                file=path,
+                key=f"gates.{name}.{bounds[0]}",
+                line=find_line(text, ("gates", name, bounds[0])),
+                hint=f"max_files, max_hunks and max_lines bound the [gates.{SIZE_GATE}] gate; "
+                "move them there",
+            )
+    policy = SigningPolicy(ref=ref(spec.policy, path, digest), rules=spec.signing, gates=spec.gates)
+    return policy, text, spec.catalogue
+
+
+def load_signing(path: Path) -> tuple[SigningPolicy, Catalogue]:
+    """The signing policy and the catalogue it names; every code it names must be catalogued."""
+    policy, text, catalogue_name = load_signing_rules(path)
+    catalogue = load_catalogue((path.parent / catalogue_name).resolve())
+    for name, rule in policy.gates.items():
         for field in ("below_threshold", "not_measurable"):
             code = getattr(rule, field)
             if code is not None:
@@ -95,7 +145,6 @@ def load_signing(path: Path) -> tuple[SigningPolicy, Catalogue]:
                 hint="name the reason code a low score denies with, e.g. "
                 'below_threshold = "coverage-below-threshold"',
             )
-    policy = SigningPolicy(ref=ref(spec.policy, path, digest), rules=spec.signing, gates=spec.gates)
     return policy, catalogue
 
 
@@ -206,9 +255,47 @@ def _run_hits(ev: Evidence, rules: SigningRules) -> list[Hit]:
     return hits
 
 
-def _gate_hits(
-    ev: Evidence, policy: SigningPolicy, known: dict[str, str], catalogue: Catalogue
-) -> list[Hit]:
+def _policy_hit(name: str, rec: GateRecord, policy: SigningPolicy) -> Hit | None:
+    """A gate record must have applied the deciding policy's thresholds: it names the policy
+    (name, version) and the thresholds it applied in `details.policy`."""
+    want = policy.applied(name)
+    deciding = f"{want['name']} {want['version']}"
+    stated = rec.details.get("policy")
+    src = f"gate:{name}"
+    if not isinstance(stated, dict):
+        if not want["thresholds"]:
+            return None  # a gate without thresholds in this policy (expectation, a fork's own)
+        return Hit(
+            code="policy-unknown-version",
+            source=src,
+            detail=f"the record names no policy; the deciding policy {deciding} sets "
+            f"thresholds for it",
+        )
+    if (stated.get("name"), stated.get("version")) != (want["name"], want["version"]):
+        used = f"{stated.get('name')} {stated.get('version')}"
+        return Hit(
+            code="policy-unknown-version",
+            source=src,
+            detail=f"evaluated under {used}; the deciding policy is {deciding}",
+        )
+    applied = stated.get("thresholds") or {}
+    if applied != want["thresholds"]:
+        return Hit(
+            code="policy-unknown-version",
+            source=src,
+            detail=f"applied thresholds {_show(applied)}, but {deciding} sets "
+            f"{_show(want['thresholds'])} (was the policy edited without a version bump?)",
+        )
+    return None
+
+
+def _show(values: object) -> str:
+    if not isinstance(values, dict) or not values:
+        return "none"
+    return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
+def _gate_hits(ev: Evidence, policy: SigningPolicy, catalogue: Catalogue) -> list[Hit]:
     hits: list[Hit] = []
     for name, rule in sorted(policy.gates.items()):
         if name not in ev.gates and rule.required:
@@ -224,18 +311,9 @@ def _gate_hits(
                 hits.append(Hit(code="evidence-unknown-reason", source=src, detail=code))
         if not rec.passed and not rec.reasons:
             hits.append(Hit(code="evidence-unexplained-failure", source=src))
-        pol = rec.details.get("policy")
-        if isinstance(pol, dict):
-            pname, pver = str(pol.get("name")), str(pol.get("version"))
-            if known.get(pname) != pver:
-                hits.append(
-                    Hit(
-                        code="policy-unknown-version",
-                        source=src,
-                        detail=f"evaluated under {pname} {pver}; known: "
-                        + (f"{pname} {known[pname]}" if pname in known else "none of that name"),
-                    )
-                )
+        mismatch = _policy_hit(name, rec, policy)
+        if mismatch is not None:
+            hits.append(mismatch)
         gate_rule = policy.gates.get(name)
         if gate_rule is None or gate_rule.min_score is None:
             continue
@@ -262,13 +340,8 @@ def decide(
     catalogue: Catalogue,
     waivers: WaiverSet,
     today: dt.date,
-    known_policies: dict[str, str] | None = None,
 ) -> Decision:
     """Allow only when no effective, unwaived reason remains. Pure: no I/O, no clock."""
-    known = dict(known_policies or {})
-    known.update({policy.ref.name: policy.ref.version, catalogue.ref.name: catalogue.ref.version})
-    for r in (routing.policy, routing.critical_packages):
-        known[r.name] = r.version
     hits: list[Hit] = []
     if routing.state not in policy.rules.routes:
         hits.append(Hit(code="routing-not-signable", source="routing", detail=routing.state))
@@ -281,7 +354,7 @@ def decide(
             )
         )
     hits += _run_hits(evidence, policy.rules)
-    hits += _gate_hits(evidence, policy, known, catalogue)
+    hits += _gate_hits(evidence, policy, catalogue)
 
     merged: dict[str, tuple[list[str], list[str]]] = {}
     for h in hits:

@@ -112,6 +112,12 @@ RULES: dict[str, tuple[str, str, str]] = {
         "the package cannot report coverage for the changed lines (not a pass)",
         "build the package with coverage support, or review coverage by hand",
     ),
+    "coverage.file-not-measured": (
+        "coverage-not-measurable",
+        "a changed file with executable changed lines reported no coverage: its lines are "
+        "unknown, so the share is not measurable (not a pass)",
+        "build that file with coverage (is it compiled/installed and run?), or review it by hand",
+    ),
     "coverage.no-executable-lines": (
         "coverage-not-measurable",
         "the patch adds no executable line that coverage could see (not measurable)",

@@ -11,8 +11,12 @@ Two halves, both run in the sandbox:
   executable and executed lines.
 * `evaluate` (the coverage gate): changed lines = the patch's added lines (new-file numbers);
   measured = those that are executable; covered = measured ∩ executed. Not measurable (not a
-  pass) when the package reported no coverage for a changed file, or no changed line is
-  executable.
+  pass) when the run reported no coverage at all, when ANY changed file that may hold executable
+  changed lines was not reported (`coverage.file-not-measured`: a.c fully covered does not
+  vouch for b.c, so its lines are neither dropped nor guessed), or when no changed line is
+  executable. Whether an unreported file's changed lines may execute is judged from the patch
+  text (`may_execute`): blank lines, comments, preprocessor lines and lone braces/`else` do not;
+  anything else, in any language, does.
 """
 
 from __future__ import annotations
@@ -21,14 +25,16 @@ import glob
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 from types import CodeType, ModuleType
 from typing import Any
 
+from .applied import applied_policy, threshold
 from .codes import CODES, code_of
 from .diff import parse_series
-from .lang import is_test_path, language
+from .lang import Lang, code_only, is_test_path, language
 
 # Appended to the harness's sitecustomize (a str.format template: braces doubled).
 PY_TRACER = """
@@ -61,17 +67,43 @@ def _read(path: str) -> str:
         return fh.read()
 
 
-def changed_lines(patches: list[str]) -> dict[str, list[int]]:
-    """Added lines (new-file numbers) per changed source file; tests and deletions excluded."""
-    out: dict[str, list[int]] = {}
+def changed_text(patches: list[str]) -> dict[str, dict[int, str]]:
+    """Added lines (new-file number -> text) per changed source file; tests and deletions
+    excluded. A later patch of the series wins for a line number both touch."""
+    out: dict[str, dict[int, str]] = {}
     for f in parse_series(patches).files:
         if f.new_path is None or f.binary or is_test_path(f.new_path):
             continue
-        lines = sorted({ln.new_no for ln in f.added if ln.new_no is not None})
-        if lines:
-            out.setdefault(f.new_path, [])
-            out[f.new_path] = sorted(set(out[f.new_path]) | set(lines))
-    return out
+        for ln in f.added:
+            if ln.new_no is not None:
+                out.setdefault(f.new_path, {})[ln.new_no] = ln.text
+    return {path: dict(sorted(lines.items())) for path, lines in out.items()}
+
+
+def changed_lines(patches: list[str]) -> dict[str, list[int]]:
+    """Added lines (new-file numbers) per changed source file; tests and deletions excluded."""
+    return {path: list(lines) for path, lines in changed_text(patches).items()}
+
+
+_NOT_CODE = {
+    "c": re.compile(r"(?:[{}();,\s]|\belse\b)*"),
+    "python": re.compile(r"(?:[\[\](){},:\s]|\b(?:else|try|finally)\b)*"),
+}
+_C_COMMENT_CONTINUATION = re.compile(r"\*(?:\s|/|$)")
+
+
+def may_execute(text: str, lang: Lang) -> bool:
+    """Could this changed line carry executable code? Used only for files the coverage data does
+    not report, so it errs towards yes: only what clearly is not code says no."""
+    if lang in ("c", "python"):
+        code = code_only(text, lang).strip()
+        if not code:
+            return False  # blank, a comment, or a string alone (a docstring line)
+        if lang == "c" and (code.startswith("#") or _C_COMMENT_CONTINUATION.match(code)):
+            return False  # a preprocessor line, or the inside of a block comment
+        return _NOT_CODE[lang].fullmatch(code) is None
+    stripped = text.strip()
+    return bool(stripped) and not stripped.startswith(("#", "//", "/*", "*"))
 
 
 def python_executable_lines(source: str, filename: str = "<patched>") -> set[int]:
@@ -240,19 +272,26 @@ def run(cfg: dict[str, Any]) -> int:
 
 
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
-    """cfg: patches, threshold, coverage (path to a coverage.json)."""
-    threshold = float(cfg["threshold"])
+    """cfg: patches, policy (the signing policy's name, version and min_score; no min_score: no
+    threshold), coverage (path to a coverage.json)."""
+    policy = applied_policy(cfg)
+    min_score = threshold(policy, "min_score")
     with open(cfg["coverage"], encoding="utf-8") as fh:
         cov: dict[str, Any] = json.load(fh)
-    changed = changed_lines([_read(p) for p in cfg["patches"]])
+    changed = changed_text([_read(p) for p in cfg["patches"]])
     per_file: list[dict[str, Any]] = []
     measured = covered = 0
     unmeasured: list[str] = []
-    for path, lines in changed.items():
+    for path, text in changed.items():
+        lines = list(text)
         src = match_path(path, sorted(cov["files"]))
         if src is None:
-            unmeasured.append(path)
-            per_file.append({"file": path, "changed": lines, "measurable": False})
+            code = [n for n, t in text.items() if may_execute(t, language(path))]
+            if code:
+                unmeasured.append(path)
+            per_file.append(
+                {"file": path, "changed": lines, "measurable": False, "may_execute": code}
+            )
             continue
         data = cov["files"][src]
         executable = [n for n in lines if n in set(data["executable"])]
@@ -272,12 +311,14 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         )
     rules: list[str] = []
     no_data = cov.get("build") == "failed" or not cov.get("tools")
-    if no_data or (unmeasured and not measured):
+    if no_data:
         rules.append("coverage.not-measurable")
+    elif unmeasured:
+        rules.append("coverage.file-not-measured")
     elif not measured:
         rules.append("coverage.no-executable-lines")
     share = round(covered / measured, 6) if measured else None
-    if not rules and share is not None and share < threshold:
+    if not rules and share is not None and min_score is not None and share < min_score:
         rules.append("coverage.below-threshold")
     measurable = not rules or rules == ["coverage.below-threshold"]
     return {
@@ -290,7 +331,8 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         "details": {
             "rules": rules,
             "tools": cov.get("tools", []),
-            "threshold": threshold,
+            "threshold": min_score,
+            "policy": policy,
             "changed_lines": sum(len(v) for v in changed.values()),
             "executable_changed_lines": measured,
             "covered_lines": covered,

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .applied import applied_policy, bound
 from .scope import DEFAULT_SCOPE, ScopePolicy
 from .scope import evaluate as scope_evaluate
 
@@ -27,14 +28,19 @@ def _read(path: str) -> str:
 
 
 def scope_gate(cfg: dict[str, Any]) -> dict[str, Any]:
+    applied = applied_policy(cfg)
     policy = ScopePolicy(
         scope=tuple(cfg.get("scope") or ()),
         default_scope=tuple(cfg.get("default_scope") or DEFAULT_SCOPE),
-        max_files=int(cfg["max_files"]),
-        max_hunks=int(cfg["max_hunks"]),
-        max_lines=int(cfg["max_lines"]),
+        max_files=bound(applied, "max_files"),
+        max_hunks=bound(applied, "max_hunks"),
+        max_lines=bound(applied, "max_lines"),
     )
-    return scope_evaluate([_read(p) for p in cfg["patches"]], policy)
+    record = scope_evaluate([_read(p) for p in cfg["patches"]], policy)
+    details = record["details"]
+    assert isinstance(details, dict)
+    details["policy"] = applied
+    return record
 
 
 def mutation_gate(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any
 
+from .applied import applied_policy, threshold
 from .codes import CODES, code_of
 from .mutate import Mutant, generate
 
@@ -72,8 +73,10 @@ def classify(meta: dict[str, Any], record: dict[str, Any]) -> str:
 
 
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
-    """cfg: patches, threshold, mutant_runs (dirs with mutant.json + outcome.json), post_runs."""
-    threshold = float(cfg["threshold"])
+    """cfg: patches, policy (the signing policy's name, version and min_score; no min_score: no
+    threshold), mutant_runs (dirs with mutant.json + outcome.json), post_runs."""
+    policy = applied_policy(cfg)
+    min_score = threshold(policy, "min_score")
     expected = generate([_read(p) for p in cfg["patches"]])
     results: list[dict[str, Any]] = []
     for run_dir in cfg["mutant_runs"]:
@@ -101,7 +104,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         rules.append("mutation.post-fix-fails")
     elif not judged:
         rules.append("mutation.none-built")
-    elif score is not None and score < threshold:
+    elif score is not None and min_score is not None and score < min_score:
         rules.append("mutation.score-below-threshold")
     measurable = not rules or rules == ["mutation.score-below-threshold"]
     reasons = sorted({code_of(r) for r in rules}, key=CODES.index)
@@ -116,7 +119,8 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             "rules": rules,
             "mutants": len(expected),
             **counts,
-            "threshold": threshold,
+            "threshold": min_score,
+            "policy": policy,
             "post_fix_runs": len(post),
             "post_fix_failed": len(post_fails),
             "results": [

@@ -1,8 +1,10 @@
 """The scope/minimality gate: what a patch touches, how much, and whether it weakens checks.
 
-All judgements are made on the diff alone, line by line, as a reviewer reads it. "Weakened"
-rules compare counts per file: removing an assertion and adding a changed one is a change, not a
-removal; removing more assertions than the file gains is a removal. Multi-line constructs are
+All judgements are made on the diff alone, line by line, as a reviewer reads it. A removed
+check (assertion, bounds check, error return) counts as removed unless the file gains a check of
+the same kind that tests at least the same identifiers (engine/gates/core/checks.py): changing
+`klen >= KEY_MAX` to `klen > KEY_MAX - 1` keeps it, trading it for `klen > 100` does not. Added
+catch-alls and ignored return codes are compared by count per file. Multi-line constructs are
 joined while their brackets are open (a prototype over two lines is one prototype).
 """
 
@@ -13,9 +15,10 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from .checks import removed_checks, statements
 from .codes import CODES, code_of
-from .diff import FileDiff, Line, Patch, canonical, parse_series
-from .lang import Lang, brackets_balanced, code_only, is_header, is_test_path, language
+from .diff import FileDiff, Patch, canonical, parse_series
+from .lang import Lang, is_header, is_test_path, language
 
 # Source files of the common languages, and nix expressions; not build-system, CI or docs files.
 DEFAULT_SCOPE: tuple[str, ...] = (
@@ -46,11 +49,14 @@ DEFAULT_SCOPE: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class ScopePolicy:
+    """The gate's parameters. The size bounds come from the signing policy ([gates.scope]);
+    None is no bound."""
+
     scope: tuple[str, ...] = ()  # the candidate's globs; empty: default_scope
     default_scope: tuple[str, ...] = DEFAULT_SCOPE
-    max_files: int = 5
-    max_hunks: int = 10
-    max_lines: int = 100  # added + removed
+    max_files: int | None = None
+    max_hunks: int | None = None
+    max_lines: int | None = None  # added + removed
 
 
 @dataclass(frozen=True)
@@ -157,34 +163,11 @@ def in_scope(path: str, globs: Iterable[str]) -> bool:
 # ---- joining multi-line constructs ----
 
 
-def _statements(lines: list[Line], kind: str, lang: Lang) -> list[tuple[int | None, str]]:
-    """Runs of one side's lines joined while brackets stay open: (first line no, code text)."""
-    out: list[tuple[int | None, str]] = []
-    buf: list[str] = []
-    first: int | None = None
-    for ln in lines:
-        if ln.kind != kind:
-            if buf:
-                out.append((first, " ".join(buf)))
-                buf, first = [], None
-            continue
-        code = code_only(ln.text, lang).strip()
-        if not buf:
-            first = ln.old_no if kind == "-" else ln.new_no
-        buf.append(code)
-        if brackets_balanced(" ".join(buf)):
-            out.append((first, " ".join(buf)))
-            buf, first = [], None
-    if buf:
-        out.append((first, " ".join(buf)))
-    return out
-
-
 def _side(f: FileDiff, kind: str) -> list[tuple[int | None, str]]:
     lang = language(f.path)
     out: list[tuple[int | None, str]] = []
     for h in f.hunks:
-        out.extend(_statements(h.lines, kind, lang))
+        out.extend(statements(h.lines, kind, lang))
     return out
 
 
@@ -241,21 +224,6 @@ def _check_interface(f: FileDiff, ctx: _Ctx) -> None:
 
 # ---- weakened checks ----
 
-_ASSERT = {
-    "c": re.compile(r"\b(?:assert|static_assert|_Static_assert|g_assert\w*|BUG_ON)\s*\("),
-    "python": re.compile(r"^assert\b"),
-}
-_BOUNDS = {
-    "c": re.compile(r"\b(?:if|while)\s*\(.*(?<![<>=-])(?:<=?|>=?)(?![<>])"),
-    "python": re.compile(r"^(?:if|elif|while)\b.*(?<![<>=-])(?:<=?|>=?)(?![<>])"),
-}
-_ERROR_RETURN = {
-    "c": re.compile(
-        r"\breturn\s+(?:-\s*\w+|NULL|false|EXIT_FAILURE)\s*;|"
-        r"\bgoto\s+\w*(?:err|fail|out|bad|error)\w*\s*;|\b(?:abort|_exit|exit)\s*\(\s*(?!0\b)"
-    ),
-    "python": re.compile(r"^raise\b|\bsys\.exit\s*\(\s*(?!0\b)\S"),
-}
 _CATCH_ALL = {
     "c": re.compile(r"\bcatch\s*\(\s*\.\.\.\s*\)"),
     "python": re.compile(r"^except\s*:|^except\s*\(?\s*(?:Exception|BaseException)\b"),
@@ -275,6 +243,14 @@ _TEST_DEF = re.compile(
     r"^(?:async\s+)?def\s+test\w*\s*\(|^class\s+Test\w*|"
     r"^(?:START_TEST|TEST|TEST_F|TEST_P)\s*\(|^(?:static\s+)?void\s+test_\w+\s*\("
 )
+
+
+# a removed check of each kind with no added check testing the same identifiers (checks.py)
+_REMOVED = {
+    "assert": ("scope.weakened.assert-removed", "assertion removed"),
+    "bounds": ("scope.weakened.bounds-check-removed", "bounds check removed"),
+    "error-return": ("scope.weakened.error-return-removed", "error return removed"),
+}
 
 
 def _count_rule(
@@ -310,20 +286,15 @@ def _check_weakened(f: FileDiff, ctx: _Ctx) -> None:
         ctx.add("scope.weakened.test-deleted", f, None, "test file deleted")
         return
     if lang in ("c", "python") and not test_file:
-        rules: list[tuple[str, re.Pattern[str], str, str]] = [
-            ("scope.weakened.assert-removed", _ASSERT[lang], "-", "assertion removed"),
-            ("scope.weakened.bounds-check-removed", _BOUNDS[lang], "-", "bounds check removed"),
-            (
-                "scope.weakened.error-return-removed",
-                _ERROR_RETURN[lang],
-                "-",
-                "error return removed",
-            ),
-            ("scope.weakened.catch-all-added", _CATCH_ALL[lang], "+", "catch-all added"),
-            ("scope.weakened.return-code-ignored", _IGNORED_RC[lang], "+", "return code ignored"),
-        ]
-        for rule, rx, side, what in rules:
-            _count_rule(f, ctx, rule, _matcher(rx), weaker_side=side, what=what)
+        for check in removed_checks(f):
+            rule, what = _REMOVED[check.kind]
+            tested = ", ".join(sorted(check.subject)) or "?"
+            ctx.add(rule, f, check.line, f"{what} (it tested {tested}): {check.text[:120]}")
+        for rule, rx, what in (
+            ("scope.weakened.catch-all-added", _CATCH_ALL[lang], "catch-all added"),
+            ("scope.weakened.return-code-ignored", _IGNORED_RC[lang], "return code ignored"),
+        ):
+            _count_rule(f, ctx, rule, _matcher(rx), weaker_side="+", what=what)
     if lang in ("c", "python"):
         _count_rule(
             f,
@@ -377,10 +348,10 @@ def evaluate_parsed(series: Patch, policy: ScopePolicy) -> dict[str, object]:
         ("scope.too-many-files", "files", policy.max_files),
         ("scope.too-many-hunks", "hunks", policy.max_hunks),
     ):
-        if summary[key] > limit:
+        if limit is not None and summary[key] > limit:
             ctx.add(code, "", None, f"{summary[key]} {key} (limit {limit})")
     lines = summary["lines_added"] + summary["lines_removed"]
-    if lines > policy.max_lines:
+    if policy.max_lines is not None and lines > policy.max_lines:
         ctx.add(
             "scope.too-many-lines", "", None, f"{lines} changed lines (limit {policy.max_lines})"
         )
