@@ -1,5 +1,7 @@
-"""Verifying a bundle directory: signature, signer, payload type, statement, every payload digest,
-policy versions, and (optionally) a replay. Every failing check carries one reason code.
+"""Verifying a bundle directory: layout (nothing beside statement.json, statement.sigstore.json
+and payload/), signature, signer, payload type, statement, every payload digest, policy versions
+and digests, the records' agreement and the decisions re-run offline (engine.bundle_verify.
+consistency), and (optionally) a replay. Every failing check carries one reason code.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ import base64
 import hashlib
 import os
 import stat
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -18,6 +21,8 @@ from pydantic import BaseModel, Field, ValidationError
 from engine.bundle_verify.identity import IdentityPolicy
 from engine.bundle_verify.signature import Check, verify_signature
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
+from engine.evidence.bundle import ROOT_FILES
+from engine.evidence.redact import REDACTION_VERSION, rules_digest
 from engine.evidence.statement import PAYLOAD_TYPE, Statement
 from engine.signing.deadline import DEFAULT_SECONDS
 
@@ -127,6 +132,72 @@ def policy_version_check(statement: Statement, policy: IdentityPolicy) -> Check:
     )
 
 
+def known_policy_files(directory: Path) -> dict[str, dict[str, set[str]]]:
+    """name -> version -> sha256 of the policy files (`[policy]` header) in `directory`."""
+    known: dict[str, dict[str, set[str]]] = {}
+    for f in sorted(directory.glob("*.toml")):
+        try:
+            raw = f.read_bytes()
+            header = tomllib.loads(raw.decode("utf-8")).get("policy", {})
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue  # the policy's own loader reports broken files
+        if isinstance(header, dict) and "name" in header and "version" in header:
+            versions = known.setdefault(str(header["name"]), {})
+            versions.setdefault(str(header["version"]), set()).add(hashlib.sha256(raw).hexdigest())
+    known.setdefault("redaction", {}).setdefault(REDACTION_VERSION, set()).add(rules_digest())
+    return known
+
+
+def policy_pin_check(statement: Statement, policy: IdentityPolicy) -> Check:
+    """Each named policy's digest against the policy files here with that name and version.
+
+    A version accepted only through the lock's `policy_versions` list (no file here has it) is
+    accepted by version; every version a file here has must match one such file's sha256.
+    """
+    pins = statement.policy_pins()
+    if pins is None:
+        return Check(
+            name="policy digests",
+            ok=False,
+            reason="policy.digest-mismatch",
+            detail="the statement pins no policy digests: re-create the bundle with this trace",
+        )
+    files = known_policy_files(policy.path.parent)
+    bad: list[str] = []
+    unpinned = sorted(set(statement.policy_versions()) - set(pins))
+    bad += [f"{n}: named without a digest" for n in unpinned]
+    by_version: list[str] = []
+    for name, pin in sorted(pins.items()):
+        digests = files.get(name, {}).get(pin.version)
+        if digests is None:
+            by_version.append(f"{name} {pin.version}")
+        elif pin.digest not in digests:
+            bad.append(
+                f"{name} {pin.version}: sha256 {pin.digest[:12]}…, the file here has "
+                + ", ".join(d[:12] + "…" for d in sorted(digests))
+            )
+    if bad:
+        return Check(
+            name="policy digests", ok=False, reason="policy.digest-mismatch", detail="; ".join(bad)
+        )
+    detail = f"{len(pins) - len(by_version)} policies match the files here by sha256"
+    if by_version:
+        detail += "; accepted by version only (no file here): " + ", ".join(by_version)
+    return Check(name="policy digests", ok=True, detail=detail)
+
+
+def root_check(directory: Path) -> Check:
+    extra = sorted(p.name for p in directory.iterdir() if p.name not in ROOT_FILES)
+    if extra:
+        return Check(
+            name="nothing beside the statement",
+            ok=False,
+            reason="bundle.extra-file",
+            detail=", ".join(extra),
+        )
+    return Check(name="nothing beside the statement", ok=True, detail=", ".join(sorted(ROOT_FILES)))
+
+
 def verify_bundle(
     directory: Path,
     policy: IdentityPolicy,
@@ -160,11 +231,12 @@ def verify_bundle(
             Check(name="bundle layout", ok=False, reason="bundle.layout", detail=str(exc))
         )
         return verdict()
-    if not payload.is_dir():
+    if not payload.is_dir() or payload.is_symlink():
         checks.append(
             Check(name="bundle layout", ok=False, reason="bundle.layout", detail="no payload/")
         )
         return verdict()
+    checks.append(root_check(directory))
 
     signed: bytes | None = None
     sig_path = directory / SIGNATURE_FILE
@@ -230,8 +302,18 @@ def verify_bundle(
             )
         )
         return verdict()
-    checks.extend(subject_checks(statement, payload))
+    subjects = subject_checks(statement, payload)
+    checks.extend(subjects)
     checks.append(policy_version_check(statement, policy))
+    checks.append(policy_pin_check(statement, policy))
+    if all(c.ok for c in subjects):
+        from engine.bundle_verify.consistency import record_checks
+
+        checks.extend(record_checks(statement, payload, [policy.path.parent]))
+    else:
+        checks.append(
+            Check(name="records agree", ok=True, detail="not run: the payload digests failed")
+        )
     if replay is not None:
         if any(not c.ok for c in checks):
             checks.append(

@@ -1,6 +1,7 @@
 """Reason codes of `trace verify-bundle`: `<area>.<rule>`, stable, one meaning forever.
 
 Each maps to (what it means, what to do). A check that fails names exactly one of these.
+docs/evidence.md lists them for users; a test keeps the two in step.
 """
 
 from __future__ import annotations
@@ -9,6 +10,11 @@ REASONS: dict[str, tuple[str, str]] = {
     "bundle.layout": (
         "the directory is not a trace bundle (statement.json or payload/ missing or unreadable)",
         "point at a directory written by `trace bundle`",
+    ),
+    "bundle.extra-file": (
+        "the bundle root holds something besides statement.json, statement.sigstore.json and "
+        "payload/",
+        "a file was added beside the signed statement: remove it, or do not trust the bundle",
     ),
     "bundle.unsigned": (
         "the bundle has no signature (statement.sigstore.json is missing)",
@@ -81,13 +87,49 @@ REASONS: dict[str, tuple[str, str]] = {
         "update the checkout, or list the version in policy/signing-identity.json "
         "`policy_versions` if it is still accepted",
     ),
+    "policy.digest-mismatch": (
+        "a policy the statement names has another sha256 than the policy file of that name and "
+        "version here (or the statement pins no policy digests)",
+        "a policy changed without a version bump, or the bundle was decided under a loosened "
+        "copy: do not trust it; bump the policy version on every change",
+    ),
+    "decision.missing": (
+        "the bundle carries no signing decision (payload/decisions/signing.json, "
+        "trace.decision/v1)",
+        "re-create the bundle with `trace bundle`",
+    ),
+    "decision.denied": (
+        "the bundled signing decision denies signing",
+        "read its reasons (`trace decide`); a denied bundle is for review only",
+    ),
+    "decision.evidence-mismatch": (
+        "a file the signing decision names as its evidence is missing from the bundle or has "
+        "another sha256",
+        "the records were changed after the decision was made: do not trust the bundle",
+    ),
+    "decision.not-reproduced": (
+        "the signing policy, run again over the bundled records with the decision's own policy "
+        "file, date and waivers, decides otherwise",
+        "the decision does not follow from the evidence: do not trust the bundle",
+    ),
+    "records.disagree": (
+        "the bundled records contradict each other (outcomes/, verify-result.json, gates/, "
+        "replay.json, the decisions, model.json and prompt.txt)",
+        "a record was forged or mixed from several runs: do not trust the bundle",
+    ),
+    "verify.not-reproduced": (
+        "verify-result.json's verdict does not follow from its own claims, --check results or "
+        "the expectation gate's record",
+        "the verdict was edited: do not trust the bundle",
+    ),
     "replay.pin-mismatch": (
         "an input the replay record pins (candidate, graph, template, fork revision, engine "
-        "version) differs here",
+        "version, a step's key or derivation path) differs here",
         "check out the pinned revision of the project and the fork, then replay again",
     ),
     "replay.mismatch": (
-        "a step rebuilt from the replay record gave a different outcome than the bundle records",
+        "a step rebuilt from the replay record (nix --check for outputs the store holds) gave a "
+        "different outcome, or failed, or the verdict judged again differs from the bundle's",
         "the recorded evidence is not reproducible: do not trust it",
     ),
     "replay.failed": (

@@ -4,11 +4,15 @@ Keyless: the DSSE signature against the certificate key, the signer (SAN + OIDC 
 the identity lock, then sigstore-python's `Verifier.verify_dsse` for the certificate chain at the
 log's time, the SCT, the inclusion proof + checkpoint + signed entry timestamp, and the entry's
 agreement with the envelope. Its errors are mapped to this command's reason codes.
+Before sigstore runs, the log's integrated time is checked against the certificate's validity
+(`signature.time`): sigstore verifies the chain *at* that time first, so an entry logged after
+the short-lived certificate expired would otherwise surface as a chain error.
 Key mode: the key hint must name a trusted key, and the DSSE signature must verify with it.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -50,10 +54,12 @@ def _ok(name: str, detail: str = "") -> Check:
 # sigstore-python error text -> reason code (first match wins; order matters)
 _SIGSTORE_ERRORS: tuple[tuple[str, str], ...] = (
     ("DSSE: invalid signature", "signature.invalid"),
+    ("invalid log entry", "signature.tlog"),  # inclusion proof, checkpoint, SET
+    ("failed to verify SCT", "signature.sct"),
+    ("expired at time of signing", "signature.time"),
+    ("sources of verified time", "signature.time"),
     ("certificate chain", "signature.certificate"),
     ("SCT", "signature.sct"),
-    ("expired at time of signing", "signature.time"),
-    ("verified time", "signature.time"),
     ("log entry", "signature.tlog"),
     ("inclusion", "signature.tlog"),
     ("checkpoint", "signature.tlog"),
@@ -117,6 +123,25 @@ def _identity_check(
     ), None
 
 
+def _time_check(bundle: object, cert: x509.Certificate) -> Check:
+    """The log entry's integrated time must lie within the certificate's validity."""
+    inner = getattr(getattr(bundle, "log_entry", None), "_inner", None)
+    raw = getattr(inner, "integrated_time", None)
+    try:
+        when = dt.datetime.fromtimestamp(int(raw), dt.UTC) if raw is not None else None
+    except (TypeError, ValueError, OverflowError):
+        when = None
+    if when is None:
+        return _fail("log time within certificate validity", "signature.time", "no log time")
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    detail = (
+        f"logged {when.isoformat()}, certificate valid {start.isoformat()} to {end.isoformat()}"
+    )
+    if start <= when <= end:
+        return _ok("log time within certificate validity", detail)
+    return _fail("log time within certificate validity", "signature.time", detail)
+
+
 def verify_keyless(
     raw: str, policy: IdentityPolicy, trust_config: Path | None, deadline: float
 ) -> SignatureResult:
@@ -150,6 +175,10 @@ def verify_keyless(
 
     id_check, matched = _identity_check(sans, issuer, policy)
     checks.append(id_check)
+    time_check = _time_check(bundle, cert)
+    checks.append(time_check)
+    if not time_check.ok:  # sigstore would only report the chain as invalid at that time
+        return SignatureResult(mode="keyless", checks=checks, envelope=envelope, signer=signer)
 
     config = load_trust_config(trust_config, deadline=deadline)
     assert isinstance(config, ClientTrustConfig)

@@ -233,6 +233,32 @@ class FakeSigstore:
         return Handler
 
 
+def reissue_with_bad_sct(fake: FakeSigstore, bundle_json: str) -> str:
+    """The same Sigstore bundle with its leaf re-issued by the fake CA for the same key and
+    identity, but with an SCT no trusted CT log signed: chain and DSSE signature still hold."""
+    from cryptography.x509.oid import ObjectIdentifier
+
+    doc = json.loads(bundle_json)
+    material = doc["verificationMaterial"]
+    old = x509.load_der_x509_certificate(base64.b64decode(material["certificate"]["rawBytes"]))
+    pub = old.public_key()
+    assert isinstance(pub, ec.EllipticCurvePublicKey)
+    san = old.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    issuer = old.extensions.get_extension_for_oid(ObjectIdentifier("1.3.6.1.4.1.57264.1.1"))
+    assert isinstance(issuer.value, x509.UnrecognizedExtension)
+    leaf = fake.ca.issue(
+        pub,
+        san=next(iter(san)),
+        issuer=issuer.value.value.decode(),
+        sct_key=ec.generate_private_key(ec.SECP256R1()),
+        valid=(old.not_valid_before_utc, old.not_valid_after_utc),
+    )
+    material["certificate"]["rawBytes"] = _B64(
+        leaf.public_bytes(serialization.Encoding.DER)
+    ).decode()
+    return json.dumps(doc)
+
+
 _shared: FakeSigstore | None = None
 _shared_lock = threading.Lock()
 

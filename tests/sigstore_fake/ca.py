@@ -89,7 +89,9 @@ class FakeCA:
             .sign(self.key, hashes.SHA256())
         )
 
-    def _sct_list(self, tbs: bytes, when: dt.datetime) -> bytes:
+    def _sct_list(
+        self, tbs: bytes, when: dt.datetime, ct_key: ec.EllipticCurvePrivateKey | None = None
+    ) -> bytes:
         ts_ms = int(when.timestamp()) * 1000  # whole seconds: exact through float round trips
         issuer_hash = key_id(self.key.public_key())
         signed = (
@@ -99,7 +101,7 @@ class FakeCA:
             + tbs
             + struct.pack("!H", 0)  # no extensions
         )
-        sig = self.ct_key.sign(signed, ec.ECDSA(hashes.SHA256()))
+        sig = (ct_key or self.ct_key).sign(signed, ec.ECDSA(hashes.SHA256()))
         sct = (
             struct.pack("!B", 0)
             + key_id(self.ct_key.public_key())
@@ -110,17 +112,26 @@ class FakeCA:
         return struct.pack("!HH", len(sct) + 2, len(sct)) + sct
 
     def issue(
-        self, public_key: ec.EllipticCurvePublicKey, *, san: x509.GeneralName, issuer: str
+        self,
+        public_key: ec.EllipticCurvePublicKey,
+        *,
+        san: x509.GeneralName,
+        issuer: str,
+        sct_key: ec.EllipticCurvePrivateKey | None = None,
+        valid: tuple[dt.datetime, dt.datetime] | None = None,
     ) -> x509.Certificate:
+        """A leaf for `public_key`; `sct_key` signs its SCT instead of the CT log (a bad SCT);
+        `valid` overrides the validity window (default: from 30 s ago for LEAF_LIFETIME)."""
         now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+        start, end = valid or (now - dt.timedelta(seconds=30), now + LEAF_LIFETIME)
         builder = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([]))
             .issuer_name(self.root.subject)
             .public_key(public_key)
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(seconds=30))
-            .not_valid_after(now + LEAF_LIFETIME)
+            .not_valid_before(start)
+            .not_valid_after(end)
             .add_extension(
                 x509.KeyUsage(
                     digital_signature=True,
@@ -147,7 +158,7 @@ class FakeCA:
             )
         )
         precert = builder.sign(self.key, hashes.SHA256())
-        scts = self._sct_list(precert.tbs_certificate_bytes, now)
+        scts = self._sct_list(precert.tbs_certificate_bytes, now, sct_key)
         leaf = builder.add_extension(
             x509.UnrecognizedExtension(SCT_LIST, der_octet_string(scts)), False
         ).sign(self.key, hashes.SHA256())
