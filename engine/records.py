@@ -24,25 +24,60 @@ class Sanitizer(Record):
 
 
 class Invocation(Record):
-    """One call of the package's own program or module, seen by trace's wrapper/audit hook."""
+    """One call of the package's own program, or one python process that ran the package's
+    modules, as trace's harness saw it end: the target ran it, not the reproducer's account."""
 
-    target: str = Field(description="path inside the package, e.g. bin/cparse")
+    target: str = Field(
+        description="bin/<name> for a program; for a python process the first module file of "
+        "the package it opened, e.g. lib/python/pager/__init__.py"
+    )
+    kind: Literal["program", "python"] = "program"
+    args: list[str] = Field(default_factory=list, description="arguments (normalised paths)")
     exit_code: int | None = None
     signal: str | None = None
+    sanitizer: Sanitizer | None = Field(
+        default=None, description="a sanitizer report on this invocation's own stderr"
+    )
+    opened: list[str] = Field(
+        default_factory=list, description="the package's files a python process opened"
+    )
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return (
+            self.exit_code not in (0, None) or self.signal is not None or self.sanitizer is not None
+        )
 
 
 class RunRecord(Record):
-    """How one reproducer run against one build ended. Deterministic: no times, no temp paths."""
+    """How one reproducer run against one build ended. Deterministic: no times, no temp paths.
+
+    The verdict rests on the target's own behaviour: `invocations` (each target invocation's exit,
+    signal, sanitizer report and output, seen by the harness), `target_ran`, `target_failed` and
+    `sanitizer` (the first report on a target invocation's stderr). `exit_code`, `signal` and the
+    output digests/tails are the reproducer script's own, kept for reviewers: a failure only the
+    script reports (an echoed sanitizer line, an exit 1) is not the target failing."""
 
     schema_: Literal["trace.run/v1"] = Field(default="trace.run/v1", alias="schema")
-    side: Side
+    side: Side | None = Field(
+        default=None,
+        description="set by the engine from the step the record came from (the run itself is "
+        "not told its side)",
+    )
     run: int
     build: Literal["ok", "failed"] = "ok"
     target_ran: bool
+    target_failed: bool = Field(
+        default=False, description="a target invocation exited non-zero, died or reported"
+    )
     invocations: list[Invocation] = Field(default_factory=list)
-    exit_code: int | None = None
-    signal: str | None = None
-    sanitizer: Sanitizer | None = None
+    exit_code: int | None = Field(default=None, description="the reproducer script's")
+    signal: str | None = Field(default=None, description="the reproducer script's")
+    sanitizer: Sanitizer | None = Field(
+        default=None, description="the first sanitizer report of a target invocation"
+    )
     stdout_sha256: str | None = None
     stderr_sha256: str | None = None
     stdout_tail: str = ""
@@ -52,11 +87,12 @@ class RunRecord(Record):
 
     @property
     def failed(self) -> bool:
-        return (
-            self.exit_code not in (0, None)
-            or self.signal is not None
-            or (self.sanitizer is not None)
-        )
+        """The target failed: one of its invocations did (never the script's own account)."""
+        return any(i.failed for i in self.invocations)
+
+    @property
+    def script_failed(self) -> bool:
+        return self.exit_code not in (0, None) or self.signal is not None
 
 
 class GateRecord(Record):

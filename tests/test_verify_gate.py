@@ -31,6 +31,13 @@ def harness() -> ModuleType:
     return load_gate(ROOT / "templates" / "verify" / "harness.py")
 
 
+def inv(**kw: Any) -> dict[str, Any]:
+    """One target invocation as the harness records it."""
+    base: dict[str, Any] = {"target": "bin/cparse", "kind": "program", "args": []}
+    base |= {"exit_code": 0, "signal": None, "sanitizer": None, "opened": []}
+    return base | {"stdout_tail": "", "stderr_tail": ""} | kw
+
+
 def rec(side: str = "pre", run: int = 1, **kw: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "schema": "trace.run/v1",
@@ -38,7 +45,8 @@ def rec(side: str = "pre", run: int = 1, **kw: Any) -> dict[str, Any]:
         "run": run,
         "build": "ok",
         "target_ran": True,
-        "invocations": [{"target": "bin/cparse", "exit_code": 0, "signal": None}],
+        "target_failed": False,
+        "invocations": [inv()],
         "exit_code": 0,
         "signal": None,
         "sanitizer": None,
@@ -50,9 +58,20 @@ def rec(side: str = "pre", run: int = 1, **kw: Any) -> dict[str, Any]:
     return base | kw
 
 
+def failing(side: str = "pre", run: int = 1, **kw: Any) -> dict[str, Any]:
+    """A run whose one target invocation failed as `kw` says (the script exits the same)."""
+    i = inv(**kw)
+    return rec(side, run, invocations=[i], target_failed=True, exit_code=i["exit_code"])
+
+
 ASAN = {"tool": "AddressSanitizer", "kind": "heap-buffer-overflow"}
-CRASH = {"exit_code": 1, "sanitizer": ASAN, "stderr_tail": "ERROR: AddressSanitizer: heap"}
+ASAN_LINE = "==1==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x602000000020"
+CRASH_INV = inv(exit_code=1, sanitizer=ASAN, stderr_tail=ASAN_LINE)
+CRASH = {"invocations": [CRASH_INV], "target_failed": True, "exit_code": 1, "sanitizer": ASAN}
 EXPECT = {"sanitizer": "AddressSanitizer: heap-buffer-overflow", "exit_code": 1}
+# the audit's cheating reproducer: the target ran harmlessly, the SCRIPT printed a sanitizer
+# line and exited 1 (an old harness parsed the script's own output and exit: PASS)
+CHEAT = {"exit_code": 1, "stderr_tail": ASAN_LINE}
 
 
 @pytest.mark.parametrize(
@@ -60,20 +79,38 @@ EXPECT = {"sanitizer": "AddressSanitizer: heap-buffer-overflow", "exit_code": 1}
     [
         ("pre", [rec(**CRASH), rec(run=2, **CRASH)], EXPECT, "ok"),
         ("pre", [rec(), rec(run=2)], EXPECT, "pre-fix-did-not-fail"),
-        ("pre", [rec(exit_code=139, signal="SIGSEGV")], EXPECT, "pre-fix-wrong-failure"),
-        ("pre", [rec(exit_code=1)], {"signal": "SIGSEGV"}, "pre-fix-wrong-failure"),
+        ("pre", [rec(**CHEAT), rec(run=2, **CHEAT)], EXPECT, "pre-fix-did-not-fail"),
+        ("pre", [failing(exit_code=None, signal="SIGSEGV")], EXPECT, "pre-fix-wrong-failure"),
+        ("pre", [failing(exit_code=1)], {"signal": "SIGSEGV"}, "pre-fix-wrong-failure"),
         (
             "pre",
-            [rec(exit_code=1, stdout_tail="boom")],
+            [failing(exit_code=1, stdout_tail="boom")],
             {"output": "^bang"},
             "pre-fix-wrong-failure",
         ),
-        ("pre", [rec(exit_code=1, stdout_tail="x\nbang!")], {"output": "^bang"}, "ok"),
+        ("pre", [failing(exit_code=1, stdout_tail="x\nbang!")], {"output": "^bang"}, "ok"),
+        # the pattern must be in the failing target's own output, not in the script's
+        (
+            "pre",
+            [rec(**CRASH, stdout_tail="bang!")],
+            {"output": "^bang"},
+            "pre-fix-wrong-failure",
+        ),
         ("pre", [rec(**CRASH)], {"sanitizer": "AddressSanitizer"}, "ok"),
+        # one invocation must meet the whole expectation (here: each meets half of it)
+        (
+            "pre",
+            [rec(invocations=[inv(exit_code=2, sanitizer=ASAN), inv(exit_code=1)])],
+            EXPECT,
+            "pre-fix-wrong-failure",
+        ),
+        ("pre", [rec(invocations=[inv(), CRASH_INV])], EXPECT, "ok"),
         ("pre", [rec(**CRASH), rec(run=2)], EXPECT, "flaky"),
         ("pre", [rec(target_ran=False, invocations=[], exit_code=1)], EXPECT, "target-never-ran"),
         ("post", [rec("post"), rec("post", 2)], EXPECT, "ok"),
         ("post", [rec("post", **CRASH)], EXPECT, "post-fix-still-fails"),
+        # a script that still reports a failure after the fix can only deny
+        ("post", [rec("post", exit_code=1)], EXPECT, "post-fix-still-fails"),
         ("post", [rec("post", target_ran=False, invocations=[])], EXPECT, "target-never-ran"),
         ("post", [], EXPECT, "run-step-failed"),
     ],
@@ -97,12 +134,14 @@ def test_gate_record_lists_each_reason_once(gate: ModuleType) -> None:
 
 
 def test_wrong_failure_detail_names_each_mismatch(gate: ModuleType) -> None:
-    got = gate.mismatches(rec(exit_code=134, signal="SIGABRT"), EXPECT | {"output": "overflow"})
+    got = gate.mismatches(inv(exit_code=134, signal="SIGABRT"), EXPECT | {"output": "overflow"})
     assert got == [
         "expected exit code 1, got 134",
         "expected sanitizer report 'AddressSanitizer: heap-buffer-overflow', got 'none'",
-        "output does not match /overflow/",
+        "the target's output does not match /overflow/",
     ]
+    row = gate.judge_side("pre", [failing(exit_code=134, signal="SIGABRT")], EXPECT)
+    assert row["detail"].startswith("bin/cparse: expected exit code 1, got 134")
 
 
 # ---- the harness's pure helpers ----
@@ -229,9 +268,16 @@ def run_harness(tmp_path: Path, name: str, script: str, timeout: int = 30) -> di
     pkg = tmp_path / "pkg"
     if not pkg.exists():
         (pkg / "bin").mkdir(parents=True)
-        crash = pkg / "bin" / "crash"
-        crash.write_text("#!/bin/sh\necho crashing\nkill -SEGV $$\n")
-        crash.chmod(0o755)
+        programs = {
+            "crash": "#!/bin/sh\necho crashing\nkill -SEGV $$\n",
+            "showenv": "#!/bin/sh\nenv | sort\n",
+            "ok": "#!/bin/sh\necho fine\n",
+        }
+        for prog, text in programs.items():
+            (pkg / "bin" / prog).write_text(text)
+            (pkg / "bin" / prog).chmod(0o755)
+        (pkg / "lib" / "python" / "mod").mkdir(parents=True)
+        (pkg / "lib" / "python" / "mod" / "__init__.py").write_text("VALUE = 3\n")
     (tmp_path / f"{name}.sh").write_text(script)
     build = tmp_path / f"build-{name}"
     build.mkdir()
@@ -239,7 +285,6 @@ def run_harness(tmp_path: Path, name: str, script: str, timeout: int = 30) -> di
         "out": str(tmp_path / f"out-{name}"),
         "target": str(pkg),
         "script": str(tmp_path / f"{name}.sh"),
-        "side": "pre",
         "run": "1",
         "tools": "/usr",
         "timeout": str(timeout),
@@ -251,15 +296,50 @@ def run_harness(tmp_path: Path, name: str, script: str, timeout: int = 30) -> di
     return data
 
 
-def test_harness_wrapper_logs_the_target_and_keeps_its_signal(tmp_path: Path) -> None:
+def test_harness_runs_the_target_itself_and_keeps_its_signal(tmp_path: Path) -> None:
     rec = run_harness(tmp_path, "crash", '"$TARGET/bin/crash" arg\necho after\n')
-    assert rec["invocations"] == [{"target": "bin/crash", "exit_code": None, "signal": "SIGSEGV"}]
-    assert rec["target_ran"] is True
-    assert rec["exit_code"] == 0  # the script went on...
-    assert rec["signal"] is None  # ...so only a failing reproducer takes the target's signal
+    [one] = rec["invocations"]
+    assert (one["target"], one["kind"], one["args"]) == ("bin/crash", "program", ["arg"])
+    assert (one["exit_code"], one["signal"], one["stdout_tail"]) == (None, "SIGSEGV", "crashing\n")
+    assert rec["target_ran"] is True and rec["target_failed"] is True
+    assert (rec["exit_code"], rec["signal"]) == (0, None)  # the script's own: it went on
+    assert "crashing" in rec["stdout_tail"]  # the target's output still reaches the script
     rec = run_harness(tmp_path, "crash2", "crash\n")  # via PATH; sh exits 128+11
-    assert (rec["exit_code"], rec["signal"]) == (139, "SIGSEGV")
-    assert "crashing" in rec["stdout_tail"]
+    assert (rec["exit_code"], rec["signal"]) == (139, None)
+    assert rec["invocations"][0]["signal"] == "SIGSEGV"
+
+
+def test_harness_a_failure_only_the_script_reports_is_not_the_target_failing(
+    tmp_path: Path,
+) -> None:
+    script = f'"$TARGET/bin/ok"\necho "{ASAN_LINE}" >&2\nenv\nexit 1\n'
+    rec = run_harness(tmp_path, "cheat", script)
+    assert rec["target_ran"] and not rec["target_failed"]
+    assert rec["sanitizer"] is None and rec["invocations"][0]["sanitizer"] is None
+    assert rec["exit_code"] == 1 and "AddressSanitizer" in rec["stderr_tail"]
+    # the reproducer's environment says nothing about the side it runs on
+    assert "TRACE_RUN=1" in rec["stdout_tail"] and "SIDE" not in rec["stdout_tail"]
+    assert "side" not in rec
+
+
+def test_harness_targets_get_no_preloaded_code(tmp_path: Path) -> None:
+    script = 'LD_PRELOAD=/tmp/evil.so PYTHONSTARTUP=x.py FOO=bar "$TARGET/bin/showenv"\n'
+    rec = run_harness(tmp_path, "env", script)
+    seen = rec["invocations"][0]["stdout_tail"]
+    assert "FOO=bar" in seen and "TRACE_RUN=1" in seen
+    assert "LD_PRELOAD" not in seen and "PYTHONSTARTUP" not in seen
+
+
+def test_harness_python_target_is_the_process_that_ran_the_package(tmp_path: Path) -> None:
+    script = (
+        'python3 -c "print(1)"\n'  # no package module: not a target
+        "python3 -c \"import mod, sys; sys.exit('boom %d' % mod.VALUE)\"\n"
+    )
+    rec = run_harness(tmp_path, "py", script)
+    [one] = rec["invocations"]
+    assert (one["target"], one["kind"]) == ("lib/python/mod/__init__.py", "python")
+    assert one["exit_code"] == 1 and one["stderr_tail"] == "boom 3\n"
+    assert "lib/python/mod/__init__.py" in one["opened"]
 
 
 def test_harness_timeout_kills_the_whole_reproducer(tmp_path: Path) -> None:

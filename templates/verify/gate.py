@@ -1,4 +1,12 @@
-"""The expectation gate: did the unpatched build fail as [expect] says, and the patched survive?
+"""The expectation gate: did the unpatched TARGET fail as [expect] says, and the patched survive?
+
+The verdict rests on the target's own behaviour, as the harness saw it (the records'
+`invocations`): pre-fix holds when one target invocation failed (exit code, signal or a sanitizer
+report on its own stderr) in the way [expect] says, every expectation field met by that same
+invocation (output patterns are matched against that invocation's own output). A failure only
+the reproducer script reports (an echoed sanitizer line, a non-zero exit of its own) is not the
+target failing: pre-fix-did-not-fail. Post-fix survives only when no target invocation failed
+and the script itself exited 0 (a script that still reports a failure can only deny).
 
 Stdlib only. In the sandbox it reads the reproducer records (`$out/outcome.json` of every run
 step; environment `pre`, `post`: space-separated store paths; `expect`: the candidate's
@@ -18,8 +26,22 @@ from typing import Any
 Record = dict[str, Any]
 
 
+def invocation_failed(i: Record) -> bool:
+    return i.get("exit_code") not in (0, None) or bool(i.get("signal")) or bool(i.get("sanitizer"))
+
+
+def failing(r: Record) -> list[Record]:
+    """The record's target invocations that failed (exit code, signal or own sanitizer report)."""
+    return [i for i in r.get("invocations") or [] if invocation_failed(i)]
+
+
 def failed(r: Record) -> bool:
-    return r.get("exit_code") not in (0, None) or bool(r.get("signal")) or bool(r.get("sanitizer"))
+    """The TARGET failed in this run. The reproducer script's own exit does not count."""
+    return bool(failing(r))
+
+
+def script_failed(r: Record) -> bool:
+    return r.get("exit_code") not in (0, None) or bool(r.get("signal"))
 
 
 def sanitizer_text(r: Record) -> str | None:
@@ -27,50 +49,61 @@ def sanitizer_text(r: Record) -> str | None:
     return f"{s['tool']}: {s['kind']}" if s else None
 
 
+def describe_invocation(i: Record) -> str:
+    parts = []
+    if i.get("sanitizer"):
+        parts.append(str(sanitizer_text(i)))
+    if i.get("signal"):
+        parts.append(str(i["signal"]))
+    if i.get("exit_code") is not None:
+        parts.append(f"exit {i['exit_code']}")
+    return f"{i.get('target')}: " + ", ".join(parts)
+
+
 def describe(r: Record) -> str:
     if not r.get("target_ran"):
         return "target never ran"
-    if not failed(r):
-        return "survived (exit 0)"
-    parts = []
-    if r.get("sanitizer"):
-        parts.append(str(sanitizer_text(r)))
-    if r.get("signal"):
-        parts.append(str(r["signal"]))
-    if r.get("exit_code") is not None:
-        parts.append(f"exit {r['exit_code']}")
-    return "failed: " + ", ".join(parts)
+    bad = failing(r)
+    if bad:
+        return "failed: " + describe_invocation(bad[0])
+    n = len(r.get("invocations") or [])
+    text = f"target survived ({n} invocation(s), all exit 0)"
+    if script_failed(r):
+        text += f"; the reproducer script itself exited {r.get('exit_code', r.get('signal'))}"
+    return text
 
 
 def signature(r: Record) -> tuple[Any, ...]:
-    """What must agree between runs of one side (not output digests: only how it ended)."""
+    """What must agree between runs of one side (not output digests: only how things ended)."""
     return (
         bool(r.get("target_ran")),
-        failed(r),
+        tuple(
+            (i.get("target"), i.get("exit_code"), i.get("signal"), sanitizer_text(i))
+            for i in r.get("invocations") or []
+        ),
         r.get("exit_code"),
         r.get("signal"),
-        sanitizer_text(r),
     )
 
 
-def mismatches(r: Record, expect: Record) -> list[str]:
-    """How a failing record differs from the expected failure (empty: it matches)."""
+def mismatches(i: Record, expect: Record) -> list[str]:
+    """How one failing target invocation differs from the expected failure (empty: matches)."""
     out: list[str] = []
-    if expect.get("exit_code") is not None and r.get("exit_code") != expect["exit_code"]:
-        out.append(f"expected exit code {expect['exit_code']}, got {r.get('exit_code')}")
-    if expect.get("signal") and r.get("signal") != expect["signal"]:
-        out.append(f"expected signal {expect['signal']}, got {r.get('signal') or 'none'}")
+    if expect.get("exit_code") is not None and i.get("exit_code") != expect["exit_code"]:
+        out.append(f"expected exit code {expect['exit_code']}, got {i.get('exit_code')}")
+    if expect.get("signal") and i.get("signal") != expect["signal"]:
+        out.append(f"expected signal {expect['signal']}, got {i.get('signal') or 'none'}")
     want = expect.get("sanitizer")
     if want:
-        got = sanitizer_text(r)
-        ok = got == want if ":" in want else bool(got) and got.split(":")[0] == want
+        got = sanitizer_text(i)
+        ok = got == want if ":" in want else str(got).split(":")[0] == want
         if not ok:
             out.append(f"expected sanitizer report '{want}', got '{got or 'none'}'")
     pattern = expect.get("output")
     if pattern:
-        text = r.get("stdout_tail", "") + "\n" + r.get("stderr_tail", "")
+        text = i.get("stdout_tail", "") + "\n" + i.get("stderr_tail", "")
         if not re.search(pattern, text, re.MULTILINE):
-            out.append(f"output does not match /{pattern}/")
+            out.append(f"the target's output does not match /{pattern}/")
     return out
 
 
@@ -90,12 +123,13 @@ def judge_side(side: str, records: list[Record], expect: Record) -> dict[str, An
     elif flaky:
         row["reason"] = "flaky"
         row["detail"] = "runs of the same build disagree"
-    elif side == "pre" and not failed(records[0]):
+    elif side == "pre" and not (bad := failing(records[0])):
         row["reason"] = "pre-fix-did-not-fail"
-    elif side == "pre" and (wrong := mismatches(records[0], expect)):
+        row["detail"] = describe(records[0])
+    elif side == "pre" and all(wrong := [mismatches(i, expect) for i in bad]):
         row["reason"] = "pre-fix-wrong-failure"
-        row["detail"] = "; ".join(wrong)
-    elif side == "post" and failed(records[0]):
+        row["detail"] = f"{bad[0].get('target')}: " + "; ".join(wrong[0])
+    elif side == "post" and (failed(records[0]) or script_failed(records[0])):
         row["reason"] = "post-fix-still-fails"
         row["detail"] = describe(records[0])
     else:
@@ -133,17 +167,19 @@ def gate(pre: list[Record], post: list[Record], expect: Record) -> Record:
     }
 
 
-def load(paths: str) -> list[Record]:
+def load(paths: str, side: str) -> list[Record]:
+    """The run records of one side (the runs are not told their side: it is added here)."""
     records = []
     for p in paths.split():
         with open(os.path.join(p, "outcome.json"), encoding="utf-8") as fh:
-            records.append(json.load(fh))
+            records.append({**json.load(fh), "side": side})
     return sorted(records, key=lambda r: int(r.get("run", 0)))
 
 
 def main() -> int:
     env = os.environ
-    record = gate(load(env.get("pre", "")), load(env.get("post", "")), json.loads(env["expect"]))
+    pre, post = load(env.get("pre", ""), "pre"), load(env.get("post", ""), "post")
+    record = gate(pre, post, json.loads(env["expect"]))
     json.dump(record, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
     return 0

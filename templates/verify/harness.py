@@ -1,59 +1,116 @@
-"""Run one reproducer against one build, inside the Nix sandbox, and record how it ended.
+"""Run one reproducer against one build, inside the Nix sandbox, and record how the TARGET ended.
 
 Stdlib only: it runs under the package set's python3 in the build sandbox. Inputs come from the
 derivation's environment: `target` (the package's store path), `script` (the reproducer),
-`data` (space-separated store paths copied into the working directory), `side`, `run`,
-`tools` (bin directories put on the reproducer's PATH), `timeout` (seconds) and `out`.
+`data` (space-separated store paths copied into the working directory), `run`, `tools` (bin
+directories put on the reproducer's PATH), `timeout` (seconds) and `out`. The derivation is not
+told which side (pre-fix or post-fix) it runs on, and neither is the reproducer: the engine knows
+the side from the step and adds it to the record.
 
-The reproducer sees `$TARGET`: a view of the package whose `bin/*` are wrappers that log every
-invocation and how it ended, and `PYTHONPATH` with an audit hook that logs every file of the
-package Python opens (imports). That log is the proof the target ran. The record is written to
-`$out/outcome.json` and is deterministic: output is normalised (addresses, pids, temp paths) and
-carries no timings. This derivation always succeeds; the record says how the target ended.
+Evidence comes from the target's own processes, never from the reproducer's account:
+
+* `$TARGET` is a view of the package whose `bin/*` are wrappers, and `python3`/`python` on PATH
+  are shims. A wrapper does not run the program itself: it hands its argv, working directory,
+  environment and stdin/stdout/stderr descriptors over a Unix socket to this harness, which runs
+  the real program (only names from its own table: a wrapper cannot name another binary), tees
+  the program's stdout and stderr through to the wrapper's descriptors while keeping its own copy
+  in memory, and records the program's exit status or signal. The wrapper then exits the same
+  way. So each invocation's exit, signal, sanitizer report and output are what the harness saw
+  the program do; the reproducer cannot write them. The environment the program gets is the
+  wrapper's minus `LD_*` and `PYTHON*` (no preloaded code), with the harness's own `PYTHONPATH`.
+* Python packages: the interpreter that runs the package's code is the target. A python started
+  through the shim gets an audit hook (sitecustomize) that lists the package's module files it
+  opens; such a process counts as a target invocation, with the exit, signal and output the
+  harness saw. A python that opened none of the package's modules is not a target (its output
+  still reaches the reproducer). The audit list itself is written from inside that process, so
+  for Python packages the rule is: the process that ran the package's code, as a whole, is the
+  target (the reproducer's own code in that process included).
+
+The record (`$out/outcome.json`, trace.run/v1) has one entry per target invocation
+(`invocations`), `target_ran`, `target_failed` (some invocation exited non-zero, died of a
+signal or printed a sanitizer report on its own stderr), `sanitizer` (the first such report of a
+target invocation), and the reproducer script's own exit code, signal and output digests/tails
+for reviewers. It is deterministic: output is normalised (addresses, pids, temp paths) and holds
+no timings. This derivation always succeeds; the record says how the target ended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
+from typing import Any
 
 TAIL_CHARS = 4000
+INVOCATION_TAIL_CHARS = 2000
+CAPTURE_HEAD = 1 << 20  # bytes of a target stream kept from the start ...
+CAPTURE_LIMIT = 4 << 20  # ... once a stream passes this size, only head and tail are kept
 SANITIZER_RE = re.compile(r"ERROR: (\w+Sanitizer): ([A-Za-z][\w-]*)")
+AUDIT_VAR = "TRACE_TARGET_LOG"
+DROPPED_ENV = ("LD_", "PYTHON", "DYLD_")
 
 WRAPPER = """#!{python} -IS
-import json, os, signal, sys
-REAL, NAME, LOG = {real!r}, {name!r}, {log!r}
-rc = os.spawnv(os.P_WAIT, REAL, [sys.argv[0], *sys.argv[1:]])
-sig = -rc if rc < 0 else None
-entry = {{"target": NAME, "exit_code": None if sig else rc,
-          "signal": signal.Signals(sig).name if sig else None}}
-fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-os.write(fd, (json.dumps(entry, sort_keys=True) + "\\n").encode())
-os.close(fd)
+import json, os, signal, socket, sys
+SOCK, NAME = {sock!r}, {name!r}
+fds = []
+for fd in (0, 1, 2):
+    try:
+        os.fstat(fd)
+        fds.append(fd)
+    except OSError:
+        fds.append(os.open(os.devnull, os.O_RDWR))
+req = json.dumps({{"name": NAME, "argv0": sys.argv[0], "args": sys.argv[1:],
+                  "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(SOCK)
+    socket.send_fds(s, [b"F"], fds)
+    s.sendall(len(req).to_bytes(8, "big") + req)
+    reply = b""
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        reply += chunk
+    status = json.loads(reply)
+except (OSError, ValueError) as exc:
+    sys.stderr.write("trace: the target could not be run: %s\\n" % exc)
+    sys.exit(127)
+sig = status.get("signal")
 if sig:
-    signal.signal(sig, signal.SIG_DFL)
+    try:
+        signal.signal(sig, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass  # SIGKILL, SIGSTOP: already the default
     os.kill(os.getpid(), sig)
-sys.exit(rc)
+    sys.exit(128 + sig)
+sys.exit(status.get("exit_code", 127))
 """
 
+# sitecustomize for python processes: list the package files they open (module imports) into
+# the per-invocation file the harness names in $TRACE_TARGET_LOG. Kept a str.format template
+# that defines _PKG and imports json/os/sys: the coverage gate appends its tracer to it.
 AUDIT_HOOK = """import json, os, sys
-_PKG, _LOG, _SEEN = {pkg!r}, {log!r}, set()
+_PKG, _SEEN = {pkg!r}, set()
+_LOG = os.environ.pop("TRACE_TARGET_LOG", None)
 def _trace_hook(event, args):
-    if event != "open" or not isinstance(args[0], str):
+    if _LOG is None or event != "open" or not isinstance(args[0], str):
         return
     path = args[0]
     if not path.startswith(_PKG + "/") or path in _SEEN:
         return
     _SEEN.add(path)
-    entry = {{"target": path[len(_PKG) + 1:], "exit_code": None, "signal": None}}
-    fd = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.write(fd, (json.dumps(entry, sort_keys=True) + "\\n").encode())
+    fd = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.write(fd, (json.dumps(path[len(_PKG) + 1:]) + "\\n").encode())
     os.close(fd)
 sys.addaudithook(_trace_hook)
 """
@@ -65,8 +122,15 @@ def store_name(path: str) -> str:
     return base.split("-", 1)[1] if re.match(r"^[0-9a-z]{32}-", base) else base
 
 
-def make_view(pkg: str, view: str, log: str, python: str) -> None:
-    """$TARGET: the package with every bin/* replaced by a logging wrapper."""
+def write_wrapper(path: str, python: str, sock: str, name: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(WRAPPER.format(python=python, sock=sock, name=name))
+    os.chmod(path, 0o755)
+
+
+def make_view(pkg: str, view: str, python: str, sock: str) -> dict[str, str]:
+    """$TARGET: the package with every bin/* replaced by a wrapper. Returns name -> real path."""
+    programs: dict[str, str] = {}
     os.makedirs(view)
     for entry in sorted(os.listdir(pkg)):
         src = os.path.join(pkg, entry)
@@ -75,13 +139,10 @@ def make_view(pkg: str, view: str, log: str, python: str) -> None:
             continue
         os.makedirs(os.path.join(view, "bin"))
         for prog in sorted(os.listdir(src)):
-            wrapper = os.path.join(view, "bin", prog)
-            text = WRAPPER.format(
-                python=python, real=os.path.join(src, prog), name=f"bin/{prog}", log=log
-            )
-            with open(wrapper, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.chmod(wrapper, 0o755)
+            name = f"bin/{prog}"
+            programs[name] = os.path.join(src, prog)
+            write_wrapper(os.path.join(view, "bin", prog), python, sock, name)
+    return programs
 
 
 def python_paths(pkg: str) -> list[str]:
@@ -108,11 +169,205 @@ def normalise(text: str, subs: list[tuple[str, str]]) -> str:
     return text
 
 
-def read_invocations(log: str) -> list[dict[str, object]]:
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            raise OSError("connection closed early")
+        buf += chunk
+    return buf
+
+
+def _tee(src: int, dest: int, keep: bytearray) -> None:
+    """Copy a target's stream to the wrapper's descriptor, keeping a copy (head + tail)."""
+    forward = True
+    while True:
+        try:
+            chunk = os.read(src, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        keep += chunk
+        if len(keep) > CAPTURE_LIMIT:
+            del keep[CAPTURE_HEAD : len(keep) - (CAPTURE_LIMIT - CAPTURE_HEAD) // 2]
+        view = memoryview(chunk)
+        while forward and view:
+            try:
+                view = view[os.write(dest, view) :]
+            except OSError:
+                forward = False  # the reader went away; keep capturing
+    os.close(src)
+
+
+class Harness:
+    """Runs target programs on behalf of wrappers and shims, and remembers how each ended."""
+
+    def __init__(self, private: str, programs: dict[str, str], python: str, pypath: str) -> None:
+        self.private = private
+        self.sock = os.path.join(private, "s")
+        self.programs = programs
+        self.python = python
+        self.pypath = pypath
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.entries: list[tuple[int, dict[str, Any]]] = []
+        self.live: dict[int, subprocess.Popen[bytes]] = {}
+        self.handlers: list[threading.Thread] = []
+        self.stopped = threading.Event()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.sock)
+        self.listener.listen(64)
+        self.listener.settimeout(0.1)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.settimeout(None)
+            t = threading.Thread(target=self._handle, args=(conn,), daemon=True)
+            with self.lock:
+                self.handlers.append(t)
+            t.start()
+
+    def _env(self, env: dict[str, str], log: str) -> dict[str, str]:
+        clean = {k: v for k, v in env.items() if not k.startswith(DROPPED_ENV) and k != AUDIT_VAR}
+        clean["PYTHONPATH"] = self.pypath
+        clean[AUDIT_VAR] = log
+        return clean
+
+    def _handle(self, conn: socket.socket) -> None:
+        fds: list[int] = []
+        try:
+            _, fds, _, _ = socket.recv_fds(conn, 1, 3)
+            size = int.from_bytes(_recv_exact(conn, 8), "big")
+            req = json.loads(_recv_exact(conn, size))
+            name = str(req["name"])
+            python = name in ("python", "python3")
+            real = self.python if python else self.programs.get(name)
+            if real is None or len(fds) != 3:
+                conn.sendall(json.dumps({"exit_code": 127}).encode())
+                return
+            with self.lock:
+                seq = self.seq
+                self.seq += 1
+            log = os.path.join(self.private, f"audit-{seq}.jsonl")
+            out, err = bytearray(), bytearray()
+            proc = subprocess.Popen(
+                [str(req["argv0"]), *[str(a) for a in req["args"]]],
+                executable=real,
+                cwd=str(req["cwd"]),
+                env=self._env({str(k): str(v) for k, v in req["env"].items()}, log),
+                stdin=fds[0],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            with self.lock:
+                self.live[seq] = proc
+            assert proc.stdout is not None and proc.stderr is not None
+            tees = [
+                threading.Thread(target=_tee, args=(os.dup(proc.stdout.fileno()), fds[1], out)),
+                threading.Thread(target=_tee, args=(os.dup(proc.stderr.fileno()), fds[2], err)),
+            ]
+            proc.stdout.close()
+            proc.stderr.close()
+            for t in tees:
+                t.start()
+            rc = proc.wait()
+            for t in tees:
+                t.join()
+            with self.lock:
+                self.live.pop(seq, None)
+            opened = read_opened(log)
+            if not python or opened:
+                entry: dict[str, Any] = {
+                    "target": name if not python else module_name(opened[0]),
+                    "kind": "python" if python else "program",
+                    "args": [str(a) for a in req["args"]],
+                    "exit_code": rc if rc >= 0 else None,
+                    "signal": signal.Signals(-rc).name if rc < 0 else None,
+                    "opened": opened,
+                    "stdout": bytes(out),
+                    "stderr": bytes(err),
+                }
+                with self.lock:
+                    self.entries.append((seq, entry))
+            reply = {"signal": -rc} if rc < 0 else {"exit_code": rc}
+            conn.sendall(json.dumps(reply).encode())
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            sys.stderr.write(f"trace harness: a target request failed: {exc}\n")
+        finally:
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+
+    def kill_targets(self) -> None:
+        with self.lock:
+            procs = list(self.live.values())
+        for proc in procs:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def stop(self) -> list[dict[str, Any]]:
+        """Stop serving, end targets still running, and return every entry in start order."""
+        self.stopped.set()
+        self.thread.join()
+        self.listener.close()
+        self.kill_targets()
+        with self.lock:
+            handlers = list(self.handlers)
+        for t in handlers:
+            t.join()
+        return [e for _, e in sorted(self.entries, key=lambda x: x[0])]
+
+
+def read_opened(log: str) -> list[str]:
     if not os.path.exists(log):
         return []
     with open(log, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        return [str(json.loads(line)) for line in fh if line.strip()]
+
+
+def module_name(path: str) -> str:
+    """`lib/python/pager/__pycache__/__init__.cpython-311.pyc` -> `lib/python/pager/__init__.py`
+    (nixpkgs ships compiled modules: an import opens the .pyc, not the source)."""
+    m = re.match(r"^(.*/)?__pycache__/([^/.]+)\.[^/]+\.pyc$", path)
+    return f"{m.group(1) or ''}{m.group(2)}.py" if m else path
+
+
+def find_python(tools: list[str]) -> str:
+    for d in tools:
+        candidate = os.path.join(d, "python3")
+        if os.path.exists(candidate):
+            return os.path.realpath(candidate)
+    return os.path.realpath(sys.executable)
+
+
+def invocation_record(entry: dict[str, Any], subs: list[tuple[str, str]]) -> dict[str, Any]:
+    """One trace.run/v1 invocation: how the target ended, its own sanitizer report, its output."""
+    stdout = normalise(entry["stdout"].decode("utf-8", "replace"), subs)
+    stderr = normalise(entry["stderr"].decode("utf-8", "replace"), subs)
+    match = SANITIZER_RE.search(stderr)
+    record = {k: v for k, v in entry.items() if k not in ("stdout", "stderr")}
+    record["args"] = [normalise(str(a), subs) for a in entry["args"]]
+    record["sanitizer"] = {"tool": match.group(1), "kind": match.group(2)} if match else None
+    record["stdout_tail"] = stdout[-INVOCATION_TAIL_CHARS:]
+    record["stderr_tail"] = stderr[-INVOCATION_TAIL_CHARS:]
+    return record
+
+
+def invocation_failed(inv: dict[str, Any]) -> bool:
+    return inv.get("exit_code") not in (0, None) or bool(inv.get("signal") or inv.get("sanitizer"))
 
 
 def main() -> int:
@@ -120,7 +375,7 @@ def main() -> int:
     out, pkg = env["out"], os.path.realpath(env["target"])
     tmp = env.get("TMPDIR", "/tmp")
     work, view, hook = (os.path.join(tmp, d) for d in ("work", "target", "hook"))
-    log = os.path.join(tmp, "trace-invocations.jsonl")
+    private = tempfile.mkdtemp(prefix="trace-", dir=tmp)
     python = os.path.realpath(sys.executable)
     os.makedirs(work)
     for path in env.get("data", "").split():
@@ -131,26 +386,34 @@ def main() -> int:
             shutil.copyfile(path, dest)
     script = os.path.join(work, ".trace-reproducer.sh")
     shutil.copyfile(env["script"], script)
-    make_view(pkg, view, log, python)
+    sock = os.path.join(private, "s")
+    programs = make_view(pkg, view, python, sock)
     os.makedirs(hook)
     with open(os.path.join(hook, "sitecustomize.py"), "w", encoding="utf-8") as fh:
-        fh.write(AUDIT_HOOK.format(pkg=pkg, log=log))
-
+        fh.write(AUDIT_HOOK.format(pkg=pkg))
     tools = [os.path.join(t, "bin") for t in env.get("tools", "").split()]
+    shims = os.path.join(tmp, "shims")
+    os.makedirs(shims)
+    for name in ("python3", "python"):
+        write_wrapper(os.path.join(shims, name), python, sock, name)
+    pypath = ":".join([hook, *python_paths(pkg)])
+    harness = Harness(private, programs, find_python(tools), pypath)
+    harness.start()
+
     child_env = {
         "TARGET": view,
-        "PATH": ":".join([os.path.join(view, "bin"), *tools]),
-        "PYTHONPATH": ":".join([hook, *python_paths(pkg)]),
+        "PATH": ":".join([os.path.join(view, "bin"), shims, *tools]),
+        "PYTHONPATH": pypath,
         "HOME": work,
         "TMPDIR": tmp,
-        "TRACE_SIDE": env["side"],
-        "TRACE_RUN": env["run"],
+        "TRACE_RUN": env.get("run", "1"),
         "LC_ALL": "C",
     }
-    shell = shutil.which("sh", path=child_env["PATH"]) or "/bin/sh"
+    shell = shutil.which("sh", path=":".join(tools)) or "/bin/sh"
     timeout = int(env.get("timeout", "60"))
     timed_out = False
-    # A session of its own, so a timeout kills the reproducer and everything it started.
+    # A session of its own, so a timeout kills the reproducer and everything it started; the
+    # targets run in sessions of their own (the harness starts them) and are killed with it.
     proc = subprocess.Popen(
         [shell, script],
         cwd=work,
@@ -164,33 +427,35 @@ def main() -> int:
         stdout_b, stderr_b = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
+        harness.kill_targets()
         os.killpg(proc.pid, signal.SIGKILL)
         stdout_b, stderr_b = proc.communicate()
     rc = proc.returncode
+    entries = harness.stop()
 
-    subs = [(work, "<work>"), (view, "$TARGET"), (pkg, "<target>"), (tmp, "<tmp>")]
+    subs = [
+        (private, "<trace>"),
+        (work, "<work>"),
+        (view, "$TARGET"),
+        (pkg, "<target>"),
+        (tmp, "<tmp>"),
+    ]
     stdout = normalise(stdout_b.decode("utf-8", "replace"), subs)
     stderr = normalise(stderr_b.decode("utf-8", "replace"), subs)
     if timed_out:
         stderr += f"\n[trace: reproducer killed after {timeout} s]\n"
-    invocations = read_invocations(log)
-    signal_name = signal.Signals(-rc).name if rc < 0 else None
-    if signal_name is None:
-        # A shell reports a child killed by signal N as exit 128+N: take the target's own signal.
-        killed = [i["signal"] for i in invocations if i.get("signal")]
-        if killed and rc != 0:
-            signal_name = str(killed[-1])
-    match = SANITIZER_RE.search(stderr) or SANITIZER_RE.search(stdout)
+    invocations = [invocation_record(e, subs) for e in entries]
+    reports = [i["sanitizer"] for i in invocations if i["sanitizer"]]
     record = {
         "schema": "trace.run/v1",
-        "side": env["side"],
-        "run": int(env["run"]),
+        "run": int(env.get("run", "1")),
         "build": "ok",
         "target_ran": bool(invocations),
+        "target_failed": any(invocation_failed(i) for i in invocations),
         "invocations": invocations,
         "exit_code": rc if rc >= 0 else None,
-        "signal": signal_name,
-        "sanitizer": {"tool": match.group(1), "kind": match.group(2)} if match else None,
+        "signal": signal.Signals(-rc).name if rc < 0 else None,
+        "sanitizer": reports[0] if reports else None,
         "stdout_sha256": hashlib.sha256(stdout.encode()).hexdigest(),
         "stderr_sha256": hashlib.sha256(stderr.encode()).hexdigest(),
         "stdout_tail": stdout[-TAIL_CHARS:],
