@@ -28,13 +28,20 @@ prompt = "prompt.txt"
 parameters = { temperature = 0 }
 ```
 Paths are relative to the candidate file.
+
+`load_candidate(path)` is strict: every field above that the pipeline needs, every named file
+present, every patch a real diff. Routing happens before any model has written a patch or a
+reproducer, so `load_candidate(path, for_routing=True)` reads what routing needs only: `id`,
+`package`, `origin` and `[advisory]` (whose OSV file must exist); `patches`, `[reproducer]` and
+`[expect]` may be absent and the files they name need not exist yet. Unknown keys and wrong
+types are still errors.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
 
 import tomli
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -120,6 +127,38 @@ class CandidateFile(_Strict):
     model: ModelInfo | None = None
 
 
+class RoutingCandidateFile(_Strict):
+    """The candidate file as routing reads it: the same keys, only the pipeline's optional."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    package: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_'-]*(\.[A-Za-z_][A-Za-z0-9_'-]*)*$")
+    patches: list[str] = Field(default_factory=list, description="may not be written yet")
+    origin: Literal["model", "human", "upstream"] = "model"
+    rationale: str | None = None
+    review: str | None = None
+    scope: list[str] = Field(default_factory=list)
+    advisory: Advisory
+    reproducer: Reproducer | None = None
+    expect: Expectation | None = None
+    model: ModelInfo | None = None
+
+
+class RoutingCandidate(BaseModel):
+    """A candidate loaded for routing (`load_candidate(path, for_routing=True)`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: Path
+    spec: RoutingCandidateFile
+
+    @property
+    def dir(self) -> Path:
+        return self.path.parent
+
+    def file(self, rel: str) -> Path:
+        return (self.dir / rel).resolve()
+
+
 class Candidate(BaseModel):
     """A loaded candidate: the file's content with every path made absolute and checked."""
 
@@ -170,14 +209,13 @@ def _patch_problem(data: bytes) -> str | None:
     return None
 
 
-def load_candidate(path: Path) -> Candidate:
-    path = path.resolve()
+def _read(path: Path) -> tuple[str, dict[str, Any]]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError("candidate file not found", file=path, hint="check the path") from None
     try:
-        data = tomli.loads(text)
+        return text, tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
         raise InputError(
             f"TOML syntax error: {exc.msg}",
@@ -185,8 +223,14 @@ def load_candidate(path: Path) -> Candidate:
             line=exc.lineno,
             hint="fix the TOML syntax at that line",
         ) from None
+
+
+_Spec = TypeVar("_Spec", CandidateFile, RoutingCandidateFile)
+
+
+def _validate(model: type[_Spec], data: dict[str, Any], path: Path, text: str) -> _Spec:
     try:
-        spec = CandidateFile.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         keys = [str(p) for p in err["loc"]]
@@ -197,6 +241,44 @@ def load_candidate(path: Path) -> Candidate:
             line=find_line(text, keys),
             hint="see `trace schema candidate` for the accepted keys",
         ) from None
+
+
+def _require_file(cand: Candidate | RoutingCandidate, key: str, rel: str, text: str) -> None:
+    target = cand.file(rel)
+    if not target.is_file():
+        raise InputError(
+            f"'{rel}' does not exist (looked for {target})",
+            file=cand.path,
+            key=key,
+            line=find_line(text, key.split(".")),
+            hint="fix the path (relative to the candidate file)",
+        )
+
+
+def _load_for_routing(path: Path) -> RoutingCandidate:
+    text, data = _read(path)
+    spec = _validate(RoutingCandidateFile, data, path, text)
+    cand = RoutingCandidate(path=path, spec=spec)
+    _require_file(cand, "advisory.osv", spec.advisory.osv, text)
+    return cand
+
+
+@overload
+def load_candidate(path: Path, *, for_routing: Literal[False] = False) -> Candidate: ...
+
+
+@overload
+def load_candidate(path: Path, *, for_routing: Literal[True]) -> RoutingCandidate: ...
+
+
+def load_candidate(path: Path, *, for_routing: bool = False) -> Candidate | RoutingCandidate:
+    """The candidate, checked strictly; `for_routing=True`: only what routing reads (see the
+    module docstring)."""
+    path = path.resolve()
+    if for_routing:
+        return _load_for_routing(path)
+    text, data = _read(path)
+    spec = _validate(CandidateFile, data, path, text)
     cand = Candidate(path=path, spec=spec)
     files = [("patches", p) for p in spec.patches]
     files += [("reproducer.script", spec.reproducer.script), ("advisory.osv", spec.advisory.osv)]
@@ -207,15 +289,7 @@ def load_candidate(path: Path) -> Candidate:
     if spec.model and spec.model.prompt:
         files.append(("model.prompt", spec.model.prompt))
     for key, rel in files:
-        target = cand.file(rel)
-        if not target.is_file():
-            raise InputError(
-                f"'{rel}' does not exist (looked for {target})",
-                file=path,
-                key=key,
-                line=find_line(text, key.split(".")),
-                hint="fix the path (relative to the candidate file)",
-            )
+        _require_file(cand, key, rel, text)
     for i, rel in enumerate(spec.patches):
         problem = _patch_problem(cand.file(rel).read_bytes())
         if problem:

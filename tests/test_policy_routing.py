@@ -237,3 +237,43 @@ def test_trace_route_with_own_policy_and_bad_policy(tmp_path: Path) -> None:
     proc = trace("route", "--policy", str(policy), str(cand_dir / "candidate.toml"))
     assert proc.returncode == 2
     assert f"{policy}:7, key 'rules.0.state'" in proc.stderr
+
+
+EARLY = """\
+id = "TRACE-2026-0009-early"
+package = "cparse"
+patches = ["not-yet.patch"]   # the model has not written it yet
+origin = "model"
+
+[advisory]
+osv = "advisory.json"
+"""
+
+
+def test_trace_route_needs_only_the_advisory_package_and_origin(tmp_path: Path) -> None:
+    """Routing happens before any model sees the candidate: no patch, reproducer or [expect]."""
+    shutil.copy(CANDIDATES / "cparse-key-overflow" / "advisory.json", tmp_path / "advisory.json")
+    early = tmp_path / "candidate.toml"
+    early.write_text(EARLY)
+    proc = trace("route", "--json", str(early))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    # the same advisory, package and origin route as the complete candidate does
+    full = json.loads(
+        trace("route", "--json", str(CANDIDATES / "cparse-key-overflow" / "candidate.toml")).stdout
+    )
+    assert (doc["state"], doc["rule"]) == (full["state"], full["rule"])
+    assert doc["facts"]["candidate"] == "TRACE-2026-0009-early"
+    # without even a patches key
+    early.write_text(
+        EARLY.replace('patches = ["not-yet.patch"]   # the model has not written it yet\n', "")
+    )
+    assert trace("route", str(early)).returncode == 0
+    # what routing reads must still be there and well-formed
+    early.write_text(EARLY.replace('origin = "model"', 'origin = "robot"'))
+    proc = trace("route", str(early))
+    assert proc.returncode == 2 and "key 'origin'" in proc.stderr
+    (tmp_path / "advisory.json").unlink()
+    early.write_text(EARLY)
+    proc = trace("route", str(early))
+    assert proc.returncode == 2 and "'advisory.json' does not exist" in proc.stderr

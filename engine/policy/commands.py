@@ -104,7 +104,12 @@ def _route_text(d: RouteDecision) -> str:
 
 
 def cmd_route(args: argparse.Namespace) -> int:
-    decision = _route(args.candidate, args.policy)
+    from engine.candidate import load_candidate
+    from engine.policy.routing import route_candidate
+
+    # before any model sees the candidate: patches, reproducer and [expect] may not exist yet
+    candidate = load_candidate(args.candidate, for_routing=True)
+    decision = route_candidate(candidate, args.policy)
     if args.json:
         print(json.dumps(decision.model_dump(mode="json", by_alias=True), indent=2))
     else:

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from engine.advisory import Level, OsvAdvisory
-from engine.candidate import Candidate
+from engine.candidate import Candidate, RoutingCandidate
 from engine.errors import PolicyError
 from engine.policy.critical import CriticalList, load_critical
 from engine.policy.source import (
@@ -179,9 +179,12 @@ def route(facts: RouteFacts, policy: RoutingPolicy) -> RouteDecision:
     )
 
 
-def route_candidate(candidate: Candidate, policy_file: Path | None = None) -> RouteDecision:
+def route_candidate(
+    candidate: Candidate | RoutingCandidate, policy_file: Path | None = None
+) -> RouteDecision:
     """Route one candidate: its advisory and package against the routing policy file (default:
-    the shipped `policy/routing.toml`)."""
+    the shipped `policy/routing.toml`). Reads only id, package, origin and [advisory], so a
+    candidate loaded `for_routing` (no patch or reproducer yet) routes like a complete one."""
     from engine.advisory import load_advisory
     from engine.policy.registry import ROUTING, policy_dir
 
