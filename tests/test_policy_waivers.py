@@ -148,3 +148,22 @@ def test_shipped_example_waiver_file_loads(signing: tuple[SigningPolicy, Catalog
     waivers = load_waivers(POLICY / "waivers.toml", signing[1])
     assert waivers.ref is not None and waivers.waivers
     assert all(signing[1].reasons[w.reason].waivable for w in waivers.waivers)
+
+
+@pytest.mark.parametrize(
+    ("code", "hint"),
+    [
+        (
+            "coverage-unmeasurable",
+            "did you mean 'coverage-not-measurable'? The codes are declared in "
+            "trace:policy/reasons.toml",
+        ),
+        ("zzz", "the codes are declared in trace:policy/reasons.toml"),
+    ],
+)
+def test_unknown_code_hint_reads_as_one_sentence(
+    tmp_path: Path, signing: tuple[SigningPolicy, Catalogue], code: str, hint: str
+) -> None:
+    with pytest.raises(PolicyError) as exc:
+        load_waivers(write(tmp_path, waiver(code)), signing[1])
+    assert exc.value.hint == hint

@@ -54,8 +54,10 @@ class Catalogue(Strict):
         return code in self.reasons
 
     def suggest(self, code: str) -> str:
+        """A hint for an unknown code: the closest known code, and where the codes are."""
         guess = closest(code, list(self.reasons))
-        return f"did you mean '{guess}'?" if guess else "see policy/reasons.toml for the codes"
+        where = f"the codes are declared in {self.ref.path}"
+        return f"did you mean '{guess}'? {where[0].upper()}{where[1:]}" if guess else where
 
 
 def load_catalogue(path: Path) -> Catalogue:
@@ -86,5 +88,5 @@ def require_code(
             file=file,
             key=".".join(str(p) for p in loc),
             line=find_line(text, loc),
-            hint=f"{catalogue.suggest(code)} Codes are declared in {catalogue.ref.path}",
+            hint=catalogue.suggest(code),
         )
