@@ -191,9 +191,17 @@ class Decision(Strict):
     waivers: list[WaiverUse] = Field(description="every waiver naming this candidate")
 
 
-def _outcome(run: RunRecord) -> tuple[bool, int | None, str | None, str | None]:
+Outcome = tuple[object, ...]
+
+
+def _outcome(run: RunRecord) -> Outcome:
+    """How a run ended, for comparing runs: the target's own invocations (exit code, signal,
+    sanitizer kind each), and the reproducer script's exit code and signal."""
+    targets = tuple(
+        (i.exit_code, i.signal, i.sanitizer.kind if i.sanitizer else None) for i in run.invocations
+    )
     kind = run.sanitizer.kind if run.sanitizer else None
-    return (run.failed, run.exit_code, run.signal, kind)
+    return (run.failed, targets, kind, run.exit_code, run.signal)
 
 
 def _run_hits(ev: Evidence, rules: SigningRules) -> list[Hit]:
