@@ -1,7 +1,9 @@
-"""`trace decide`: the command line over a written verify result, and once over a real one.
+"""`trace decide`: the command line over a judged verify result, and once over real builds.
 
-The CLI tests feed a verify result document (the fake of test_policy_signing) through the real
-command; the nix test runs the real `trace verify` on the fixture fork and decides on its result.
+`trace decide` takes its verdict only from the cached builds (`engine.verify.cached`), never from
+a result file. The CLI tests replace that one source with an explicit fake (the verify result
+document of test_policy_signing and a run whose outcomes hold its gate records) and run the real
+command; the nix test runs the real `trace verify` on the fixture fork and decides on its builds.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 import pytest
 
 from engine.cli import main
+from engine.run import RunResult, StepResult
+from engine.verify.result import VerifyResult
 from tests.test_policy_signing import POLICY, gates_doc, verify_doc
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,13 +32,32 @@ def trace(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
     return code, out.out, out.err
 
 
+def fake_builds(doc: dict[str, Any]) -> tuple[None, RunResult, VerifyResult]:
+    """An explicit fake of `cached_verify`: the result as judged, and a run whose gate step wrote
+    the result's expectation record and whose post-fix steps were checked deterministic."""
+    result = VerifyResult.model_validate(doc)
+    steps = {
+        sid: StepResult(id=sid, key=f"k-{sid}", status="cached", deterministic=True)
+        for sid in ("post-fix", "post-fix-run@1", "post-fix-run@2", "post-fix-run@3")
+    }
+    assert result.expectation is not None
+    outcome = result.expectation.model_dump(mode="json", by_alias=True)
+    steps["expectation"] = StepResult(id="expectation", key="k", status="cached", outcome=outcome)
+    return None, RunResult(graph="trace.toml", steps=steps), result
+
+
 @pytest.fixture
-def state(tmp_path: Path) -> Path:
-    """A state dir holding a passing verify result for the pager candidate, plus gate records."""
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A passing verify result for the pager candidate as the builds' verdict, plus gate records
+    in the state dir."""
     doc = verify_doc()
     doc["candidate"] = PAGER_ID
-    (tmp_path / "verify").mkdir()
-    (tmp_path / "verify" / f"{PAGER_ID}.json").write_text(json.dumps(doc))
+
+    def cached_verify(cand: Any, fork: Path, state: Path, **_: Any) -> Any:
+        assert cand.spec.id == PAGER_ID and state == tmp_path.resolve()
+        return fake_builds(doc)
+
+    monkeypatch.setattr("engine.verify.cached.cached_verify", cached_verify)
     for name, record in gates_doc().items():
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
     return tmp_path
@@ -54,9 +77,15 @@ def test_decide_allows_and_writes_the_record(
     assert "routing: human-review-required (rule reviewed-fix, trace-routing 1.0.0)" in out
     record = json.loads((state / "decisions" / f"{PAGER_ID}.json").read_text())
     assert record["decision"] == "allow" and record["reasons"] == []
-    # the record names exactly the files it read, by digest
-    read = {Path(e["path"]).name for e in record["evidence"]}
-    assert read == {f"{PAGER_ID}.json", "scope.json", "mutation.json", "coverage.json"}
+    # the record names what it read, by digest: the payload files the judged result and the
+    # run's gate records become in a bundle, and each --gate file as given
+    read = {e["path"] for e in record["evidence"]}
+    assert read == {
+        "payload/verify-result.json",
+        "payload/gates/expectation.json",
+        "payload/gates/determinism.json",
+        *(str(state / f"{g}.json") for g in ("scope", "mutation", "coverage")),
+    }
     assert not list((state / "decisions").glob(".*.tmp"))  # atomic write left no temp file
 
 
@@ -110,10 +139,20 @@ def test_decide_input_errors(state: Path, capsys: pytest.CaptureFixture[str]) ->
     code, _, err = trace(capsys, "decide", str(PAGER), "--today", "29.11.2026")
     assert code == 2 and "use YYYY-MM-DD" in err
 
-    bad = state / "verify" / f"{PAGER_ID}.json"
+    bad = state / "bad.json"
     bad.write_text('{"schema": "trace.verify/v1"}')
-    code, _, err = trace(capsys, "decide", str(PAGER), "--state-dir", str(state))
-    assert code == 2 and "verify result does not match its schema" in err
+    args = ["decide", str(PAGER), "--state-dir", str(state), "--result", str(bad)]
+    code, _, err = trace(capsys, *args)
+    assert code == 2 and "not a verify result (trace.verify/v1)" in err
+
+    # a --result file is only a cross-check of the builds' verdict: one that differs is refused
+    forged = verify_doc() | {"candidate": PAGER_ID}
+    forged["pre"]["runs"][0]["exit_code"] = 0
+    bad.write_text(json.dumps(forged))
+    code, _, err = trace(capsys, *args)
+    assert code == 2 and "the result file does not match the builds" in err
+    assert "pre.runs.0.exit_code" in err
+    assert not (state / "decisions").exists()  # no decision recorded
 
     waivers = state / "w.toml"
     waivers.write_text(
@@ -125,12 +164,19 @@ def test_decide_input_errors(state: Path, capsys: pytest.CaptureFixture[str]) ->
     assert code == 2 and f"{waivers}:7, key 'waivers.0.reason'" in err
 
 
-def test_no_verify_result_is_a_deny_not_an_allow(
+def test_no_builds_is_refused_not_allowed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = trace(capsys, "decide", str(PAGER), "--state-dir", str(tmp_path))
-    assert code == 1
-    assert "DENY   evidence-missing" in out and "no verify result" in out
+    """The real evidence source (no fake): nothing built in this state dir, so nothing to judge.
+    A result file lying around does not change that."""
+    doc = verify_doc() | {"candidate": PAGER_ID}
+    (tmp_path / "verify").mkdir()
+    (tmp_path / "verify" / f"{PAGER_ID}.json").write_text(json.dumps(doc))
+    code, out, err = trace(capsys, "decide", str(PAGER), "--state-dir", str(tmp_path))
+    assert code == 2 and out == ""
+    assert "not verified, or its inputs changed since" in err
+    assert "never verified with the state dir" in err and "run `trace verify" in err
+    assert not (tmp_path / "decisions").exists()
 
 
 def _signing_only_expectation(tmp_path: Path) -> Path:
@@ -143,7 +189,7 @@ def _signing_only_expectation(tmp_path: Path) -> Path:
 
 @pytest.mark.nix
 def test_decide_on_a_real_verify_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Real builds: verify the pager fix, then decide from the result file verify wrote."""
+    """Real builds: verify the pager fix, then decide from those builds (in the index)."""
     state = tmp_path / "state"
     code, out, err = trace(capsys, "verify", str(PAGER), "--state-dir", str(state), "-q")
     assert code == 0, out + err

@@ -234,6 +234,15 @@ MALLOC = "    char *key = malloc(KEY_MAX);\n"
 FIXED = SRC.replace(MALLOC, CHECK + MALLOC)
 BROKEN = SRC.replace(MALLOC, MALLOC.replace(";", ""))
 ASAN_EXPECT = 'sanitizer = "AddressSanitizer: heap-buffer-overflow"'
+CHEAT = (
+    "printf 'a=b\\n' > ok.conf\n"
+    '"$TARGET/bin/cparse" ok.conf\n'
+    "env | sort\n"
+    "pkg=$(tr '\\000' '\\n' < /proc/$PPID/environ | sed -n 's/^target=//p')\n"
+    'if grep -q "key too long" "$pkg/bin/cparse"; then exit 0; fi\n'
+    'echo "==1==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x602000000020" >&2\n'
+    "exit 1\n"
+)
 
 
 def udiff(old: str, new: str) -> str:
@@ -275,6 +284,10 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> dict[str, VerifyResult]:
             ASAN_EXPECT,
             "",
         ),
+        # the audit's cheating reproducer: runs cparse harmlessly, then tells the sides apart
+        # (no TRACE_SIDE any more: it fingerprints the real binary it finds through its parent's
+        # environment) and, on the unpatched side only, echoes a sanitizer line and exits 1
+        "cheat": ("cparse", key_fix, CHEAT, ASAN_EXPECT, ""),
         "network": (
             "cparse",
             key_fix,
@@ -299,6 +312,7 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> dict[str, VerifyResult]:
         ("pre-build-broken", ["pre-fix-build-broken"]),
         ("never-ran", ["target-never-ran"]),
         ("did-not-fail", ["pre-fix-did-not-fail"]),
+        ("cheat", ["pre-fix-did-not-fail"]),
     ],
 )
 def test_reason_codes_from_broken_inputs(
@@ -323,3 +337,22 @@ def test_reproducer_cannot_reach_the_network(broken: dict[str, VerifyResult]) ->
     rec = broken["network"].pre.runs[0]
     assert rec.target_ran and rec.exit_code == 1
     assert "Network is unreachable" in rec.stderr_tail
+
+
+def test_a_failure_only_the_reproducer_reports_does_not_pass(
+    broken: dict[str, VerifyResult],
+) -> None:
+    """The cheat tells the sides apart and fakes the pre-fix failure: the script's own exit and
+    sanitizer line were the evidence once (PASS); now only the target's behaviour counts."""
+    res = broken["cheat"]
+    for rec in res.pre.runs:
+        assert rec.exit_code == 1 and "ERROR: AddressSanitizer" in rec.stderr_tail  # the script
+        assert rec.target_ran and not rec.failed and rec.sanitizer is None  # the target
+        assert [(i.target, i.exit_code, i.sanitizer) for i in rec.invocations] == [
+            ("bin/cparse", 0, None)
+        ]
+        # the reproducer sees no side in its environment (it printed all of it)
+        assert "TRACE_RUN=" in rec.stdout_tail and "SIDE" not in rec.stdout_tail
+    # it did tell the sides apart: after the fix it exits 0, so the pre-fix rule alone stops it
+    assert res.claims[1].holds and all(r.exit_code == 0 for r in res.post.runs)
+    assert res.claims[0].detail.startswith("target survived")

@@ -33,15 +33,41 @@ TOP_ONLY_KEYS = frozenset({"candidate_file", "graph"})
 
 
 def _dirty_lines(planned: Plan) -> list[str]:
+    """The dirty steps that changed themselves (their reasons), then a count of the steps that
+    are dirty only because a step they need is."""
     lines: list[str] = []
+    downstream = 0
     for sid in planned.dirty:
-        step = planned.steps[sid]
-        own = [r for r in step.reasons if not r.startswith("upstream ")]
-        lines.append(f"{sid}: {'; '.join(own or step.reasons) or 'dirty'}")
+        own = [r for r in planned.steps[sid].reasons if not r.startswith("upstream ")]
+        if own:
+            lines.append(f"{sid}: {'; '.join(own)}")
+        else:
+            downstream += 1
     shown = lines[:SHOWN_STEPS]
-    if len(lines) > SHOWN_STEPS:
-        shown.append(f"… and {len(lines) - SHOWN_STEPS} more")
+    more = len(lines) - len(shown) + downstream
+    if more:
+        shown.append(f"{more} more downstream" if not lines[SHOWN_STEPS:] else f"{more} more")
     return shown
+
+
+def _refusal(planned: Plan, candidate: Candidate, state: Path) -> InputError:
+    hint = (
+        f"run `trace verify {candidate.path}` (with the same fork and state dir); a failed "
+        "build is never cached, so a candidate whose build fails cannot be decided or bundled"
+    )
+    if all(step.prev_key is None for step in planned.steps.values()):
+        return InputError(
+            f"not verified, or its inputs changed since: never verified with the state dir {state}",
+            file=candidate.path,
+            hint=hint,
+        )
+    return InputError(
+        "not verified, or its inputs changed since (dirty steps: "
+        + ", ".join(_dirty_lines(planned))
+        + ")",
+        file=candidate.path,
+        hint=hint,
+    )
 
 
 def cached_verify(
@@ -59,15 +85,7 @@ def cached_verify(
         graph = load_verify_graph(candidate, fork, index)
         planned, _ = plan(graph, index)
         if planned.dirty:
-            raise InputError(
-                "not verified, or its inputs changed since (dirty steps: "
-                + ", ".join(_dirty_lines(planned))
-                + ")",
-                file=candidate.path,
-                hint=f"run `trace verify {candidate.path}` (with the same fork and state dir); "
-                "a failed build is never cached, so a candidate whose build fails cannot be "
-                "decided or bundled",
-            )
+            raise _refusal(planned, candidate, state)
         run = run_graph(graph, index)
     if run.evaluated or run.nix_calls:
         raise TraceError(
