@@ -4,12 +4,14 @@ First every pin is compared with this checkout (candidate, graph and template fi
 `trace:` pins against trace's data dir, the fork's git commit and tree, the engine version): a
 difference is `replay.pin-mismatch`, and nothing is built. Then the graph is loaded exactly as
 `trace verify` loads it (`verify_context(candidate, fork=root)`), the package set's digest is
-compared with its pin, and the graph is run through `engine.run.run_graph` in a fresh state
-directory (so no answer comes from a cache index; Nix rebuilds what its store does not hold).
-Every recorded step's key and outcome digest are compared with the replay record and with
-`outcomes/<step>.json`; when the bundle holds `trace verify`'s result (verify-result.json), the
-rebuilt steps are judged again and the verdict, every claim, every reproducer run record and the
-expectation gate's record must equal the bundled ones. A difference is `replay.mismatch`.
+compared with its pin, and every recorded step is instantiated again: its key and derivation
+path must equal the record's (else `replay.pin-mismatch`). Then each step is really rebuilt
+(engine.bundle_verify.rebuild): built when the store lacks its output, and rebuilt with
+`nix --check` otherwise, so nothing is merely found in the store. Every rebuilt outcome is
+compared with the replay record's digest and with `outcomes/<step>.json`; when the bundle holds
+`trace verify`'s result (verify-result.json), the rebuilt steps are judged again and the
+verdict, every claim, every reproducer run record and the expectation gate's record must equal
+the bundled ones. A difference is `replay.mismatch`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from engine.bundle_verify.rebuild import Rebuilt, instantiate, rebuild
 from engine.bundle_verify.signature import Check
 from engine.errors import TraceError
 from engine.evidence.bundle import OUTCOMES_DIR, REPLAY_PATH
@@ -29,7 +32,7 @@ from engine.evidence.collect import VERIFY_RESULT_PATH
 from engine.evidence.replay import FilePin, ReplayRecord, fork_pin, outcome_digest, pinned_path
 from engine.evidence.statement import Statement
 from engine.hashing import digest_json
-from engine.run import RunResult
+from engine.run import RunResult, graph_id
 
 
 def _pin_problems(rec: ReplayRecord, root: Path) -> list[str]:
@@ -107,9 +110,51 @@ def _judge_again(candidate: Any, graph: Any, run: RunResult, payload: Path) -> l
     return _verdict_differences(verdict_view(bundled), verdict_view(judge(candidate, graph, run)))
 
 
-def replay_checks(
-    statement: Statement, payload: Path, *, root: Path, state: Path | None = None
-) -> list[Check]:
+def _expected_failures(payload: Path) -> set[str]:
+    """Steps the bundled verify result records as failed or skipped (a replay may fail them)."""
+    from engine.verify.result import VerifyResult
+
+    path = payload / VERIFY_RESULT_PATH
+    try:
+        bundled = VerifyResult.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError):
+        return set()
+    return {sid for sid, ref in bundled.steps.items() if ref.status in ("failed", "skipped")}
+
+
+def _as_run(graph: Any, rebuilt: list[Rebuilt]) -> RunResult:
+    """The rebuild as a RunResult for judging: --check results as `deterministic`."""
+    from engine.run import StepResult
+
+    steps = {}
+    for r in rebuilt:
+        ok = r.how != "failed"
+        checked = r.how in ("checked", "differs") and graph.steps[r.id].check
+        steps[r.id] = StepResult(
+            id=r.id,
+            key=r.key,
+            status="built" if ok else "failed",
+            drv=r.drv,
+            out=r.out if ok else None,
+            outcome=r.outcome,
+            deterministic=(r.how == "checked") if checked else None,
+            log_tail=r.log_tail or None,
+        )
+    return RunResult(graph=graph_id(graph), steps=steps, evaluated=True)
+
+
+def _counts(rebuilt: list[Rebuilt]) -> str:
+    fresh = sum(r.fresh for r in rebuilt)
+    checked = sum(r.how == "checked" for r in rebuilt)
+    differs = sum(r.how == "differs" for r in rebuilt)
+    parts = [f"{fresh} built (not in the store)"] if fresh else []
+    parts.append(f"{checked} rebuilt with nix --check, bit-identical")
+    if differs:
+        parts.append(f"{differs} rebuilt with other bytes")
+    return ", ".join(parts)
+
+
+def replay_checks(statement: Statement, payload: Path, *, root: Path) -> list[Check]:
     """Rebuild from the replay record in the checkout at `root` (the fork) and compare."""
     del statement  # the replay record's digest was checked against it already
     try:
@@ -120,17 +165,9 @@ def replay_checks(
     root = root.resolve()
     problems = _pin_problems(rec, root)
     if problems:
-        return [
-            Check(
-                name="replay pins",
-                ok=False,
-                reason="replay.pin-mismatch",
-                detail="; ".join(problems),
-            )
-        ]
+        return [_pins_differ(problems)]
     from engine.candidate import load_candidate
     from engine.graph import load_graph
-    from engine.run import run_graph
     from engine.verify.command import verify_context
 
     try:
@@ -144,27 +181,35 @@ def replay_checks(
         pinned_set = rec.package_set.digest if rec.package_set else None
         now_set = graph.package_set.digest if graph.package_set else None
         if pinned_set is not None and pinned_set != now_set:
-            detail = f"package set digest {str(now_set)[:12]}…, pinned {pinned_set[:12]}…"
             return [
-                Check(name="replay pins", ok=False, reason="replay.pin-mismatch", detail=detail)
+                _pins_differ(
+                    [f"package set digest {str(now_set)[:12]}…, pinned {pinned_set[:12]}…"]
+                )
             ]
+        absent = sorted(set(rec.steps) - set(graph.steps))
+        if absent:
+            return [_pins_differ([f"{sid}: not in the graph" for sid in absent])]
+        ids = [sid for sid in graph.order if sid in rec.steps]
         with tempfile.TemporaryDirectory(prefix="trace-replay-") as tmp:
-            result = run_graph(graph, state or Path(tmp))
+            keys, drvs = instantiate(graph, ids, Path(tmp))
+            pins = _step_pin_problems(rec, keys, drvs)
+            if pins:
+                return [_pins_differ(pins)]
+            rebuilt = rebuild(graph, keys, drvs, Path(tmp))
         differ: list[str] = []
-        for sid, pin in sorted(rec.steps.items()):
-            got = result.steps.get(sid)
-            if got is None:
-                differ.append(f"{sid}: not in the graph")
-            elif got.key != pin.key:
-                differ.append(f"{sid}: key {got.key[:12]}…, recorded {pin.key[:12]}…")
-            elif outcome_digest(got.outcome) != pin.outcome_sha256:
-                differ.append(f"{sid}: outcome differs from the replay record's")
-            elif (recorded := _recorded_outcome(payload, sid)) is not None and recorded != (
-                outcome_digest(got.outcome)
+        may_fail = _expected_failures(payload)
+        for r in rebuilt:
+            pin = rec.steps[r.id]
+            if r.how == "failed" and r.id not in may_fail:
+                differ.append(f"{r.id}: the rebuild failed ({r.log_tail[-200:] or 'no log'})")
+            elif outcome_digest(r.outcome) != pin.outcome_sha256:
+                differ.append(f"{r.id}: outcome differs from the replay record's")
+            elif (recorded := _recorded_outcome(payload, r.id)) is not None and recorded != (
+                outcome_digest(r.outcome)
             ):
-                differ.append(f"{sid}: outcome differs from {OUTCOMES_DIR}/{sid}.json")
+                differ.append(f"{r.id}: outcome differs from {OUTCOMES_DIR}/{r.id}.json")
         if not differ:
-            differ = _judge_again(candidate, graph, result, payload)
+            differ = _judge_again(candidate, graph, _as_run(graph, rebuilt), payload)
     except TraceError as exc:
         return [Check(name="replay", ok=False, reason="replay.failed", detail=exc.render())]
     if differ:
@@ -174,6 +219,24 @@ def replay_checks(
         Check(
             name="replay",
             ok=True,
-            detail=f"{len(rec.steps)} steps rebuilt{judged}, every outcome as recorded",
+            detail=f"{len(rebuilt)} steps replayed ({_counts(rebuilt)}){judged}, "
+            "every outcome as recorded",
         )
     ]
+
+
+def _pins_differ(problems: list[str]) -> Check:
+    return Check(
+        name="replay pins", ok=False, reason="replay.pin-mismatch", detail="; ".join(problems)
+    )
+
+
+def _step_pin_problems(rec: ReplayRecord, keys: dict[str, str], drvs: dict[str, str]) -> list[str]:
+    """Each step's key and derivation, instantiated here, against the replay record's."""
+    problems: list[str] = []
+    for sid, pin in sorted(rec.steps.items()):
+        if keys[sid] != pin.key:
+            problems.append(f"{sid}: key {keys[sid][:12]}…, pinned {pin.key[:12]}…")
+        elif pin.drv is not None and drvs[sid] != pin.drv:
+            problems.append(f"{sid}: derivation {drvs[sid]}, pinned {pin.drv}")
+    return problems
