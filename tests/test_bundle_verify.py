@@ -453,3 +453,31 @@ def test_honest_key_bundle_passes_every_record_check(tmp_path: Path) -> None:
     } <= names
     rerun = next(c for c in v.checks if c.name == "signing decision re-run")
     assert rerun.detail.endswith(": allow"), rerun
+
+
+def test_every_reason_code_is_catalogued_and_documented() -> None:
+    """Each code the checks can emit is in REASONS, and docs/evidence.md lists every code and
+    every redaction rule (so the user docs cannot drift from the code)."""
+    import re
+
+    from engine.bundle_verify.reasons import REASONS
+    from engine.evidence.redact import RULES
+
+    repo = Path(__file__).resolve().parent.parent
+    emitted: set[str] = set()
+    for f in (repo / "engine" / "bundle_verify").glob("*.py"):
+        text = f.read_text()
+        emitted |= set(
+            re.findall(
+                r'"((?:bundle|signature|identity|payload|statement|subject|'
+                r'policy|decision|records|verify|replay)\.[a-z-]+)"',
+                text,
+            )
+        )
+    emitted.discard("replay.nix")  # a file name (rebuild.py), not a code
+    assert emitted - set(REASONS) == set(), "emitted but not catalogued"
+    assert {"decision.not-reproduced", "bundle.extra-file", "signature.time"} <= emitted
+    docs = (repo / "docs" / "evidence.md").read_text()
+    assert [c for c in REASONS if f"| `{c}` |" not in docs] == []
+    assert [r.id for r in RULES if f"| `{r.id}` |" not in docs] == []
+    assert "docs/evidence.md" in (repo / "README.md").read_text()

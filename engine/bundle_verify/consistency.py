@@ -127,6 +127,8 @@ def _run_record_problems(b: Bundled) -> list[str]:
             )
         for ref, rec in zip(refs, side.runs, strict=False):
             raw = b.outcome(ref.id)
+            if isinstance(raw, dict):  # the harness does not know its side; the judge adds it
+                raw = {"side": side.side, **raw}
             try:
                 bundled = RunRecord.model_validate(raw) if raw is not None else None
             except ValidationError:
