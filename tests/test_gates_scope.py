@@ -203,3 +203,97 @@ def test_the_kind_s_default_scope_is_the_gate_s() -> None:
     assert (
         tuple(kinds["kinds"]["gate-scope"]["params"]["default_scope"]["default"]) == DEFAULT_SCOPE
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "removed", "added", "expected"),
+    [
+        # a check traded for an unrelated one is a removal, though the counts are equal
+        (
+            "a.c",
+            ["    if (klen >= KEY_MAX)", "        return -1;"],
+            ["    if (klen > 100)", "        return -1;"],
+            ["scope.weakened.bounds-check-removed", "scope.weakened.error-return-removed"],
+        ),
+        (
+            "a.c",
+            ["    assert(n < cap);"],
+            ["    assert(n < 100);"],
+            ["scope.weakened.assert-removed"],
+        ),
+        (
+            "a.py",
+            ["    assert len(key) <= MAX_KEY, 'too long'"],
+            ["    assert len(key) <= 100"],
+            ["scope.weakened.assert-removed"],
+        ),
+        (  # Python if-raise: the guard is what the error return tested
+            "a.py",
+            ["    if key not in table:", "        raise KeyError(key)"],
+            ["    if other:", "        raise KeyError(key)"],
+            ["scope.weakened.error-return-removed"],
+        ),
+        (
+            "a.py",
+            ["    if n > cap: raise ValueError(n)"],
+            ["    if n > 10: raise ValueError(n)"],
+            ["scope.weakened.bounds-check-removed", "scope.weakened.error-return-removed"],
+        ),
+        # checks that test at least the same identifiers keep them
+        (
+            "a.c",
+            ["    if (klen >= KEY_MAX)", "        return -1;"],
+            ["    if (klen >= KEY_MAX || klen == 0)", "        return -1;"],
+            [],
+        ),
+        (  # a cast's type name is not what the check tests
+            "a.c",
+            ["    if ((size_t)(eq - line) >= KEY_MAX) {", "        return -1;", "    }"],
+            ["    if (eq - line > KEY_MAX - 1) {", "        return -1;", "    }"],
+            [],
+        ),
+        (
+            "a.c",
+            ["    if (p == NULL)", "        goto fail;"],
+            ["    if (!p)", "        goto fail;"],
+            [],
+        ),
+        (
+            "a.py",
+            ["    if key not in table:", "        raise KeyError(key)"],
+            ["    if key not in table or not key:", "        raise LookupError(key)"],
+            [],
+        ),
+        ("a.py", ["    raise ValueError(n)"], ["    raise KeyError(n)"], []),  # no guard: by count
+        (  # two checks merged into one that tests both
+            "a.c",
+            ["    assert(i < n);", "    assert(j < m);"],
+            ["    assert(i < n && j < m);"],
+            [],
+        ),
+    ],
+)
+def test_removed_checks_are_matched_by_what_they_test(
+    path: str, removed: list[str], added: list[str], expected: list[str]
+) -> None:
+    rec = evaluate([diff(path, removed, added)], ScopePolicy(scope=("**",)))
+    assert rules(rec) == expected
+    assert rec["passed"] is (not expected)
+
+
+def test_a_removed_check_names_what_it_tested() -> None:
+    text = diff("a.c", ["    if (klen >= KEY_MAX)"], ["    if (klen > 100)"])
+    (finding,) = evaluate([text], ScopePolicy(scope=("**",)))["details"]["findings"]
+    assert (
+        finding["message"] == "bounds check removed (it tested KEY_MAX, klen): if (klen >= KEY_MAX)"
+    )
+    assert finding["line"] == 10
+
+
+def test_no_size_bound_is_no_limit() -> None:
+    """Bounds come from the signing policy; one it does not set does not limit."""
+    text = "".join(diff(f"f{i}.c", [f"a{i};"], [f"b{i};"]) for i in range(8))
+    rec = evaluate([text], ScopePolicy(max_hunks=8, max_lines=16))
+    assert rec["passed"] is True
+    assert rec["details"]["limits"] == {"max_files": None, "max_hunks": 8, "max_lines": 16}
+    assert rules(evaluate([text], ScopePolicy(max_files=7))) == ["scope.too-many-files"]
