@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from engine.verify.result import VerifyResult
 
 SHOWN_STEPS = 6
+SHOWN_PER_REASON = 12
 # Fields that describe how a result was obtained (paths as given, step statuses, log tails), not
 # what the builds showed: left out when a result file is compared with the judged result.
 RUN_ONLY_KEYS = frozenset({"status", "log_tail"})
@@ -33,21 +34,23 @@ TOP_ONLY_KEYS = frozenset({"candidate_file", "graph"})
 
 
 def _dirty_lines(planned: Plan) -> list[str]:
-    """The dirty steps that changed themselves (their reasons), then a count of the steps that
-    are dirty only because a step they need is."""
-    lines: list[str] = []
+    """Why steps are dirty, each reason with the steps it applies to (steps dirty only because
+    a step they need is are counted, not listed)."""
+    by_reason: dict[str, list[str]] = {}
     downstream = 0
     for sid in planned.dirty:
         own = [r for r in planned.steps[sid].reasons if not r.startswith("upstream ")]
-        if own:
-            lines.append(f"{sid}: {'; '.join(own)}")
-        else:
-            downstream += 1
-    shown = lines[:SHOWN_STEPS]
-    more = len(lines) - len(shown) + downstream
-    if more:
-        shown.append(f"{more} more downstream" if not lines[SHOWN_STEPS:] else f"{more} more")
-    return shown
+        for reason in own:
+            by_reason.setdefault(reason, []).append(sid)
+        downstream += not own
+    lines = [
+        f"{reason}: {', '.join(sids[:SHOWN_PER_REASON])}"
+        + (" …" if len(sids) > SHOWN_PER_REASON else "")
+        for reason, sids in by_reason.items()
+    ]
+    if downstream:
+        lines.append(f"and {downstream} step(s) downstream of them")
+    return lines
 
 
 def _refusal(planned: Plan, candidate: Candidate, state: Path) -> InputError:
@@ -62,9 +65,7 @@ def _refusal(planned: Plan, candidate: Candidate, state: Path) -> InputError:
             hint=hint,
         )
     return InputError(
-        "not verified, or its inputs changed since (dirty steps: "
-        + ", ".join(_dirty_lines(planned))
-        + ")",
+        "not verified, or its inputs changed since (" + "; ".join(_dirty_lines(planned)) + ")",
         file=candidate.path,
         hint=hint,
     )
