@@ -273,9 +273,13 @@ def pipeline_entry(cfg: ForkConfig, candidate_id: str) -> Path:
     if cfg.steps is not None:
         includes.append(str(cfg.steps))
     exclude = _declared_excludes([p for p in (own, cfg.steps) if p is not None and p.is_file()])
-    if cfg.config.is_relative_to(cfg.package_set) and cfg.config != cfg.package_set:
-        rel = cfg.config.relative_to(cfg.package_set).as_posix()
-        exclude += [rel] if rel not in exclude else []
+    # trace's own folders inside the package set: its config, and --state-dir/--out when given
+    # there (they change on every run; `.trace` itself is always left out)
+    for own_dir in (cfg.config, cfg.state, cfg.bundles):
+        if own_dir.is_relative_to(cfg.package_set) and own_dir != cfg.package_set:
+            rel = own_dir.relative_to(cfg.package_set).as_posix()
+            if rel.split("/")[0] != ".trace" and rel not in exclude:
+                exclude.append(rel)
     text = (
         "# Written by `trace fork`: the verify pipeline with this fork's own steps.\n"
         "version = 1\n"
@@ -471,6 +475,8 @@ def verify_candidate(
     cid = candidate.spec.id
     entry = pipeline_entry(cfg, cid)
     root = project_root(cfg.package_set)
+    # One lock for the whole candidate: the build, the verify result, the decision and the
+    # bundle swap (two `trace fork` runs must not interleave their writes).
     with Index(cfg.state, wait=wait) as index:
         hasher = StatCache(index.db)
         graph = load_graph(
@@ -483,25 +489,25 @@ def verify_candidate(
         hasher.flush()
         with Progress(enabled=progress) as reporter:
             run = run_graph(graph, index, jobs=jobs, reporter=reporter)
-    verify = judge(candidate, graph, run)
-    result = cfg.state / "verify" / f"{cid}.json"
-    write_if_changed(result, (verify.model_dump_json(indent=2, by_alias=True) + "\n").encode())
-    routing = _route(candidate, policy)
-    own_waivers = cfg.policy / WAIVERS if cfg.policy else None
-    waivers = policy / WAIVERS if own_waivers and own_waivers.is_file() else None
-    # every gate record (the standard gates and the fork's own steps) comes from the run
-    decision = _decide(run, verify, routing, policy, waivers)
-    write_if_changed(
-        cfg.state / "decisions" / f"{cid}.json",
-        (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),
-    )
-    assembled = _assemble(candidate, graph, run, verify, routing, decision, root, dirty)
-    signature: str | None = None
-    how: Literal["key", "keyless", "no"] = "no"
-    note = ""
-    if decision.decision == "allow":
-        signature, how, note = signer.sign(assembled.statement_bytes)
-    bundle = replace_bundle(cfg.bundles / cid, assembled, signature)
+        verify = judge(candidate, graph, run)
+        result = cfg.state / "verify" / f"{cid}.json"
+        write_if_changed(result, (verify.model_dump_json(indent=2, by_alias=True) + "\n").encode())
+        routing = _route(candidate, policy)
+        own_waivers = cfg.policy / WAIVERS if cfg.policy else None
+        waivers = policy / WAIVERS if own_waivers and own_waivers.is_file() else None
+        # every gate record (the standard gates and the fork's own steps) comes from the run
+        decision = _decide(run, verify, routing, policy, waivers)
+        write_if_changed(
+            cfg.state / "decisions" / f"{cid}.json",
+            (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),
+        )
+        assembled = _assemble(candidate, graph, run, verify, routing, decision, root, dirty)
+        signature: str | None = None
+        how: Literal["key", "keyless", "no"] = "no"
+        note = ""
+        if decision.decision == "allow":
+            signature, how, note = signer.sign(assembled.statement_bytes)
+        bundle = replace_bundle(cfg.bundles / cid, assembled, signature)
     statuses = [r.status for r in run.steps.values()]
     return Outcome(
         candidate=cid,

@@ -179,3 +179,11 @@ def test_merged_policy_overlays_the_fork_files_on_the_shipped_ones(fork: Path) -
     (own / "fork.pub").unlink()
     merged_policy(cfg)
     assert not (merged / "fork.pub").exists(), "a file the fork removed leaves the merged set"
+
+
+def test_state_and_bundle_dirs_inside_the_fork_are_left_out_of_the_package_set(fork: Path) -> None:
+    """--state-dir/--out inside the fork change on every run: hashing them would make every
+    run rebuild (an audit found the no-op broken that way)."""
+    cfg = make_config(args_for(fork, state_dir=fork / "out" / "state", out=fork / "bundles"))
+    data = tomli.loads(pipeline_entry(cfg, "a").read_text())
+    assert data["nix"]["package_set_exclude"] == ["trace", "out/state", "bundles"]
