@@ -1,7 +1,7 @@
 """Generate a benchmark project: a layered graph of N trivial busybox steps.
 
 Layout written under `root`:
-  pkgs/default.nix      a minimal nixpkgs-shaped package set (busybox + runCommand)
+  pkgs/default.nix      tests/fixtures/minipkgs: a minimal nixpkgs-shaped package set
   templates/step.nix.j2 one tiny template: echo a salt, a note, its input and upstream paths
   data/in-<i>.txt       one small input file per first-layer step
   graph.toml            layers of width 10; a step in layer L>0 needs steps i and i+1 (mod 10)
@@ -20,27 +20,8 @@ from pathlib import Path
 
 WIDTH = 10
 
-PKGS = """\
-# Minimal package set for trace's benchmark: busybox as the shell and `runCommand`.
-{ }:
-let
-  busybox = builtins.path {
-    path = if builtins.pathExists /usr/bin/busybox then /usr/bin else /bin;
-    name = "busybox";
-    filter = p: t: baseNameOf p == "busybox";
-  };
-  runCommand = name: env: script:
-    derivation ({
-      inherit name;
-      system = builtins.currentSystem;
-      builder = "${busybox}/busybox";
-      args = [ "sh" "-e" "-c" script ];
-    } // env);
-in
-{
-  inherit busybox runCommand;
-}
-"""
+# The same minimal package set the engine's tests use (busybox + `runCommand`).
+PKGS_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "minipkgs"
 
 TEMPLATE = """\
 {# One trivial step: a file naming its salt, note, input contents and upstream outputs. #}
@@ -119,7 +100,7 @@ class Project:
 
     def write(self) -> None:
         files = {
-            "pkgs/default.nix": PKGS,
+            "pkgs/default.nix": (PKGS_DIR / "default.nix").read_text(encoding="utf-8"),
             "templates/step.nix.j2": TEMPLATE,
             "graph.toml": self.toml(),
             **{f"data/in-{i}.txt": f"input {i}\n" for i in range(WIDTH)},
