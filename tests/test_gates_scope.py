@@ -180,7 +180,7 @@ def test_deleted_test_file() -> None:
         "+++ /dev/null\n"
         "@@ -1,2 +0,0 @@\n"
         "-def test_one():\n"
-        "-    assert True\n"
+        "-    assert page(3) == [7]\n"
     )
     rec = evaluate([text], ScopePolicy(scope=("**",)))
     assert rec["reasons"] == ["scope-tests-disabled"]
