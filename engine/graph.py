@@ -25,7 +25,6 @@ from engine.model import (
     Graph,
     InputRef,
     Kind,
-    KindSpec,
     NixSettings,
     ParamSpec,
     PipelineFile,
@@ -281,7 +280,7 @@ def _check_type(value: Any, spec: ParamSpec) -> bool:
 
 
 def _resolve_params(
-    step_id: str, step: StepSpec, kind: KindSpec, kind_name: str, f: _File, r: _Resolver
+    step_id: str, step: StepSpec, kind: Kind, kind_name: str, f: _File, r: _Resolver
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     params: dict[str, Any] = {}
     key_params: dict[str, Any] = {}
@@ -483,7 +482,7 @@ def load_graph(
                     line=f.line("steps", sid, "needs"),
                     hint=_suggest(need, list(specs), "step"),
                 )
-        params, key_params = _resolve_params(sid, ss, kinds_spec(kind), ss.kind, f, r)
+        params, key_params = _resolve_params(sid, ss, kind, ss.kind, f, r)
         inputs: dict[str, InputRef] = {}
         for iname, ival in ss.inputs.items():
             value = (
@@ -550,7 +549,3 @@ def _reads(
     if package_set is not None:
         reads[package_set.path] = tuple(exclude)
     return tuple(sorted(reads.items()))
-
-
-def kinds_spec(kind: Kind) -> KindSpec:
-    return KindSpec(template=str(kind.template_path), params=kind.params, check=kind.check)
