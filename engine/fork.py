@@ -292,6 +292,24 @@ def pipeline_entry(cfg: ForkConfig, candidate_id: str) -> Path:
     return entry
 
 
+def signing_source(cfg: ForkConfig, merged: Path) -> Path:
+    """The signing policy file the fork applies: its own CONFIG/policy/signing.toml (or that of
+    --policy), else the shipped one. The gates apply it and the replay record names it (relative
+    to the fork, or `trace:`); decisions are made with its copy in the merged policy dir, which
+    must have the same bytes."""
+    from engine.policy.registry import SIGNING, policy_dir
+
+    own = cfg.policy / SIGNING if cfg.policy is not None else None
+    source = own if own is not None and own.is_file() else policy_dir() / SIGNING
+    if source.read_bytes() != (merged / SIGNING).read_bytes():
+        raise InputError(
+            f"the merged signing policy {merged / SIGNING} differs from its source {source}",
+            file=source,
+            hint="another process changed it during this run: run `trace fork` again",
+        )
+    return source
+
+
 def merged_policy(cfg: ForkConfig) -> Path:
     """STATE/policy: the shipped policy files, each replaced by the fork's file of that name."""
     from engine.policy.registry import policy_dir
@@ -395,6 +413,7 @@ def _assemble(
     decision: Decision,
     root: Path,
     dirty: bool,
+    signing_policy: Path,
 ) -> Assembled:
     from engine.evidence.bundle import assemble
     from engine.evidence.collect import (
@@ -416,7 +435,12 @@ def _assemble(
     entries.append(decision_entry("signing", "signing", decision))
     versions = {**policy_versions(routing), **policy_versions(decision)}
     replay = build_replay_record(
-        graph, run, candidate_file=candidate.path, root=root, model=model_pin(candidate)
+        graph,
+        run,
+        candidate_file=candidate.path,
+        root=root,
+        model=model_pin(candidate),
+        signing_policy=signing_policy,
     )
     if replay.package_set is not None:
         # `fork_pin` counts trace's own untracked state dir as a change; the fork's clean check
@@ -475,6 +499,8 @@ def verify_candidate(
     cid = candidate.spec.id
     entry = pipeline_entry(cfg, cid)
     root = project_root(cfg.package_set)
+    # the gates apply the very policy that decides (its merged copy has the same bytes)
+    signing = signing_source(cfg, policy)
     # One lock for the whole candidate: the build, the verify result, the decision and the
     # bundle swap (two `trace fork` runs must not interleave their writes).
     with Index(cfg.state, wait=wait) as index:
@@ -482,7 +508,7 @@ def verify_candidate(
         graph = load_graph(
             entry,
             root=root,
-            context=verify_context(candidate, cfg.package_set),
+            context=verify_context(candidate, cfg.package_set, signing),
             hasher=hasher,
             variant=cid,
         )
@@ -501,7 +527,9 @@ def verify_candidate(
             cfg.state / "decisions" / f"{cid}.json",
             (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),
         )
-        assembled = _assemble(candidate, graph, run, verify, routing, decision, root, dirty)
+        assembled = _assemble(
+            candidate, graph, run, verify, routing, decision, root, dirty, signing
+        )
         signature: str | None = None
         how: Literal["key", "keyless", "no"] = "no"
         note = ""

@@ -88,7 +88,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
         )
     )
     # a signing policy that denies the pager fix: it asks for more reproducer runs than it has
-    strict = base / "strict"
+    # (inside the fork, where a bundle's replay record can name it)
+    strict = fork / "trace" / "strict"
     strict.mkdir()
     shutil.copy(REPO / "policy" / "reasons.toml", strict / "reasons.toml")
     text = (REPO / "policy" / "signing.toml").read_text()

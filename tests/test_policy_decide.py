@@ -202,13 +202,12 @@ def test_decide_on_a_real_verify_result(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 0 and doc["decision"] == "allow", doc["reasons"]
 
     # the same policy name and version without the gates' thresholds is not the policy the gates
-    # applied: their records are not trusted (the gates' thresholds come from the policy only)
+    # applied: the graph is loaded with the deciding policy, so the gate steps (their thresholds
+    # are in their keys) were never verified under it, and decide refuses to judge them
     signing = _signing_only_expectation(tmp_path)
     args = ["--state-dir", str(state), "--signing", str(signing), "--json"]
-    code, out, _ = trace(capsys, "decide", str(PAGER), *args)
-    doc = json.loads(out)
-    reasons = {r["code"]: r for r in doc["reasons"]}
-    assert code == 1 and set(reasons) == {"policy-unknown-version"}
-    mismatch = reasons["policy-unknown-version"]
-    assert mismatch["sources"] == ["gate:coverage", "gate:mutation", "gate:scope"]
-    assert any("min_score=0.8, but trace-signing 1.0.0 sets none" in d for d in mismatch["details"])
+    code, out, err = trace(capsys, "decide", str(PAGER), *args)
+    assert code == 2 and out == "", out
+    assert "verified under another signing policy" in err, err
+    assert "gate-coverage, gate-mutation, gate-scope" in err
+    assert "(same name and version, other thresholds)" in err

@@ -7,7 +7,10 @@
    verify). The run is answered from the index (no Nix evaluation) and judged again; that judged
    VerifyResult is what is bundled and decided on. A `--result FILE` is only a cross-check: if
    it differs from the judged result, nothing is bundled. `trace verify --bundle` hands over the
-   run it just built instead.
+   run it just built instead. One signing policy throughout (`--signing-policy`, default the
+   shipped one; `trace verify --bundle` passes the one its gates applied): the graph is loaded
+   with it (the gates' thresholds are in their keys, so evidence verified under another policy
+   is refused as dirty), it decides, and the replay record pins it.
 2. Gate records: the run's gate steps' outcomes, the determinism record derived from the run,
    and `--gate` files (`gate_records`: a carried record that disagrees with the run's is refused).
 3. Decisions: the routing and signing decisions are computed in-process with engine.policy (as
@@ -150,7 +153,8 @@ def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> Bund
     """`verified`: the graph, run and judged result of a build this process just made (`trace
     verify --bundle`); otherwise they come from the cache index (`cached_verify`)."""
     from engine.evidence.bundle import assemble, write_bundle
-    from engine.evidence.replay import build_replay_record
+    from engine.evidence.replay import build_replay_record, signing_policy_pin
+    from engine.policy.registry import SIGNING, policy_dir
     from engine.verify.cached import cached_verify, check_result_file
     from engine.verify.command import find_fork
 
@@ -162,7 +166,11 @@ def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> Bund
     if not fork.is_dir():
         raise UsageError(f"--fork {fork} is not a directory", hint="pass the package set's root")
     state = (req.state_dir or fork / ".trace").resolve()
-    graph, run, result = verified or cached_verify(candidate, fork, state, wait=req.wait)
+    policy = req.signing_policy or policy_dir() / SIGNING
+    policy_pin = signing_policy_pin(policy, fork)  # refused before anything is read or written
+    graph, run, result = verified or cached_verify(
+        candidate, fork, state, signing_policy=policy, wait=req.wait
+    )
     if result.candidate != cid:
         raise InputError(
             f"the verified result is for '{result.candidate}', not '{cid}'", file=candidate.path
@@ -185,6 +193,13 @@ def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> Bund
         bundled = {src.sha256: src.path for src in sources}
         bundled |= {hashlib.sha256(raw).hexdigest(): src for src, _, raw in extra}
         decision = load_decision(req.decision, candidate=cid, bundled=bundled)
+        if decision.policy.digest != policy_pin.sha256:
+            raise InputError(
+                f"the decision record was made under the signing policy {decision.policy.path} "
+                f"({decision.policy.name} {decision.policy.version}), not {policy}",
+                file=req.decision,
+                hint="pass the policy `trace decide --signing` used as --signing-policy",
+            )
         routing = decision.routing
     else:
         routing = route_candidate(candidate, req.routing_policy)
@@ -193,7 +208,7 @@ def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> Bund
             gates,
             routing,
             sources,
-            policy=req.signing_policy,
+            policy=policy,
             waivers=req.waivers,
             today=req.today or dt.datetime.now(dt.UTC).date(),
         )
@@ -201,7 +216,12 @@ def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> Bund
     entries.append(decision_entry("signing", "signing", decision))
     versions = {**policy_versions(routing), **policy_versions(decision)}
     replay = build_replay_record(
-        graph, run, candidate_file=candidate.path, root=fork, model=model_pin(candidate)
+        graph,
+        run,
+        candidate_file=candidate.path,
+        root=fork,
+        model=model_pin(candidate),
+        signing_policy=policy,
     )
     assembled = assemble(
         entries,

@@ -1,9 +1,10 @@
 """`verify-bundle --replay`: rebuild the steps from the replay record and compare outcomes.
 
-First every pin is compared with this checkout (candidate, graph and template files by sha256,
-`trace:` pins against trace's data dir, the fork's git commit and tree, the engine version): a
-difference is `replay.pin-mismatch`, and nothing is built. Then the graph is loaded exactly as
-`trace verify` loads it (`verify_context(candidate, fork=root)`), the package set's digest is
+First every pin is compared with this checkout (candidate, graph and template files and the
+signing policy by sha256, `trace:` pins against trace's data dir, the fork's git commit and tree,
+the engine version): a difference is `replay.pin-mismatch`, and nothing is built. Then the graph
+is loaded exactly as `trace verify` loaded it (`verify_context(candidate, root, signing_policy)`
+with the pinned signing policy, whose thresholds the gate steps apply), the package set's digest is
 compared with its pin, and every recorded step is instantiated again: its key and derivation
 path must equal the record's (else `replay.pin-mismatch`). Then each step is really rebuilt
 (engine.bundle_verify.rebuild): built when the store lacks its output, and rebuilt with
@@ -40,6 +41,8 @@ def _pin_problems(rec: ReplayRecord, root: Path) -> list[str]:
 
     problems: list[str] = []
     pins: list[FilePin] = [rec.candidate, rec.graph, *rec.graph_files, *rec.templates]
+    if rec.signing_policy is not None:
+        pins.append(rec.signing_policy)
     for pin in pins:
         path = pinned_path(pin.path, root)
         try:
@@ -172,10 +175,11 @@ def replay_checks(statement: Statement, payload: Path, *, root: Path) -> list[Ch
 
     try:
         candidate = load_candidate(pinned_path(rec.candidate.path, root))
+        policy = pinned_path(rec.signing_policy.path, root) if rec.signing_policy else None
         graph = load_graph(
             pinned_path(rec.graph.path, root),
             root=root,
-            context=verify_context(candidate, root),
+            context=verify_context(candidate, root, policy),
             variant=candidate.spec.id,
         )
         pinned_set = rec.package_set.digest if rec.package_set else None

@@ -9,7 +9,11 @@ records each step's content key, derivation and the sha256 of its canonical outc
 File pins are relative to the project root (for `trace verify`: the fork), or `trace:<path>` for
 trace's own shipped graphs and templates (wherever trace is installed), as graphs name them.
 The graph is loaded for a replay exactly as `trace verify` loads it: with
-`engine.verify.command.verify_context(candidate, fork=root)` (`context = "verify"`).
+`engine.verify.command.verify_context(candidate, root, signing_policy)` (`context = "verify"`),
+where `signing_policy` is the file the record pins (its thresholds are the gate steps' `policy`
+parameters, so they are part of the gate steps' keys): `trace:policy/signing.toml` for the
+shipped file, a path relative to the project root for a fork's own. A signing policy outside
+both cannot be pinned: a bundle made with one is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -78,6 +82,11 @@ class ReplayRecord(_Model):
     graph_files: list[FilePin] = Field(default_factory=list, description="included files")
     templates: list[FilePin] = Field(default_factory=list)
     package_set: ForkPin | None = None
+    signing_policy: FilePin | None = Field(
+        default=None,
+        description="the signing policy the graph was loaded with (whose thresholds the gates "
+        "applied); None only in records made before it was pinned (the default by location)",
+    )
     model: ModelPin | None = None
     steps: dict[str, StepPin] = Field(default_factory=dict)
 
@@ -106,6 +115,26 @@ def pinned_path(name: str, root: Path) -> Path:
 
 def file_pin(path: Path, root: Path) -> FilePin:
     return FilePin(path=pin_name(path, root), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def signing_policy_pin(path: Path, root: Path) -> FilePin:
+    """The pin of the signing policy a graph is loaded with; refused (InputError) when a replay
+    could not find it: outside the project root and trace's data dir, or unreadable."""
+    try:
+        name = pin_name(path, root)
+    except InputError:
+        raise InputError(
+            f"the signing policy {path} is outside the fork {root} and trace's data dir "
+            f"{data_dir()}: a bundle's replay record could not name it",
+            file=path,
+            hint="copy the policy (and the catalogue it names) into the fork, e.g. "
+            "FORK/trace/policy/, and name that copy with --signing-policy",
+        ) from None
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the signing policy: {exc.strerror}", file=path) from None
+    return FilePin(path=name, sha256=hashlib.sha256(raw).hexdigest())
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
@@ -149,8 +178,12 @@ def build_replay_record(
     candidate_file: Path,
     root: Path,
     model: ModelPin | None = None,
+    signing_policy: Path | None = None,
 ) -> ReplayRecord:
-    """Pin everything a replay needs, from a loaded graph and the run that built it."""
+    """Pin everything a replay needs, from a loaded graph and the run that built it.
+
+    `signing_policy`: the file the graph's context was made with (`verify_context`); every
+    verify graph names it (None only for graphs loaded without the gates' context)."""
     from engine import __version__
 
     templates = sorted({k.template_path.resolve() for k in graph.kinds.values()})
@@ -165,6 +198,7 @@ def build_replay_record(
         package_set=fork_pin(graph.package_set.path, root, graph.package_set.digest)
         if graph.package_set
         else None,
+        signing_policy=signing_policy_pin(signing_policy, root) if signing_policy else None,
         model=model,
         steps={
             sid: StepPin(key=r.key, drv=r.drv, outcome_sha256=outcome_digest(r.outcome))

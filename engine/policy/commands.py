@@ -173,17 +173,23 @@ def _decision_text(d: Decision, out: Path) -> str:
 
 
 def _built_evidence(
-    cand: Candidate, fork: Path, state: Path, result_file: Path | None, gate_files: list[Path]
+    cand: Candidate,
+    fork: Path,
+    state: Path,
+    result_file: Path | None,
+    gate_files: list[Path],
+    signing_policy: Path,
 ) -> Evidence:
     """The evidence source of `trace decide`: the verdict judged from the cached builds (refused
     when the candidate was not verified with its current inputs), never a result file; a
     `--result` file is only cross-checked against it. Gate records come from the run's outcomes
-    and `--gate` files. The sources named are the bundle payload files these become."""
+    and `--gate` files. The sources named are the bundle payload files these become. The graph
+    is loaded with the deciding `signing_policy` (evidence verified under another is refused)."""
     from engine.evidence.collect import evidence_sources, gate_records, read_gate_files
     from engine.policy.evidence import Evidence, SourceRef
     from engine.verify.cached import cached_verify, check_result_file
 
-    _, run, result = cached_verify(cand, fork.resolve(), state)
+    _, run, result = cached_verify(cand, fork.resolve(), state, signing_policy=signing_policy)
     if result_file is not None:
         check_result_file(result_file, result)
     extra = read_gate_files(gate_files)
@@ -209,9 +215,10 @@ def cmd_decide(args: argparse.Namespace) -> int:
     state = (args.state_dir or fork / ".trace").resolve()
     cid = cand.spec.id
     routing = _route(args.candidate, args.routing)
-    signing, catalogue = load_signing(args.signing or policy_dir() / SIGNING)
+    signing_path = args.signing or policy_dir() / SIGNING
+    signing, catalogue = load_signing(signing_path)
     waivers = load_waivers(args.waivers, catalogue) if args.waivers else NO_WAIVERS
-    evidence = _built_evidence(cand, fork, state, args.result, args.gate)
+    evidence = _built_evidence(cand, fork, state, args.result, args.gate, signing_path)
     decision = decide(evidence, routing, signing, catalogue, waivers, today)
     out = (args.out or state / "decisions" / f"{cid}.json").resolve()
     doc = decision.model_dump(mode="json", by_alias=True)

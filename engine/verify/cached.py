@@ -8,10 +8,16 @@ after verify). Otherwise every step is answered from the index (no Nix evaluatio
 clean plan makes no nix call, and this is checked) and judged again with `judge`. A verify result
 JSON file is never the source of a verdict: given explicitly (`--result FILE`) it is only
 cross-checked against the judged result (`check_result_file`), and a difference is refused.
+
+The graph is loaded with the signing policy that decides (`signing_policy`): its thresholds are
+the gate steps' `policy` parameters, so evidence verified under another policy leaves the gate
+steps dirty, and when nothing else changed the refusal says "verified under another signing
+policy" and names both (`_policy_refusal`).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +26,7 @@ from pydantic import ValidationError
 from engine.errors import InputError, TraceError
 
 if TYPE_CHECKING:
+    from engine.cache import Index
     from engine.candidate import Candidate
     from engine.model import Graph
     from engine.run import Plan, RunResult
@@ -31,6 +38,7 @@ SHOWN_PER_REASON = 12
 # what the builds showed: left out when a result file is compared with the judged result.
 RUN_ONLY_KEYS = frozenset({"status", "log_tail"})
 TOP_ONLY_KEYS = frozenset({"candidate_file", "graph"})
+POLICY_CHANGED = "param 'policy' changed"  # engine.run's reason for a gate step's policy param
 
 
 def _dirty_lines(planned: Plan) -> list[str]:
@@ -53,6 +61,49 @@ def _dirty_lines(planned: Plan) -> list[str]:
     return lines
 
 
+def _own_reasons(planned: Plan) -> dict[str, list[str]]:
+    """Dirty step -> its own reasons (not the ones inherited from a dirty step it needs)."""
+    return {
+        sid: [r for r in planned.steps[sid].reasons if not r.startswith("upstream ")]
+        for sid in planned.dirty
+    }
+
+
+def _applied(components: dict[str, Any] | None) -> str:
+    """`name version` of the policy a gate step's `policy` param names (its JSON), or '?'."""
+    raw = (components or {}).get("params", {}).get("policy")
+    try:
+        doc = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        return "?"
+    return f"{doc.get('name', '?')} {doc.get('version', '?')}"
+
+
+def _policy_refusal(
+    planned: Plan, candidate: Candidate, index: Index, signing_policy: Path | None
+) -> InputError | None:
+    """The refusal when the only change is the gate steps' policy: the candidate was verified,
+    with these inputs, under another signing policy than the one given here."""
+    own = _own_reasons(planned)
+    gates = sorted(sid for sid, reasons in own.items() if reasons == [POLICY_CHANGED])
+    if not gates or any(reasons and reasons != [POLICY_CHANGED] for reasons in own.values()):
+        return None
+    before = _applied(index.last_components(planned.graph, gates[0]))
+    now = _applied(planned.steps[gates[0]].components)
+    same = " (same name and version, other thresholds)" if before == now else ""
+    given = f" ({signing_policy})" if signing_policy is not None else ""
+    return InputError(
+        f"verified under another signing policy: the gate steps ({', '.join(gates)}) last "
+        f"applied {before}, this command's signing policy is {now}{given}{same}",
+        file=candidate.path,
+        hint="decide and bundle with the signing policy `trace verify` used (--signing for "
+        "trace decide, --signing-policy for trace bundle), or run `trace verify "
+        f"{candidate.path} --signing-policy POLICY` with this one first",
+    )
+
+
 def _refusal(planned: Plan, candidate: Candidate, state: Path) -> InputError:
     hint = (
         f"run `trace verify {candidate.path}` (with the same fork and state dir); a failed "
@@ -72,21 +123,30 @@ def _refusal(planned: Plan, candidate: Candidate, state: Path) -> InputError:
 
 
 def cached_verify(
-    candidate: Candidate, fork: Path, state: Path, *, wait: float = 0
+    candidate: Candidate,
+    fork: Path,
+    state: Path,
+    *,
+    signing_policy: Path | None = None,
+    wait: float = 0,
 ) -> tuple[Graph, RunResult, VerifyResult]:
     """The verify graph, its run answered from the index, and the verdict judged from that run.
 
-    Raises InputError when the candidate was not verified with its current inputs."""
+    `signing_policy`: the policy that decides (its thresholds are the gates'; None: the default
+    by location, as `trace verify` has it). Raises InputError when the candidate was not
+    verified with its current inputs under that policy."""
     from engine.cache import Index
     from engine.run import plan, run_graph
     from engine.verify.command import load_verify_graph
     from engine.verify.verdict import judge
 
     with Index(state, wait=wait) as index:
-        graph = load_verify_graph(candidate, fork, index)
+        graph = load_verify_graph(candidate, fork, index, signing_policy)
         planned, _ = plan(graph, index)
         if planned.dirty:
-            raise _refusal(planned, candidate, state)
+            raise _policy_refusal(planned, candidate, index, signing_policy) or _refusal(
+                planned, candidate, state
+            )
         run = run_graph(graph, index)
     if run.evaluated or run.nix_calls:
         raise TraceError(

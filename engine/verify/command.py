@@ -67,15 +67,21 @@ def find_fork(candidate: Path) -> Path | None:
     return None
 
 
-def verify_context(candidate: Candidate, fork: Path) -> dict[str, Any]:
-    """The context the verify graph is loaded with (replays must use the same)."""
+def verify_context(
+    candidate: Candidate, fork: Path, signing_policy: Path | None = None
+) -> dict[str, Any]:
+    """The context the verify graph is loaded with (replays must use the same).
+
+    `signing_policy`: the policy whose thresholds the gate steps apply (they enter the gate
+    steps' keys); None is the default by location (`engine.gates.context.signing_policy_path`).
+    `trace decide`/`trace bundle` must load the graph with the very policy they decide with."""
     from engine.gates.context import gate_context
 
     expect = candidate.spec.expect.model_dump(exclude_none=True)
     return {
         "candidate": {**candidate.context(), "expect_json": json.dumps(expect, sort_keys=True)},
         "fork": {"root": str(fork)},
-        "gates": gate_context(candidate, fork=fork),
+        "gates": gate_context(candidate, signing_policy, fork=fork),
     }
 
 
@@ -91,9 +97,12 @@ def project_root(fork: Path) -> Path:
     return fork
 
 
-def load_verify_graph(candidate: Candidate, fork: Path, index: Index) -> Graph:
-    """The fork's verify graph instantiated for one candidate, inputs hashed with the index's
-    stat cache. The one way `trace verify`, `trace bundle` and replays load it."""
+def load_verify_graph(
+    candidate: Candidate, fork: Path, index: Index, signing_policy: Path | None = None
+) -> Graph:
+    """The fork's verify graph instantiated for one candidate (its gates applying
+    `signing_policy`'s thresholds), inputs hashed with the index's stat cache. The one way
+    `trace verify`, `trace decide` and `trace bundle` load it."""
     from engine.graph import load_graph
     from engine.hashing import StatCache
 
@@ -101,7 +110,7 @@ def load_verify_graph(candidate: Candidate, fork: Path, index: Index) -> Graph:
     graph = load_graph(
         graph_entry(fork),
         root=project_root(fork),
-        context=verify_context(candidate, fork),
+        context=verify_context(candidate, fork, signing_policy),
         hasher=hasher,
         variant=candidate.spec.id,
     )
@@ -117,6 +126,7 @@ def run_verify(
     jobs: int | None = None,
     progress: bool = False,
     wait: float = 0,
+    signing_policy: Path | None = None,
 ) -> VerifyResult:
     """Load the candidate and the fork's graph, build what is dirty, judge. The Python API."""
     return build_verify(
@@ -126,6 +136,7 @@ def run_verify(
         jobs=jobs,
         progress=progress,
         wait=wait,
+        signing_policy=signing_policy,
     )[2]
 
 
@@ -137,8 +148,11 @@ def build_verify(
     jobs: int | None = None,
     progress: bool = False,
     wait: float = 0,
+    signing_policy: Path | None = None,
 ) -> tuple[Graph, RunResult, VerifyResult]:
-    """`run_verify`, also returning the graph and the run the verdict was judged from."""
+    """`run_verify`, also returning the graph and the run the verdict was judged from.
+
+    `signing_policy`: whose thresholds the gates apply (None: the default by location)."""
     from engine.cache import Index
     from engine.candidate import load_candidate
     from engine.errors import UsageError
@@ -154,7 +168,7 @@ def build_verify(
         raise UsageError(f"--fork {fork} is not a directory", hint="pass the package set's root")
     state = (state_dir or fork / ".trace").resolve()
     with Index(state, wait=wait) as index:
-        graph = load_verify_graph(candidate, fork, index)
+        graph = load_verify_graph(candidate, fork, index, signing_policy)
         with Progress(enabled=progress) as reporter:
             result = run_graph(graph, index, jobs=jobs, reporter=reporter)
     return graph, result, judge(candidate, graph, result)
@@ -200,7 +214,10 @@ def print_table(result: VerifyResult) -> None:
 
 
 def _bundle(
-    args: argparse.Namespace, fork: Path, verified: tuple[Graph, RunResult, VerifyResult]
+    args: argparse.Namespace,
+    fork: Path,
+    policy: Path,
+    verified: tuple[Graph, RunResult, VerifyResult],
 ) -> int:
     from engine.bundle_verify.produce import produce_bundle, report_lines, request_from_args
 
@@ -212,6 +229,7 @@ def _bundle(
             state_dir=args.state_dir,
             out=args.bundle,
             wait=args.wait,
+            signing_policy=policy,  # the bundle decides with the policy the gates applied
         ),
         verified,
     )
@@ -224,6 +242,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
         from engine.errors import UsageError
 
         raise UsageError("--sign/--key sign a bundle", hint="add --bundle DIR")
+    fork = (args.fork or find_fork(args.candidate) or Path.cwd()).resolve()
+    policy: Path | None = args.signing_policy
+    if args.bundle is not None:
+        from engine.evidence.replay import signing_policy_pin
+        from engine.gates.context import signing_policy_path
+
+        # one policy for the gates and the decision; refused before building when the bundle's
+        # replay record could not name it
+        policy = signing_policy_path(policy, fork)
+        signing_policy_pin(policy, fork)
     verified = build_verify(
         args.candidate,
         fork=args.fork,
@@ -231,10 +259,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         progress=not args.quiet and not args.json,
         wait=args.wait,
+        signing_policy=policy,
     )
     result = verified[2]
     text = result.model_dump_json(indent=2, by_alias=True) + "\n"
-    fork = (args.fork or find_fork(args.candidate) or Path.cwd()).resolve()
     out = args.out or (args.state_dir or fork / ".trace") / "verify" / f"{result.candidate}.json"
     write_atomic(out, text)
     if args.json:
@@ -244,5 +272,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"result: {out}")
     status = 0 if result.passed else 1
     if args.bundle is not None:
-        status = max(status, _bundle(args, fork, verified))
+        assert policy is not None
+        status = max(status, _bundle(args, fork, policy, verified))
     return status
