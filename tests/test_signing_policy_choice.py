@@ -140,6 +140,18 @@ def test_the_same_policy_for_verify_decide_and_bundle_allows(world: World) -> No
     assert rc == 0 and "ALLOW (own-signing 2.0.0" in out, out + err
     assert payload(again, "replay.json")["signing_policy"]["path"] == OWN
 
+    # decide's record is bundled under the policy it was made with, and no other file (here: the
+    # same thresholds in other bytes, so the gate steps' keys and records are the same)
+    record = world.fork / ".trace" / "decisions" / f"{PAGER_ID}.json"
+    decided = ["bundle", str(world.cand), *fork, "--decision", str(record)]
+    rc, _, err = cli(*decided, "--signing-policy", str(world.own), "--out", str(world.base / "d"))
+    assert rc == 0, err
+    other = world.own.with_name("same-thresholds.toml")
+    other.write_bytes(world.own.read_bytes() + b"# other bytes\n")
+    rc, _, err = cli(*decided, "--signing-policy", str(other), "--out", str(world.base / "e"))
+    assert rc == 2 and "the decision record was made under the signing policy" in err, err
+    assert not (world.base / "e").exists()
+
 
 @pytest.mark.nix
 def test_another_policy_at_decide_or_bundle_is_refused(world: World) -> None:
