@@ -242,3 +242,25 @@ def test_trace_fork_gates_and_decides_with_the_same_policy_file(world: World) ->
     assert payload(bundle, "replay.json")["signing_policy"] == {"path": OWN, "sha256": digest}
     rc, doc = verify_bundle(world, bundle, "--fork", str(world.fork), "--replay")
     assert rc == 0 and doc["passed"], doc
+
+
+def test_decide_and_bundle_default_to_the_policy_verify_used(tmp_path: Path) -> None:
+    """A fork's own trace/policy/signing.toml is the default for verify, decide and bundle alike
+    (its catalogue may be the shipped one, named `trace:policy/reasons.toml`)."""
+    fork = tmp_path / "fork"
+    shutil.copytree(FIXTURE, fork, ignore=shutil.ignore_patterns(".trace", "result*"))
+    own = fork / "trace" / "policy" / "signing.toml"
+    own.parent.mkdir(parents=True)
+    text = own_policy_text().replace(
+        'catalogue = "reasons.toml"', 'catalogue = "trace:policy/reasons.toml"'
+    )
+    assert 'catalogue = "trace:policy/reasons.toml"' in text
+    own.write_text(text)
+    cand = fork / CAND
+    rc, out, err = cli("verify", str(cand), "-q")
+    assert rc == 0, out + err
+    rc, out, err = cli("decide", str(cand))
+    assert rc == 0 and "ALLOW" in out and "own-signing 2.0.0" in out, out + err
+    rc, out, err = cli("bundle", str(cand), "--out", str(tmp_path / "b"))
+    assert rc == 0, out + err
+    assert payload(tmp_path / "b", "decisions/signing.json")["policy"]["name"] == "own-signing"

@@ -29,7 +29,11 @@ def add_signing_options(p: Any) -> None:
 
 def add_policy_options(p: Any) -> None:
     p.add_argument("--routing-policy", type=Path, help="routing policy (default: shipped)")
-    p.add_argument("--signing-policy", type=Path, help="signing policy (default: shipped)")
+    p.add_argument(
+        "--signing-policy",
+        type=Path,
+        help="signing policy (default: FORK/trace/policy/signing.toml if present, else shipped)",
+    )
     p.add_argument("--waivers", type=Path, metavar="FILE", help="waiver file (default: none)")
     p.add_argument(
         "--today", metavar="YYYY-MM-DD", help="decide as of this date (default: today, UTC)"

@@ -154,7 +154,7 @@ def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> Bund
     verify --bundle`); otherwise they come from the cache index (`cached_verify`)."""
     from engine.evidence.bundle import assemble, write_bundle
     from engine.evidence.replay import build_replay_record, signing_policy_pin
-    from engine.policy.registry import SIGNING, policy_dir
+    from engine.gates.context import signing_policy_path
     from engine.verify.cached import cached_verify, check_result_file
     from engine.verify.command import find_fork
 
@@ -166,7 +166,8 @@ def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> Bund
     if not fork.is_dir():
         raise UsageError(f"--fork {fork} is not a directory", hint="pass the package set's root")
     state = (req.state_dir or fork / ".trace").resolve()
-    policy = req.signing_policy or policy_dir() / SIGNING
+    # the same default as `trace verify`: the fork's own policy if it has one, else the shipped
+    policy = signing_policy_path(req.signing_policy, fork)
     policy_pin = signing_policy_pin(policy, fork)  # refused before anything is read or written
     graph, run, result = verified or cached_verify(
         candidate, fork, state, signing_policy=policy, wait=req.wait

@@ -55,7 +55,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--waivers", type=Path, default=None, metavar="FILE", help="waiver file")
     p.add_argument("--routing", type=Path, default=None, help="routing policy (default: shipped)")
-    p.add_argument("--signing", type=Path, default=None, help="signing policy (default: shipped)")
+    p.add_argument(
+        "--signing",
+        type=Path,
+        default=None,
+        help="signing policy (default: FORK/trace/policy/signing.toml if present, else shipped)",
+    )
     p.add_argument(
         "--today", default=None, metavar="YYYY-MM-DD", help="decide as of this date (default: UTC)"
     )
@@ -204,7 +209,7 @@ def _built_evidence(
 
 def cmd_decide(args: argparse.Namespace) -> int:
     from engine.candidate import load_candidate
-    from engine.policy.registry import SIGNING, policy_dir
+    from engine.gates.context import signing_policy_path
     from engine.policy.signing import decide, load_signing
     from engine.policy.waivers import NO_WAIVERS, load_waivers
     from engine.verify.command import find_fork
@@ -215,7 +220,8 @@ def cmd_decide(args: argparse.Namespace) -> int:
     state = (args.state_dir or fork / ".trace").resolve()
     cid = cand.spec.id
     routing = _route(args.candidate, args.routing)
-    signing_path = args.signing or policy_dir() / SIGNING
+    # the same default as `trace verify`: the fork's own policy if it has one, else the shipped
+    signing_path = signing_policy_path(args.signing, fork.resolve())
     signing, catalogue = load_signing(signing_path)
     waivers = load_waivers(args.waivers, catalogue) if args.waivers else NO_WAIVERS
     evidence = _built_evidence(cand, fork, state, args.result, args.gate, signing_path)

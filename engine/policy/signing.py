@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import Field
 
 from engine.errors import PolicyError
+from engine.paths import resolve_ref
 from engine.policy.evidence import Evidence, SourceRef
 from engine.policy.reasons import Catalogue, load_catalogue, require_code
 from engine.policy.routing import RouteDecision, State
@@ -130,7 +131,8 @@ def load_signing_rules(path: Path) -> tuple[SigningPolicy, str, str]:
 def load_signing(path: Path) -> tuple[SigningPolicy, Catalogue]:
     """The signing policy and the catalogue it names; every code it names must be catalogued."""
     policy, text, catalogue_name = load_signing_rules(path)
-    catalogue = load_catalogue((path.parent / catalogue_name).resolve())
+    # relative to the policy file, or `trace:policy/reasons.toml` for the shipped catalogue
+    catalogue = load_catalogue(resolve_ref(catalogue_name, path.parent))
     for name, rule in policy.gates.items():
         for field in ("below_threshold", "not_measurable"):
             code = getattr(rule, field)
