@@ -241,17 +241,41 @@ def test_run_killed_mid_build_resumes_correctly(tmp_path: Path) -> None:
     assert statuses(build(graph), "cached") == {"fast", "slow"}
 
 
-def test_results_survive_garbage_collection(layered: tuple[Path, RunResult]) -> None:
+def test_results_survive_garbage_collection(
+    layered: tuple[Path, RunResult], tmp_path: Path
+) -> None:
+    """What `nix-collect-garbage` does, path by path, without deleting other work on this store:
+    every cached output is alive (a root holds it), while an unrooted output of the same kind is
+    collected; then a no-op run still answers every step from the cache."""
     graph, cold = layered
     outs = [s.out for s in cold.steps.values() if s.out]
-    # What nix-collect-garbage would delete right now: none of our cached outputs.
     dead = subprocess.run(
         ["nix-store", "--gc", "--print-dead"], capture_output=True, text=True, check=True
     ).stdout.split()
     assert not set(outs) & set(dead)
-    # Deleting one of them is refused because a root holds it.
-    refused = subprocess.run(["nix-store", "--delete", outs[0]], capture_output=True, text=True)
-    assert refused.returncode != 0 and "alive" in refused.stderr
+    # A control: the same kind of step, built without trace, has no root and is collected.
+    other = make_project(
+        tmp_path, f'[steps.x]\nkind = "text"\nparams = {{ message = "{uuid.uuid4().hex}" }}\n'
+    )
+    from engine.run import plan, render_expression
+
+    g = load_graph(other, root=tmp_path)
+    with Index(tmp_path / ".trace") as index:
+        p, _ = plan(g, index)
+    expr = tmp_path / "x.nix"
+    expr.write_text(render_expression(g, p, ["x"])[0])
+    built = subprocess.run(
+        ["nix-build", str(expr), "--no-out-link"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    for auto in Path("/nix/var/nix/gcroots/auto").iterdir():  # nix-build's own temp roots
+        if auto.is_symlink() and not Path(os.readlink(auto)).exists():
+            auto.unlink()
+    collected = subprocess.run(["nix-store", "--delete", *built], capture_output=True, text=True)
+    assert collected.returncode == 0, collected.stderr
+    # Ours: deleting is refused because a root holds each of them.
+    for out in outs[:3]:
+        refused = subprocess.run(["nix-store", "--delete", out], capture_output=True, text=True)
+        assert refused.returncode != 0 and "alive" in refused.stderr
     assert statuses(build(graph), "cached") == set(cold.steps)
 
 
