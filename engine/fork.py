@@ -635,7 +635,7 @@ def print_table(report: ForkReport, cfg: ForkConfig) -> None:
     console.print(f"bundles: {cfg.bundles}/<candidate id>")
     console.print(
         f"check one: trace verify-bundle {cfg.bundles}/<candidate id> "
-        f"--identity {cfg.state}/policy/signing-identity.json"
+        f"--identity {cfg.state}/policy/signing-identity.json (key-signed: add --key KEY.pub)"
     )
 
 
