@@ -43,9 +43,18 @@ class Invocation(Record):
     )
     stdout_tail: str = ""
     stderr_tail: str = ""
+    ended: Literal["killed-by-harness", "timed-out", "broken-pipe"] | None = Field(
+        default=None,
+        description="None: the target ended on its own. killed-by-harness: still running when "
+        "the reproducer ended; timed-out: still running when the reproducer timed out (neither "
+        "has an exit code or signal); broken-pipe: died of SIGPIPE after its reader went away. "
+        "None of these is a target failure (a sanitizer report still is)",
+    )
 
     @property
     def failed(self) -> bool:
+        if self.ended is not None and self.sanitizer is None:
+            return False
         return (
             self.exit_code not in (0, None) or self.signal is not None or self.sanitizer is not None
         )
@@ -75,6 +84,9 @@ class RunRecord(Record):
     invocations: list[Invocation] = Field(default_factory=list)
     exit_code: int | None = Field(default=None, description="the reproducer script's")
     signal: str | None = Field(default=None, description="the reproducer script's")
+    timed_out: bool = Field(
+        default=False, description="the reproducer hit its timeout: the run failed"
+    )
     sanitizer: Sanitizer | None = Field(
         default=None, description="the first sanitizer report of a target invocation"
     )
@@ -92,7 +104,7 @@ class RunRecord(Record):
 
     @property
     def script_failed(self) -> bool:
-        return self.exit_code not in (0, None) or self.signal is not None
+        return self.exit_code not in (0, None) or self.signal is not None or self.timed_out
 
 
 class GateRecord(Record):
