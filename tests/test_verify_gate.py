@@ -272,6 +272,10 @@ def run_harness(tmp_path: Path, name: str, script: str, timeout: int = 30) -> di
             "crash": "#!/bin/sh\necho crashing\nkill -SEGV $$\n",
             "showenv": "#!/bin/sh\nenv | sort\n",
             "ok": "#!/bin/sh\necho fine\n",
+            "reader": "#!/bin/sh\ncat >/dev/null\necho read-all\n",
+            "big": "#!/bin/sh\nwhile :; do echo line; done\n",
+            "rt": "#!/usr/bin/python3\nimport os, signal\n"
+            "os.kill(os.getpid(), signal.SIGRTMIN + 2)\n",
         }
         for prog, text in programs.items():
             (pkg / "bin" / prog).write_text(text)

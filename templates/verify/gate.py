@@ -8,6 +8,15 @@ the reproducer script reports (an echoed sanitizer line, a non-zero exit of its 
 target failing: pre-fix-did-not-fail. Post-fix survives only when no target invocation failed
 and the script itself exited 0 (a script that still reports a failure can only deny).
 
+How the harness ended things (an invocation's `ended`): a target still running when the
+reproducer script ended is killed by the harness (`killed-by-harness`): that is not a crash, the
+invocation did not fail. A target dying of SIGPIPE after its reader went away (`broken-pipe`,
+`cparse big | head -1`) is how a pipeline ends: not a failure either. A reproducer that hits its
+timeout is a failure of the RUN (`timed_out`, the script's own SIGKILL): the targets it left
+running are `timed-out` (not target failures), post-fix-still-fails, and pre-fix does not fail
+as expected unless some other target invocation did. Runs are compared (flakiness) on how each
+invocation ended, in canonical order, with every non-failing invocation counted alike.
+
 Stdlib only. In the sandbox it reads the reproducer records (`$out/outcome.json` of every run
 step; environment `pre`, `post`: space-separated store paths; `expect`: the candidate's
 [expect] as JSON) and prints a gate record (trace.gate/v1) on stdout. `trace verify` imports the
@@ -26,7 +35,12 @@ from typing import Any
 Record = dict[str, Any]
 
 
+NOT_FAILURES = ("killed-by-harness", "timed-out", "broken-pipe")
+
+
 def invocation_failed(i: Record) -> bool:
+    if i.get("ended") in NOT_FAILURES and not i.get("sanitizer"):
+        return False
     return i.get("exit_code") not in (0, None) or bool(i.get("signal")) or bool(i.get("sanitizer"))
 
 
@@ -41,7 +55,7 @@ def failed(r: Record) -> bool:
 
 
 def script_failed(r: Record) -> bool:
-    return r.get("exit_code") not in (0, None) or bool(r.get("signal"))
+    return r.get("exit_code") not in (0, None) or bool(r.get("signal")) or bool(r.get("timed_out"))
 
 
 def sanitizer_text(r: Record) -> str | None:
@@ -57,6 +71,8 @@ def describe_invocation(i: Record) -> str:
         parts.append(str(i["signal"]))
     if i.get("exit_code") is not None:
         parts.append(f"exit {i['exit_code']}")
+    if i.get("ended"):
+        parts.append(str(i["ended"]))
     return f"{i.get('target')}: " + ", ".join(parts)
 
 
@@ -68,21 +84,34 @@ def describe(r: Record) -> str:
         return "failed: " + describe_invocation(bad[0])
     n = len(r.get("invocations") or [])
     text = f"target survived ({n} invocation(s), all exit 0)"
-    if script_failed(r):
+    if r.get("timed_out"):
+        text += "; the reproducer timed out"
+    elif script_failed(r):
         text += f"; the reproducer script itself exited {r.get('exit_code', r.get('signal'))}"
     return text
 
 
 def signature(r: Record) -> tuple[Any, ...]:
     """What must agree between runs of one side (not output digests: only how things ended)."""
+    ends = []
+    for i in r.get("invocations") or []:
+        if invocation_failed(i):
+            ends.append(
+                (
+                    str(i.get("target")),
+                    repr(i.get("exit_code")),
+                    repr(i.get("signal")),
+                    repr(sanitizer_text(i)),
+                )
+            )
+        else:  # exit 0, or ended by the harness / a closed pipe: all alike
+            ends.append((str(i.get("target")), "0", "None", "None"))
     return (
         bool(r.get("target_ran")),
-        tuple(
-            (i.get("target"), i.get("exit_code"), i.get("signal"), sanitizer_text(i))
-            for i in r.get("invocations") or []
-        ),
+        tuple(sorted(ends)),  # canonical order: parallel targets start in timing order
         r.get("exit_code"),
         r.get("signal"),
+        bool(r.get("timed_out")),
     )
 
 

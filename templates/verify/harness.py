@@ -48,12 +48,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Any
 
 TAIL_CHARS = 4000
 INVOCATION_TAIL_CHARS = 2000
-CAPTURE_HEAD = 1 << 20  # bytes of a target stream kept from the start ...
-CAPTURE_LIMIT = 4 << 20  # ... once a stream passes this size, only head and tail are kept
+CAPTURE_HEAD = 1 << 20  # bytes of a stream kept from its start ...
+CAPTURE_TAIL = 1 << 20  # ... and from its end (fixed sizes: independent of read sizes)
+COLLECT_GRACE = 2.0  # seconds to drain the reproducer's pipes once it ended or was killed
 SANITIZER_RE = re.compile(r"ERROR: (\w+Sanitizer): ([A-Za-z][\w-]*)")
 AUDIT_VAR = "TRACE_TARGET_LOG"
 DROPPED_ENV = ("LD_", "PYTHON", "DYLD_")
@@ -68,10 +70,10 @@ for fd in (0, 1, 2):
         fds.append(fd)
     except OSError:
         fds.append(os.open(os.devnull, os.O_RDWR))
-req = json.dumps({{"name": NAME, "argv0": sys.argv[0], "args": sys.argv[1:],
-                  "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
+    req = json.dumps({{"name": NAME, "argv0": sys.argv[0], "args": sys.argv[1:],
+                      "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
     s.connect(SOCK)
     socket.send_fds(s, [b"F"], fds)
     s.sendall(len(req).to_bytes(8, "big") + req)
@@ -179,9 +181,45 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return buf
 
 
-def _tee(src: int, dest: int, keep: bytearray) -> None:
-    """Copy a target's stream to the wrapper's descriptor, keeping a copy (head + tail)."""
-    forward = True
+def signal_name(n: int) -> str:
+    """`9` -> `SIGKILL`; real-time and unknown signals have no name in `signal.Signals`."""
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"SIG{n}"
+
+
+class Capture:
+    """A stream kept as its first CAPTURE_HEAD and last CAPTURE_TAIL bytes. What is kept depends
+    only on the bytes (never on how reads split them), so records stay deterministic."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = CAPTURE_HEAD - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        if len(self.tail) > 2 * CAPTURE_TAIL:
+            del self.tail[: len(self.tail) - CAPTURE_TAIL]
+
+    def value(self) -> bytes:
+        kept = len(self.head) + min(len(self.tail), CAPTURE_TAIL)
+        if self.total <= kept:
+            return bytes(self.head + self.tail)
+        skipped = f"\n[trace: {self.total - kept} bytes omitted]\n".encode()
+        return bytes(self.head) + skipped + bytes(self.tail[-CAPTURE_TAIL:])
+
+
+def _tee(src: int, dest: int | None, keep: Capture, broken: threading.Event | None = None) -> None:
+    """Copy a stream to `dest` (None: only keep it), keeping a copy (head + tail). When the
+    reader of `dest` goes away (EPIPE), stop reading and close `src` as a real pipe would: the
+    writer's next write gets SIGPIPE/EPIPE instead of running on unseen."""
     while True:
         try:
             chunk = os.read(src, 65536)
@@ -189,15 +227,17 @@ def _tee(src: int, dest: int, keep: bytearray) -> None:
             break
         if not chunk:
             break
-        keep += chunk
-        if len(keep) > CAPTURE_LIMIT:
-            del keep[CAPTURE_HEAD : len(keep) - (CAPTURE_LIMIT - CAPTURE_HEAD) // 2]
+        keep.add(chunk)
         view = memoryview(chunk)
-        while forward and view:
-            try:
+        try:
+            while dest is not None and view:
                 view = view[os.write(dest, view) :]
-            except OSError:
-                forward = False  # the reader went away; keep capturing
+        except BrokenPipeError:
+            if broken is not None:
+                broken.set()
+            break
+        except OSError:
+            dest = None  # the descriptor is unusable otherwise: keep capturing
     os.close(src)
 
 
@@ -214,6 +254,7 @@ class Harness:
         self.seq = 0
         self.entries: list[tuple[int, dict[str, Any]]] = []
         self.live: dict[int, subprocess.Popen[bytes]] = {}
+        self.killed: dict[int, str] = {}  # seq -> why the harness ended it
         self.handlers: list[threading.Thread] = []
         self.stopped = threading.Event()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -261,7 +302,8 @@ class Harness:
                 seq = self.seq
                 self.seq += 1
             log = os.path.join(self.private, f"audit-{seq}.jsonl")
-            out, err = bytearray(), bytearray()
+            out, err = Capture(), Capture()
+            broken = threading.Event()
             proc = subprocess.Popen(
                 [str(req["argv0"]), *[str(a) for a in req["args"]]],
                 executable=real,
@@ -276,8 +318,12 @@ class Harness:
                 self.live[seq] = proc
             assert proc.stdout is not None and proc.stderr is not None
             tees = [
-                threading.Thread(target=_tee, args=(os.dup(proc.stdout.fileno()), fds[1], out)),
-                threading.Thread(target=_tee, args=(os.dup(proc.stderr.fileno()), fds[2], err)),
+                threading.Thread(
+                    target=_tee, args=(os.dup(proc.stdout.fileno()), fds[1], out, broken)
+                ),
+                threading.Thread(
+                    target=_tee, args=(os.dup(proc.stderr.fileno()), fds[2], err, broken)
+                ),
             ]
             proc.stdout.close()
             proc.stderr.close()
@@ -288,6 +334,10 @@ class Harness:
                 t.join()
             with self.lock:
                 self.live.pop(seq, None)
+                killed = self.killed.get(seq) if rc == -signal.SIGKILL else None
+            ended = killed
+            if ended is None and rc == -signal.SIGPIPE and broken.is_set():
+                ended = "broken-pipe"
             opened = read_opened(log)
             if not python or opened:
                 entry: dict[str, Any] = {
@@ -295,10 +345,12 @@ class Harness:
                     "kind": "python" if python else "program",
                     "args": [str(a) for a in req["args"]],
                     "exit_code": rc if rc >= 0 else None,
-                    "signal": signal.Signals(-rc).name if rc < 0 else None,
+                    # the harness's own kill is not the target dying of a signal
+                    "signal": signal_name(-rc) if rc < 0 and killed is None else None,
+                    "ended": ended,
                     "opened": opened,
-                    "stdout": bytes(out),
-                    "stderr": bytes(err),
+                    "stdout": out.value(),
+                    "stderr": err.value(),
                 }
                 with self.lock:
                     self.entries.append((seq, entry))
@@ -311,15 +363,19 @@ class Harness:
                 os.close(fd)
             conn.close()
 
-    def kill_targets(self) -> None:
+    def kill_targets(self, why: str = "killed-by-harness") -> None:
+        """End every target still running; its record says the harness ended it (`why`)."""
         with self.lock:
             procs = list(self.live.values())
+            for seq in self.live:
+                self.killed.setdefault(seq, why)
         for proc in procs:
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
 
     def stop(self) -> list[dict[str, Any]]:
-        """Stop serving, end targets still running, and return every entry in start order."""
+        """Stop serving, end targets still running, and return every entry (start order; the
+        record sorts them canonically)."""
         self.stopped.set()
         self.thread.join()
         self.listener.close()
@@ -357,7 +413,7 @@ def invocation_record(entry: dict[str, Any], subs: list[tuple[str, str]]) -> dic
     """One trace.run/v1 invocation: how the target ended, its own sanitizer report, its output."""
     stdout = normalise(entry["stdout"].decode("utf-8", "replace"), subs)
     stderr = normalise(entry["stderr"].decode("utf-8", "replace"), subs)
-    match = SANITIZER_RE.search(stderr)
+    match = SANITIZER_RE.search(stderr)  # head + tail kept at fixed sizes: deterministic
     record = {k: v for k, v in entry.items() if k not in ("stdout", "stderr")}
     record["args"] = [normalise(str(a), subs) for a in entry["args"]]
     record["sanitizer"] = {"tool": match.group(1), "kind": match.group(2)} if match else None
@@ -366,8 +422,66 @@ def invocation_record(entry: dict[str, Any], subs: list[tuple[str, str]]) -> dic
     return record
 
 
+# how the harness (not the target) ended an invocation, or a pipeline's normal end: not failures
+NOT_FAILURES = ("killed-by-harness", "timed-out", "broken-pipe")
+
+
 def invocation_failed(inv: dict[str, Any]) -> bool:
+    if inv.get("ended") in NOT_FAILURES and not inv.get("sanitizer"):
+        return False
     return inv.get("exit_code") not in (0, None) or bool(inv.get("signal") or inv.get("sanitizer"))
+
+
+def canonical_key(inv: dict[str, Any]) -> str:
+    """Invocations are recorded in this order, not in the order they started: targets run in
+    parallel (`cparse & ... wait`) start in an order that depends on timing."""
+    output = (inv["stdout_tail"] + "\0" + inv["stderr_tail"]).encode()
+    s = inv.get("sanitizer")
+    return json.dumps(
+        [
+            inv["target"],
+            inv["args"],
+            inv.get("exit_code"),
+            inv.get("signal"),
+            f"{s['tool']}: {s['kind']}" if s else None,
+            inv.get("ended"),
+            hashlib.sha256(output).hexdigest(),
+        ]
+    )
+
+
+def collect(
+    proc: subprocess.Popen[bytes], harness: Harness, timeout: int
+) -> tuple[int, bytes, bytes, bool]:
+    """Wait for the reproducer (at most `timeout` s), then end what it left running in its
+    process group, and read its output (capped like a target's). Returns (returncode, stdout,
+    stderr, timed_out). A process that left the group (`setsid`) and keeps the pipes open cannot
+    hold the run: the pipes are drained for COLLECT_GRACE seconds at most."""
+    assert proc.stdout is not None and proc.stderr is not None
+    caps = (Capture(), Capture())
+    readers = [
+        threading.Thread(target=_tee, args=(os.dup(f.fileno()), None, c), daemon=True)
+        for f, c in zip((proc.stdout, proc.stderr), caps, strict=True)
+    ]
+    for t in readers:
+        t.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    # targets first (still running: the harness ends them), then the reproducer's leftovers:
+    # killing those first could end a target's input and let it finish by timing
+    harness.kill_targets("timed-out" if timed_out else "killed-by-harness")
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the reproducer (on timeout) and its leftovers
+    rc = proc.wait()
+    deadline = time.monotonic() + COLLECT_GRACE
+    for t in readers:
+        t.join(max(0.0, deadline - time.monotonic()))
+    proc.stdout.close()
+    proc.stderr.close()
+    return rc, caps[0].value(), caps[1].value(), timed_out
 
 
 def main() -> int:
@@ -411,7 +525,6 @@ def main() -> int:
     }
     shell = shutil.which("sh", path=":".join(tools)) or "/bin/sh"
     timeout = int(env.get("timeout", "60"))
-    timed_out = False
     # A session of its own, so a timeout kills the reproducer and everything it started; the
     # targets run in sessions of their own (the harness starts them) and are killed with it.
     proc = subprocess.Popen(
@@ -423,14 +536,7 @@ def main() -> int:
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    try:
-        stdout_b, stderr_b = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        harness.kill_targets()
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout_b, stderr_b = proc.communicate()
-    rc = proc.returncode
+    rc, stdout_b, stderr_b, timed_out = collect(proc, harness, timeout)
     entries = harness.stop()
 
     subs = [
@@ -444,7 +550,7 @@ def main() -> int:
     stderr = normalise(stderr_b.decode("utf-8", "replace"), subs)
     if timed_out:
         stderr += f"\n[trace: reproducer killed after {timeout} s]\n"
-    invocations = [invocation_record(e, subs) for e in entries]
+    invocations = sorted((invocation_record(e, subs) for e in entries), key=canonical_key)
     reports = [i["sanitizer"] for i in invocations if i["sanitizer"]]
     record = {
         "schema": "trace.run/v1",
@@ -454,7 +560,8 @@ def main() -> int:
         "target_failed": any(invocation_failed(i) for i in invocations),
         "invocations": invocations,
         "exit_code": rc if rc >= 0 else None,
-        "signal": signal.Signals(-rc).name if rc < 0 else None,
+        "signal": signal_name(-rc) if rc < 0 else None,
+        "timed_out": timed_out,
         "sanitizer": reports[0] if reports else None,
         "stdout_sha256": hashlib.sha256(stdout.encode()).hexdigest(),
         "stderr_sha256": hashlib.sha256(stderr.encode()).hexdigest(),

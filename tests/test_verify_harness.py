@@ -1,0 +1,159 @@
+"""The harness's robustness: canonical invocation order, its own kills are not target signals,
+broken pipes, real-time signals, a deleted cwd, leftovers holding the reproducer's pipes, and
+fixed-size output capture. The harness runs outside the sandbox against a tiny fake package."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from engine.records import RunRecord
+from engine.verify.verdict import load_gate
+from tests.test_verify_gate import ASAN, EXPECT, inv, rec, run_harness
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def gate() -> ModuleType:
+    return load_gate(ROOT / "templates" / "verify" / "gate.py")
+
+
+@pytest.fixture(scope="module")
+def harness() -> ModuleType:
+    return load_gate(ROOT / "templates" / "verify" / "harness.py")
+
+
+def test_parallel_targets_are_recorded_in_canonical_order(
+    harness: ModuleType, gate: ModuleType, tmp_path: Path
+) -> None:
+    script = (
+        "for i in 1 2 3 4; do ok $i & done\ncrash x &\nfor i in 5 6 7 8; do ok $i & done\nwait\n"
+    )
+    rec1 = run_harness(tmp_path, "par1", script)
+    rec2 = run_harness(tmp_path, "par2", script)
+    assert rec1["invocations"] == rec2["invocations"]
+    args = [i["args"] for i in rec1["invocations"]]
+    assert args == [["x"], *[[str(n)] for n in range(1, 9)]]  # bin/crash sorts first
+    assert rec1["invocations"][0]["signal"] == "SIGSEGV"
+    keys = [harness.canonical_key(i) for i in rec1["invocations"]]
+    assert keys == sorted(keys)
+    assert gate.signature(rec1) == gate.signature(rec2)
+
+
+def test_signature_ignores_invocation_order(gate: ModuleType) -> None:
+    crash = inv(exit_code=1, sanitizer=ASAN, args=["long"])
+    invs = [inv(args=[str(n)]) for n in range(6)] + [crash]
+    shuffled = invs[:]
+    random.Random(1).shuffle(shuffled)
+    a = rec(invocations=invs, target_failed=True)
+    b = rec(run=2, invocations=shuffled, target_failed=True)
+    assert gate.signature(a) == gate.signature(b)
+    assert gate.judge_side("pre", [a, b], EXPECT)["reason"] == "ok"
+    c = rec(run=3, invocations=[*invs[:-1], inv(exit_code=2, args=["long"])])
+    assert gate.signature(c) != gate.signature(a)  # a different ending still counts
+
+
+def test_a_background_target_left_running_is_killed_by_the_harness_not_a_crash(
+    gate: ModuleType, tmp_path: Path
+) -> None:
+    script = 'sleep 30 | "$TARGET/bin/reader" >/dev/null 2>&1 &\nsleep 0.5\n"$TARGET/bin/ok"\n'
+    start = time.monotonic()
+    record = run_harness(tmp_path, "bg", script)
+    assert time.monotonic() - start < 10
+    reader = [i for i in record["invocations"] if i["target"] == "bin/reader"]
+    assert [(i["ended"], i["signal"], i["exit_code"]) for i in reader] == [
+        ("killed-by-harness", None, None)
+    ]
+    assert not record["target_failed"] and not record["timed_out"]
+    parsed = RunRecord.model_validate({**record, "side": "post"})
+    assert not parsed.failed and not parsed.script_failed
+    assert gate.judge_side("post", [record], EXPECT)["reason"] == "ok"
+    assert gate.judge_side("pre", [record], EXPECT)["reason"] == "pre-fix-did-not-fail"
+
+
+def test_a_reproducer_timeout_fails_the_run_but_is_no_target_signal(
+    gate: ModuleType, tmp_path: Path
+) -> None:
+    script = 'sleep 30 | "$TARGET/bin/reader" &\nsleep 30\n'
+    record = run_harness(tmp_path, "to", script, timeout=1)
+    [reader] = record["invocations"]
+    assert (reader["ended"], reader["signal"], reader["exit_code"]) == ("timed-out", None, None)
+    assert record["timed_out"] is True and record["signal"] == "SIGKILL"
+    assert not record["target_failed"]
+    post = gate.judge_side("post", [record], EXPECT)
+    assert (post["reason"], "timed out" in post["detail"]) == ("post-fix-still-fails", True)
+    assert RunRecord.model_validate(record).script_failed
+
+
+def test_a_closed_pipe_reaches_the_target_as_sigpipe(gate: ModuleType, tmp_path: Path) -> None:
+    start = time.monotonic()
+    record = run_harness(tmp_path, "pipe", '"$TARGET/bin/big" | head -1\n', timeout=20)
+    assert time.monotonic() - start < 10  # not run on unseen until the timeout
+    [big] = record["invocations"]
+    assert (big["signal"], big["ended"]) == ("SIGPIPE", "broken-pipe")
+    assert record["stdout_tail"] == "line\n" and not record["timed_out"]
+    assert not record["target_failed"]
+    assert gate.judge_side("post", [record], EXPECT)["reason"] == "ok"
+
+
+def test_realtime_signals_get_a_name(tmp_path: Path) -> None:
+    record = run_harness(tmp_path, "rt", "rt\n")
+    [rt] = record["invocations"]
+    import signal
+
+    name = f"SIG{int(signal.SIGRTMIN) + 2}"
+    assert (rt["signal"], rt["ended"]) == (name, None)
+    assert record["signal"] is None and record["exit_code"] == 128 + int(signal.SIGRTMIN) + 2
+    record = run_harness(tmp_path, "rt2", f"kill -{int(signal.SIGRTMIN) + 3} $$\n")
+    assert record["signal"] == f"SIG{int(signal.SIGRTMIN) + 3}"
+
+
+def test_a_deleted_cwd_is_a_clean_error_not_a_traceback(tmp_path: Path) -> None:
+    record = run_harness(tmp_path, "cwd", 'mkdir d && cd d && rmdir ../d\n"$TARGET/bin/ok"\n')
+    assert record["exit_code"] == 127
+    assert "trace: the target could not be run" in record["stderr_tail"]
+    assert "Traceback" not in record["stderr_tail"]
+
+
+def test_a_setsid_leftover_holding_the_pipes_does_not_hang_the_run(tmp_path: Path) -> None:
+    start = time.monotonic()
+    record = run_harness(tmp_path, "setsid", "setsid sleep 15 &\necho done\n", timeout=1)
+    assert time.monotonic() - start < 8
+    assert (record["exit_code"], record["timed_out"], record["stdout_tail"]) == (0, False, "done\n")
+
+
+@pytest.mark.parametrize("size", [10, 300_000])
+def test_capture_keeps_fixed_head_and_tail_whatever_the_read_sizes(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    monkeypatch.setattr(harness, "CAPTURE_HEAD", 1000)
+    monkeypatch.setattr(harness, "CAPTURE_TAIL", 500)
+    data = random.Random(size).randbytes(size)
+    values = []
+    for seed in range(3):
+        cap, rng, pos = harness.Capture(), random.Random(seed), 0
+        while pos < size:
+            n = rng.randrange(1, 4000)
+            cap.add(data[pos : pos + n])
+            pos += n
+        values.append(cap.value())
+    assert values[0] == values[1] == values[2]
+    if size <= 1500:
+        assert values[0] == data
+    else:
+        assert values[0].startswith(data[:1000]) and values[0].endswith(data[-500:])
+        assert f"[trace: {size - 1500} bytes omitted]".encode() in values[0]
+
+
+def test_records_without_the_new_fields_still_load(gate: ModuleType) -> None:
+    old: dict[str, Any] = rec(invocations=[inv(exit_code=1, sanitizer=ASAN)])
+    assert "timed_out" not in old and "ended" not in old["invocations"][0]
+    parsed = RunRecord.model_validate(old)
+    assert parsed.failed and not parsed.timed_out and parsed.invocations[0].ended is None
+    assert gate.invocation_failed(old["invocations"][0])
