@@ -27,7 +27,11 @@ Evidence comes from the target's own processes, never from the reproducer's acco
   target (the reproducer's own code in that process included).
 
 The record (`$out/outcome.json`, trace.run/v1) has one entry per target invocation
-(`invocations`), `target_ran`, `target_failed` (some invocation exited non-zero, died of a
+(`invocations`, in a canonical order, not start order: parallel targets start by timing; an
+entry's `ended` says when the harness, not the target, ended it: `killed-by-harness` when it
+was still running as the reproducer ended, `timed-out` on a reproducer timeout, `broken-pipe`
+when it died of SIGPIPE after its reader went away; the gate's rules say what each counts as),
+`timed_out`, `target_ran`, `target_failed` (some invocation exited non-zero, died of a
 signal or printed a sanitizer report on its own stderr), `sanitizer` (the first such report of a
 target invocation), and the reproducer script's own exit code, signal and output digests/tails
 for reviewers. It is deterministic: output is normalised (addresses, pids, temp paths) and holds
