@@ -312,7 +312,7 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> dict[str, VerifyResult]:
         ("pre-build-broken", ["pre-fix-build-broken"]),
         ("never-ran", ["target-never-ran"]),
         ("did-not-fail", ["pre-fix-did-not-fail"]),
-        ("cheat", ["pre-fix-did-not-fail"]),
+        ("cheat", ["pre-fix-did-not-fail", "post-fix-still-fails"]),
     ],
 )
 def test_reason_codes_from_broken_inputs(
@@ -353,6 +353,7 @@ def test_a_failure_only_the_reproducer_reports_does_not_pass(
         ]
         # the reproducer sees no side in its environment (it printed all of it)
         assert "TRACE_RUN=" in rec.stdout_tail and "SIDE" not in rec.stdout_tail
-    # it did tell the sides apart: after the fix it exits 0, so the pre-fix rule alone stops it
-    assert res.claims[1].holds and all(r.exit_code == 0 for r in res.post.runs)
+    # it cannot tell the sides apart any more (no target store path in its namespace): it fakes
+    # the failure on both sides, and the target survives on both
+    assert not res.claims[1].holds and all(r.exit_code == 1 for r in res.post.runs)
     assert res.claims[0].detail.startswith("target survived")

@@ -9,9 +9,12 @@ the side from the step and adds it to the record.
 
 Evidence comes from the target's own processes, never from the reproducer's account:
 
-* `$TARGET` is a view of the package whose `bin/*` are wrappers, and `python3`/`python` on PATH
-  are shims. A wrapper does not run the program itself: it hands its argv, working directory,
-  environment and stdin/stdout/stderr descriptors over a Unix socket to this harness, which runs
+* The reproducer runs in a user + PID + mount namespace of its own (see `run_isolated`): it
+  cannot see, signal or write into the targets, and nothing it can read names the build under
+  test. `$TARGET` is a copy of the package (its store path rewritten to a fixed one) whose
+  `bin/*` are wrappers, and `python3`/`python` on PATH are shims. A wrapper does not run the
+  program itself: it hands its argv, working directory, environment and stdin/stdout/stderr
+  descriptors over a Unix socket to this harness, which runs
   the real program (only names from its own table: a wrapper cannot name another binary), tees
   the program's stdout and stderr through to the wrapper's descriptors while keeping its own copy
   in memory, and records the program's exit status or signal. The wrapper then exits the same
@@ -63,6 +66,8 @@ COLLECT_GRACE = 2.0  # seconds to drain the reproducer's pipes once it ended or 
 SANITIZER_RE = re.compile(r"ERROR: (\w+Sanitizer): ([A-Za-z][\w-]*)")
 AUDIT_VAR = "TRACE_TARGET_LOG"
 DROPPED_ENV = ("LD_", "PYTHON", "DYLD_")
+HIDDEN_HASH = "0" * 32
+ISOLATED = "--isolated-reproducer"
 
 WRAPPER = """#!{python} -IS
 import json, os, signal, socket, sys
@@ -134,14 +139,46 @@ def write_wrapper(path: str, python: str, sock: str, name: str) -> None:
     os.chmod(path, 0o755)
 
 
+def hidden_path(pkg: str) -> str:
+    """The path the reproducer's copies say instead of the package's own store path: the same
+    length (binaries stay valid) and the same on both sides, so it names neither build."""
+    base = os.path.basename(pkg)
+    if re.match(r"^[0-9a-z]{32}-", base):
+        return os.path.join(os.path.dirname(pkg), HIDDEN_HASH + base[32:])
+    return pkg
+
+
+def copy_hidden(src: str, dest: str, pkg: str) -> None:
+    """Copy `src` (a file, symlink or tree of the package) to `dest`, every mention of the
+    package's store path rewritten to `hidden_path(pkg)` (modes and mtimes kept: .pyc stay
+    valid)."""
+    old, new = pkg.encode(), hidden_path(pkg).encode()
+    if os.path.islink(src):
+        target = os.readlink(src)
+        os.symlink(target.replace(pkg, hidden_path(pkg)), dest)
+    elif os.path.isdir(src):
+        os.makedirs(dest)
+        for entry in sorted(os.listdir(src)):
+            copy_hidden(os.path.join(src, entry), os.path.join(dest, entry), pkg)
+        shutil.copystat(src, dest)
+    elif os.path.isfile(src):
+        with open(src, "rb") as fh:
+            data = fh.read()
+        with open(dest, "wb") as fh:
+            fh.write(data.replace(old, new))
+        shutil.copystat(src, dest)
+
+
 def make_view(pkg: str, view: str, python: str, sock: str) -> dict[str, str]:
-    """$TARGET: the package with every bin/* replaced by a wrapper. Returns name -> real path."""
+    """$TARGET: a copy of the package (its store path rewritten away) with every bin/* replaced
+    by a wrapper. Nothing in it links or names the package's store path, so the reproducer
+    cannot tell the pre-fix build from the post-fix one by it. Returns name -> real path."""
     programs: dict[str, str] = {}
     os.makedirs(view)
     for entry in sorted(os.listdir(pkg)):
         src = os.path.join(pkg, entry)
         if entry != "bin" or not os.path.isdir(src):
-            os.symlink(src, os.path.join(view, entry))
+            copy_hidden(src, os.path.join(view, entry), pkg)
             continue
         os.makedirs(os.path.join(view, "bin"))
         for prog in sorted(os.listdir(src)):
@@ -248,9 +285,11 @@ def _tee(src: int, dest: int | None, keep: Capture, broken: threading.Event | No
 class Harness:
     """Runs target programs on behalf of wrappers and shims, and remembers how each ended."""
 
-    def __init__(self, private: str, programs: dict[str, str], python: str, pypath: str) -> None:
+    def __init__(
+        self, private: str, sock: str, programs: dict[str, str], python: str, pypath: str
+    ) -> None:
         self.private = private
-        self.sock = os.path.join(private, "s")
+        self.sock = sock
         self.programs = programs
         self.python = python
         self.pypath = pypath
@@ -488,6 +527,204 @@ def collect(
     return rc, caps[0].value(), caps[1].value(), timed_out
 
 
+# --- the reproducer's own namespaces -------------------------------------------------------
+# The reproducer runs as PID 1's child in a user + PID + mount namespace of its own, with a
+# fresh /proc and a root of its own (pivot_root): it sees only its own processes (not the
+# targets, which the harness runs out here, nor the harness), cannot signal or write to them,
+# and its file system holds no path naming the build under test: the package's store path, the
+# run's own output path, the harness's private files (audit hook, audit logs, sockets' peers)
+# are left out, and parts of the Nix sandbox's chroot (named after the side-specific run
+# derivation) are copied, not bind-mounted, so /proc/self/mountinfo names none of them.
+
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+INNER_ID = 1000  # the reproducer's uid/gid inside (never 0: exec drops its capabilities)
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _ok(result: int, what: str) -> None:
+    if result != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(libc: Any, src: str | None, dest: str, fstype: str | None, flags: int) -> None:
+    def enc(value: str | None) -> bytes | None:
+        return value.encode() if value is not None else None
+
+    _ok(libc.mount(enc(src), enc(dest), enc(fstype), flags, None), f"mount {src} on {dest}")
+
+
+def _mounts() -> dict[str, str]:
+    """mount point -> the mount's root within its file system (this mount namespace)."""
+    found: dict[str, str] = {}
+
+    def unescape(v: str) -> str:
+        return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), v)
+
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        for line in fh:
+            fields = line.split()
+            found[unescape(fields[4])] = unescape(fields[3])
+    return found
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+class RootPlan:
+    """What the reproducer's root holds: `expose` bound as they are, `hide` left out, `only`
+    directories holding nothing but what is exposed in them."""
+
+    def __init__(self, expose: list[str], hide: list[str], only: list[str]) -> None:
+        self.expose, self.hide, self.only = set(expose), set(hide), set(only)
+        self.mounts = _mounts()
+
+    def chroot_part(self, path: str) -> bool:
+        """Is `path` part of (or a whole) mount whose root names the Nix sandbox's chroot (the
+        run derivation's name: it differs between the sides)?"""
+        best = max((m for m in self.mounts if _inside(path, m)), key=len, default="/")
+        return ".drv.chroot" in self.mounts.get(best, "")
+
+    def replicate(self, libc: Any, src: str, dest: str) -> None:
+        if src in self.hide:
+            return
+        special = self.expose | self.hide
+        below = any(_inside(p, src) and p != src for p in special)
+        if src in self.expose or not (below or self.chroot_part(src)):
+            self._bind(libc, src, dest)
+        elif os.path.islink(src):
+            os.symlink(os.readlink(src), dest)
+        elif os.path.isdir(src):
+            os.mkdir(dest, 0o755)
+            for entry in sorted(os.listdir(src)):
+                child = os.path.join(src, entry)
+                if src in self.only and not any(_inside(p, child) for p in self.expose):
+                    continue
+                self.replicate(libc, child, os.path.join(dest, entry))
+        elif os.path.isfile(src) and src not in self.mounts:
+            shutil.copyfile(src, dest)
+            shutil.copymode(src, dest)
+        elif src in self.mounts:
+            self._bind(libc, src, dest)
+
+    def _bind(self, libc: Any, src: str, dest: str) -> None:
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), dest)
+            return
+        if os.path.isdir(src):
+            os.mkdir(dest, 0o755)
+        elif os.path.exists(src):
+            with open(dest, "w", encoding="utf-8"):
+                pass
+        else:
+            return
+        _mount(libc, src, dest, None, MS_BIND | MS_REC)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def _init(libc: Any, cfg: dict[str, Any], status_w: int) -> None:
+    """PID 1 of the reproducer's namespace: build its root, start it, report how it ended."""
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+    root = cfg["root"]
+    _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV)
+    plan = RootPlan(cfg["expose"], [*cfg["hide"], "/proc", root], cfg["only"])
+    for entry in sorted(os.listdir("/")):
+        plan.replicate(libc, os.path.join("/", entry), os.path.join(root, entry))
+    os.makedirs(os.path.join(root, "proc"), exist_ok=True)
+    _mount(libc, "proc", os.path.join(root, "proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.chdir(root)
+    arch = os.uname().machine
+    _ok(libc.syscall(SYS_PIVOT_ROOT[arch], b".", b"."), "pivot_root")
+    _ok(libc.umount2(b".", MNT_DETACH), "detaching the old root")
+    os.chdir("/")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.chdir(cfg["cwd"])
+            os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
+        finally:
+            os._exit(127)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)  # the reproducer's pipes close when it and its children do
+    while True:
+        try:
+            done, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if done == pid:
+            os.write(status_w, json.dumps({"status": status}).encode())
+            os.close(status_w)
+    # leftovers are gone; stay until the harness ends the namespace (it kills the targets first)
+    signal.pause()
+
+
+def run_isolated(cfg_path: str) -> int:
+    """The reproducer's launcher: unshare, start PID 1, and end the way the reproducer did."""
+    with open(cfg_path, encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    try:
+        libc = _libc()
+        uid, gid = os.getuid(), os.getgid()
+        _ok(libc.unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS), "unshare")
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{INNER_ID} {uid} 1\n")
+        _write("/proc/self/gid_map", f"{INNER_ID} {gid} 1\n")
+    except OSError as exc:
+        sys.stderr.write(f"trace: could not isolate the reproducer (it did not run): {exc}\n")
+        return 125
+    status_r, status_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(status_r)
+        try:
+            _init(libc, cfg, status_w)
+        except BaseException as exc:  # any failure: the reproducer did not run
+            sys.stderr.write(f"trace: could not isolate the reproducer (it did not run): {exc}\n")
+            os._exit(125)
+        os._exit(0)
+    os.close(status_w)
+    report = b""
+    while chunk := os.read(status_r, 4096):
+        report += chunk
+    if not report:
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 125
+    rc = os.waitstatus_to_exitcode(int(json.loads(report)["status"]))
+    if rc < 0:
+        signal.signal(-rc, signal.SIG_DFL)
+        os.kill(os.getpid(), -rc)
+    return rc if rc >= 0 else 128 - rc
+
+
+def isolated_reproducer(
+    python: str, private: str, cfg: dict[str, Any], **popen: Any
+) -> subprocess.Popen[bytes]:
+    """Start the reproducer (cfg: argv, cwd, env, expose, hide, only) in its own namespaces."""
+    cfg = {**cfg, "root": os.path.join(private, "root")}
+    os.makedirs(cfg["root"])
+    cfg_path = os.path.join(private, "reproducer.json")
+    _write(cfg_path, json.dumps(cfg))
+    me = os.path.abspath(__file__)
+    # an empty environment: the launcher and PID 1 hold nothing naming the build (`target`, `out`)
+    return subprocess.Popen([python, "-I", "-S", me, ISOLATED, cfg_path], env={}, **popen)
+
+
 def main() -> int:
     env = os.environ
     out, pkg = env["out"], os.path.realpath(env["target"])
@@ -504,7 +741,9 @@ def main() -> int:
             shutil.copyfile(path, dest)
     script = os.path.join(work, ".trace-reproducer.sh")
     shutil.copyfile(env["script"], script)
-    sock = os.path.join(private, "s")
+    sockets = os.path.join(tmp, "sockets")
+    os.makedirs(sockets)
+    sock = os.path.join(sockets, "s")
     programs = make_view(pkg, view, python, sock)
     os.makedirs(hook)
     with open(os.path.join(hook, "sitecustomize.py"), "w", encoding="utf-8") as fh:
@@ -515,13 +754,12 @@ def main() -> int:
     for name in ("python3", "python"):
         write_wrapper(os.path.join(shims, name), python, sock, name)
     pypath = ":".join([hook, *python_paths(pkg)])
-    harness = Harness(private, programs, find_python(tools), pypath)
+    harness = Harness(private, sock, programs, find_python(tools), pypath)
     harness.start()
 
     child_env = {
         "TARGET": view,
         "PATH": ":".join([os.path.join(view, "bin"), shims, *tools]),
-        "PYTHONPATH": pypath,
         "HOME": work,
         "TMPDIR": tmp,
         "TRACE_RUN": env.get("run", "1"),
@@ -529,12 +767,21 @@ def main() -> int:
     }
     shell = shutil.which("sh", path=":".join(tools)) or "/bin/sh"
     timeout = int(env.get("timeout", "60"))
-    # A session of its own, so a timeout kills the reproducer and everything it started; the
-    # targets run in sessions of their own (the harness starts them) and are killed with it.
-    proc = subprocess.Popen(
-        [shell, script],
-        cwd=work,
-        env=child_env,
+    # Namespaces of its own (see run_isolated), in a session of its own, so a timeout kills the
+    # reproducer and everything it started; the targets run in sessions of their own (the
+    # harness starts them, out here) and are killed with it.
+    isolation = {
+        "argv": [shell, script],
+        "cwd": work,
+        "env": child_env,
+        "expose": [work, view, shims, sockets],
+        "hide": [pkg, os.path.realpath(out), out, private, hook],
+        "only": [tmp],
+    }
+    proc = isolated_reproducer(
+        python,
+        private,
+        isolation,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -580,4 +827,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == ISOLATED:
+        sys.exit(run_isolated(sys.argv[2]))
     sys.exit(main())
