@@ -415,44 +415,31 @@ def _assemble(
     dirty: bool,
     signing_policy: Path,
 ) -> Assembled:
-    from engine.evidence.bundle import assemble
     from engine.evidence.collect import (
+        assemble_evidence,
         candidate_entries,
-        decision_entry,
         gate_entries,
         gate_records,
-        model_pin,
         outcome_entries,
-        policy_versions,
         verify_entry,
     )
-    from engine.evidence.replay import build_replay_record
 
     entries = candidate_entries(candidate) + outcome_entries(run)
     entries.append(verify_entry(verify))
     entries += gate_entries(gate_records(verify, run))
-    entries.append(decision_entry("routing", "routing", routing))
-    entries.append(decision_entry("signing", "signing", decision))
-    versions = {**policy_versions(routing), **policy_versions(decision)}
-    replay = build_replay_record(
+    # `fork_pin` counts trace's own untracked state dir as a change; the fork's clean check
+    # (which leaves out only the state and bundle dirs) is the one that holds here.
+    return assemble_evidence(
+        candidate,
         graph,
         run,
-        candidate_file=candidate.path,
-        root=root,
-        model=model_pin(candidate),
-        signing_policy=signing_policy,
-    )
-    if replay.package_set is not None:
-        # `fork_pin` counts trace's own untracked state dir as a change; the fork's clean check
-        # (which leaves out only the state and bundle dirs) is the one that holds here.
-        pinned = replay.package_set.model_copy(update={"dirty": dirty})
-        replay = replay.model_copy(update={"package_set": pinned})
-    return assemble(
         entries,
-        replay=replay,
-        candidate_id=candidate.spec.id,
-        policy_versions=versions,
+        routing,
+        decision,
+        root=root,
+        signing_policy=signing_policy,
         builder_id=BUILDER_ID,
+        dirty=dirty,
     )
 
 

@@ -38,14 +38,12 @@ from engine.bundle_verify.options import DEFAULT_BUILDER
 from engine.candidate import load_candidate
 from engine.errors import InputError, UsageError
 from engine.evidence.collect import (
+    assemble_evidence,
     candidate_entries,
-    decision_entry,
     evidence_sources,
     gate_entries,
     gate_records,
-    model_pin,
     outcome_entries,
-    policy_versions,
     read_gate_files,
     verify_entry,
 )
@@ -152,8 +150,8 @@ Verified = tuple[Graph, RunResult, VerifyResult]
 def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> BundleOutcome:
     """`verified`: the graph, run and judged result of a build this process just made (`trace
     verify --bundle`); otherwise they come from the cache index (`cached_verify`)."""
-    from engine.evidence.bundle import assemble, write_bundle
-    from engine.evidence.replay import build_replay_record, signing_policy_pin
+    from engine.evidence.bundle import write_bundle
+    from engine.evidence.replay import signing_policy_pin
     from engine.gates.context import signing_policy_path
     from engine.verify.cached import cached_verify, check_result_file
     from engine.verify.command import find_fork
@@ -213,22 +211,15 @@ def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> Bund
             waivers=req.waivers,
             today=req.today or dt.datetime.now(dt.UTC).date(),
         )
-    entries.append(decision_entry("routing", "routing", routing))
-    entries.append(decision_entry("signing", "signing", decision))
-    versions = {**policy_versions(routing), **policy_versions(decision)}
-    replay = build_replay_record(
+    assembled = assemble_evidence(
+        candidate,
         graph,
         run,
-        candidate_file=candidate.path,
-        root=fork,
-        model=model_pin(candidate),
-        signing_policy=policy,
-    )
-    assembled = assemble(
         entries,
-        replay=replay,
-        candidate_id=cid,
-        policy_versions=versions,
+        routing,
+        decision,
+        root=fork,
+        signing_policy=policy,
         builder_id=req.builder_id,
     )
     signature: str | None = None

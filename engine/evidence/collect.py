@@ -30,7 +30,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -49,6 +49,10 @@ from engine.policy.evidence import SourceRef
 from engine.records import GateRecord
 from engine.run import RunResult
 from engine.verify.result import VerifyResult
+
+if TYPE_CHECKING:
+    from engine.evidence.bundle import Assembled
+    from engine.model import Graph
 
 VERIFY_RESULT_PATH = "verify-result.json"
 GATES_DIR = "gates"
@@ -245,3 +249,48 @@ def policy_versions(value: Any) -> dict[str, str]:
 
 def load_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def assemble_evidence(
+    candidate: Candidate,
+    graph: Graph,
+    run: RunResult,
+    entries: list[PayloadEntry],
+    routing: Any,
+    decision: Any,
+    *,
+    root: Path,
+    signing_policy: Path,
+    builder_id: str,
+    dirty: bool | None = None,
+) -> Assembled:
+    """The bundle's last links, shared by `trace bundle`, `trace verify --bundle` and
+    `trace fork`: the routing and signing decisions as payload files, their policy versions, the
+    replay record (`dirty` overrides its fork pin's own clean check when the caller made a
+    better one), and the assembled statement."""
+    from engine.evidence.bundle import assemble
+    from engine.evidence.replay import build_replay_record
+
+    entries = [
+        *entries,
+        decision_entry("routing", "routing", routing),
+        decision_entry("signing", "signing", decision),
+    ]
+    replay = build_replay_record(
+        graph,
+        run,
+        candidate_file=candidate.path,
+        root=root,
+        model=model_pin(candidate),
+        signing_policy=signing_policy,
+    )
+    if dirty is not None and replay.package_set is not None:
+        pinned = replay.package_set.model_copy(update={"dirty": dirty})
+        replay = replay.model_copy(update={"package_set": pinned})
+    return assemble(
+        entries,
+        replay=replay,
+        candidate_id=candidate.spec.id,
+        policy_versions={**policy_versions(routing), **policy_versions(decision)},
+        builder_id=builder_id,
+    )
