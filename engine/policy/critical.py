@@ -9,15 +9,14 @@ from pathlib import Path
 
 from pydantic import Field
 
-from engine.errors import PolicyError
 from engine.policy.source import (
     PolicyHeader,
     PolicyRef,
     Strict,
     check_schema,
-    find_line,
     read_toml,
     ref,
+    require_unique,
     validate,
 )
 
@@ -49,15 +48,14 @@ def load_critical(path: Path) -> CriticalList:
     text, data, digest = read_toml(path, what="critical-package list")
     spec = validate(CriticalFile, data, path=path, text=text, what="critical-package list")
     check_schema(spec.policy, SCHEMA, path=path, text=text)
-    seen: set[str] = set()
-    for i, entry in enumerate(spec.packages):
-        if entry.pattern in seen:
-            raise PolicyError(
-                f"pattern '{entry.pattern}' is listed twice",
-                file=path,
-                key=f"packages.{i}.pattern",
-                line=find_line(text, ("packages", i, "pattern")),
-                hint="keep one entry per pattern",
-            )
-        seen.add(entry.pattern)
+    require_unique(
+        [e.pattern for e in spec.packages],
+        table="packages",
+        field="pattern",
+        what="pattern",
+        verb="is listed twice",
+        path=path,
+        text=text,
+        hint="keep one entry per pattern",
+    )
     return CriticalList(ref=ref(spec.policy, path, digest), packages=spec.packages)

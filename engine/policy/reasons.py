@@ -23,6 +23,7 @@ from engine.policy.source import (
     find_line,
     read_toml,
     ref,
+    require_unique,
     validate,
 )
 
@@ -64,17 +65,16 @@ def load_catalogue(path: Path) -> Catalogue:
     text, data, digest = read_toml(path, what="reason catalogue")
     spec = validate(CatalogueFile, data, path=path, text=text, what="reason catalogue")
     check_schema(spec.policy, SCHEMA, path=path, text=text)
-    seen: set[str] = set()
-    for i, r in enumerate(spec.reasons):
-        if r.code in seen:
-            raise PolicyError(
-                f"reason code '{r.code}' is declared twice",
-                file=path,
-                key=f"reasons.{i}.code",
-                line=find_line(text, ("reasons", i, "code")),
-                hint="a code has one meaning forever: remove the duplicate or give it a new code",
-            )
-        seen.add(r.code)
+    require_unique(
+        [r.code for r in spec.reasons],
+        table="reasons",
+        field="code",
+        what="reason code",
+        verb="is declared twice",
+        path=path,
+        text=text,
+        hint="a code has one meaning forever: remove the duplicate or give it a new code",
+    )
     return Catalogue(ref=ref(spec.policy, path, digest), reasons={r.code: r for r in spec.reasons})
 
 

@@ -25,6 +25,7 @@ from engine.policy.source import (
     find_line,
     read_toml,
     ref,
+    require_unique,
     validate,
 )
 
@@ -113,17 +114,17 @@ def load_routing(path: Path) -> RoutingPolicy:
     text, data, digest = read_toml(path, what="routing policy")
     spec = validate(RoutingFile, data, path=path, text=text, what="routing policy")
     check_schema(spec.policy, SCHEMA, path=path, text=text)
-    seen: set[str] = set()
+    require_unique(
+        [r.name for r in spec.rules],
+        table="rules",
+        field="name",
+        what="rule name",
+        verb="is used twice",
+        path=path,
+        text=text,
+        hint="give every rule its own name: decisions print it",
+    )
     for i, rule in enumerate(spec.rules):
-        if rule.name in seen:
-            raise PolicyError(
-                f"rule name '{rule.name}' is used twice",
-                file=path,
-                key=f"rules.{i}.name",
-                line=find_line(text, ("rules", i, "name")),
-                hint="give every rule its own name: decisions print it",
-            )
-        seen.add(rule.name)
         w = rule.when
         if w.min_score is not None and w.max_score is not None and w.min_score > w.max_score:
             raise PolicyError(

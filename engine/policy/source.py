@@ -208,3 +208,28 @@ def ref(header: PolicyHeader, path: Path, digest: str) -> PolicyRef:
     with contextlib.suppress(ValueError):
         shown = PREFIX + path.resolve().relative_to(data_dir()).as_posix()
     return PolicyRef(name=header.name, version=header.version, digest=digest, path=shown)
+
+
+def require_unique(
+    values: list[str],
+    *,
+    table: str,
+    field: str,
+    what: str,
+    verb: str,
+    path: Path,
+    text: str,
+    hint: str,
+) -> None:
+    """Refuse the second occurrence of a value in `[[table]] field = ...` (file, key, line)."""
+    seen: set[str] = set()
+    for i, value in enumerate(values):
+        if value in seen:
+            raise PolicyError(
+                f"{what} '{value}' {verb}",
+                file=path,
+                key=f"{table}.{i}.{field}",
+                line=find_line(text, (table, i, field)),
+                hint=hint,
+            )
+        seen.add(value)
