@@ -143,36 +143,31 @@ class RoutingCandidateFile(_Strict):
     model: ModelInfo | None = None
 
 
-class RoutingCandidate(BaseModel):
+class _Loaded(BaseModel):
+    """A candidate file and where it lies: its paths are relative to its folder."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: Path
+
+    @property
+    def dir(self) -> Path:
+        return self.path.parent
+
+    def file(self, rel: str) -> Path:
+        return (self.dir / rel).resolve()
+
+
+class RoutingCandidate(_Loaded):
     """A candidate loaded for routing (`load_candidate(path, for_routing=True)`)."""
 
-    model_config = ConfigDict(frozen=True)
-
-    path: Path
     spec: RoutingCandidateFile
 
-    @property
-    def dir(self) -> Path:
-        return self.path.parent
 
-    def file(self, rel: str) -> Path:
-        return (self.dir / rel).resolve()
-
-
-class Candidate(BaseModel):
+class Candidate(_Loaded):
     """A loaded candidate: the file's content with every path made absolute and checked."""
 
-    model_config = ConfigDict(frozen=True)
-
-    path: Path
     spec: CandidateFile
-
-    @property
-    def dir(self) -> Path:
-        return self.path.parent
-
-    def file(self, rel: str) -> Path:
-        return (self.dir / rel).resolve()
 
     def context(self) -> dict[str, Any]:
         """Values for `{ var = "candidate.…" }` references in pipeline files."""
