@@ -1,7 +1,7 @@
-"""Where the shipped policy files live, and which policy versions this checkout knows.
+"""Where the shipped policy files live, and the schemas `trace schema` prints for policy files.
 
-`known_versions()` is what evidence bundles record and what `verify-bundle` checks a bundle's
-named policy versions against (an unknown version is `policy-unknown-version`).
+It imports nothing of the policy modules themselves (they import it), so policy dependencies point
+one way: registry <- routing, signing, gates, evidence, fork.
 """
 
 from __future__ import annotations
@@ -20,20 +20,8 @@ def policy_dir() -> Path:
     return data_dir() / "policy"
 
 
-def known_versions(directory: Path | None = None) -> dict[str, str]:
-    """policy name -> version for the routing, signing, catalogue and critical-list files."""
-    from engine.policy.routing import load_routing
-    from engine.policy.signing import load_signing
-
-    base = directory or policy_dir()
-    routing = load_routing(base / ROUTING)
-    signing, catalogue = load_signing(base / SIGNING)
-    refs = [routing.ref, routing.critical.ref, signing.ref, catalogue.ref]
-    return {r.name: r.version for r in refs}
-
-
 # name -> "module:attribute" of the pydantic model whose JSON Schema `trace schema NAME` should
-# print (same shape as engine.commands.SCHEMAS, for the lead to merge in).
+# print (same shape as engine.commands.SCHEMAS, which merges it).
 SCHEMAS: dict[str, str] = {
     "routing": "engine.policy.routing:RoutingFile",
     "critical-packages": "engine.policy.critical:CriticalFile",

@@ -17,6 +17,7 @@ from engine.advisory import Level, OsvAdvisory
 from engine.candidate import Candidate, RoutingCandidate
 from engine.errors import PolicyError
 from engine.policy.critical import CriticalList, load_critical
+from engine.policy.registry import ROUTING, policy_dir
 from engine.policy.source import (
     PolicyHeader,
     PolicyRef,
@@ -187,7 +188,6 @@ def route_candidate(
     the shipped `policy/routing.toml`). Reads only id, package, origin and [advisory], so a
     candidate loaded `for_routing` (no patch or reproducer yet) routes like a complete one."""
     from engine.advisory import load_advisory
-    from engine.policy.registry import ROUTING, policy_dir
 
     policy = load_routing(policy_file or policy_dir() / ROUTING)
     spec = candidate.spec
