@@ -26,9 +26,21 @@ def gate() -> ModuleType:
     return load_gate(ROOT / "templates" / "verify" / "gate.py")
 
 
+HARNESS = ROOT / "templates" / "verify" / "harness"
+
+
+def load_harness() -> ModuleType:
+    """The harness's entry module (a directory of stdlib modules, run as `python3 DIR`)."""
+    import sys
+
+    if str(HARNESS) not in sys.path:
+        sys.path.insert(0, str(HARNESS))
+    return load_gate(HARNESS / "__main__.py")
+
+
 @pytest.fixture(scope="module")
 def harness() -> ModuleType:
-    return load_gate(ROOT / "templates" / "verify" / "harness.py")
+    return load_harness()
 
 
 def inv(**kw: Any) -> dict[str, Any]:
@@ -294,8 +306,7 @@ def run_harness(tmp_path: Path, name: str, script: str, timeout: int = 30) -> di
         "timeout": str(timeout),
         "TMPDIR": str(build),
     }
-    harness_py = ROOT / "templates" / "verify" / "harness.py"
-    subprocess.run([sys.executable, "-I", "-S", str(harness_py)], env=env, check=True)
+    subprocess.run([sys.executable, "-I", "-S", str(HARNESS)], env=env, check=True)
     data: dict[str, Any] = json.loads((tmp_path / f"out-{name}" / "outcome.json").read_text())
     return data
 

@@ -5,6 +5,7 @@ fixed-size output capture. The harness runs outside the sandbox against a tiny f
 from __future__ import annotations
 
 import random
+import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -14,7 +15,7 @@ import pytest
 
 from engine.records import RunRecord
 from engine.verify.verdict import load_gate
-from tests.test_verify_gate import ASAN, EXPECT, inv, rec, run_harness
+from tests.test_verify_gate import ASAN, EXPECT, inv, load_harness, rec, run_harness
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,7 +27,7 @@ def gate() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def harness() -> ModuleType:
-    return load_gate(ROOT / "templates" / "verify" / "harness.py")
+    return load_harness()
 
 
 def test_parallel_targets_are_recorded_in_canonical_order(
@@ -132,8 +133,9 @@ def test_a_setsid_leftover_holding_the_pipes_does_not_hang_the_run(tmp_path: Pat
 def test_capture_keeps_fixed_head_and_tail_whatever_the_read_sizes(
     harness: ModuleType, monkeypatch: pytest.MonkeyPatch, size: int
 ) -> None:
-    monkeypatch.setattr(harness, "CAPTURE_HEAD", 1000)
-    monkeypatch.setattr(harness, "CAPTURE_TAIL", 500)
+    capture = sys.modules[harness.Capture.__module__]  # the harness's capture module
+    monkeypatch.setattr(capture, "CAPTURE_HEAD", 1000)
+    monkeypatch.setattr(capture, "CAPTURE_TAIL", 500)
     data = random.Random(size).randbytes(size)
     values = []
     for seed in range(3):

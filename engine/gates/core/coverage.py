@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from types import CodeType, ModuleType
 from typing import Any
 
@@ -140,6 +141,10 @@ def match_path(patch_path: str, candidates: list[str]) -> str | None:
 
 
 def _load_harness(path: str) -> ModuleType:
+    """The harness is a directory of modules run as `python3 DIR` (DIR/__main__.py)."""
+    if os.path.isdir(path):
+        sys.path.insert(0, path)
+        path = os.path.join(path, "__main__.py")
     spec = importlib.util.spec_from_file_location("trace_harness", path)
     if spec is None or spec.loader is None:
         raise RuntimeError(f"cannot load the reproducer harness {path}")

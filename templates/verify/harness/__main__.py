@@ -1,0 +1,189 @@
+"""Run one reproducer against one build, inside the Nix sandbox, and record how the TARGET ended.
+
+Stdlib only: it runs under the package set's python3 in the build sandbox. Inputs come from the
+derivation's environment: `target` (the package's store path), `script` (the reproducer),
+`data` (space-separated store paths copied into the working directory), `run`, `tools` (bin
+directories put on the reproducer's PATH), `timeout` (seconds) and `out`. The derivation is not
+told which side (pre-fix or post-fix) it runs on, and neither is the reproducer: the engine knows
+the side from the step and adds it to the record.
+
+Evidence comes from the target's own processes, never from the reproducer's account:
+
+* The reproducer runs in a user + PID + mount namespace of its own (see `run_isolated`): it
+  cannot see, signal or write into the targets, and nothing it can read names the build under
+  test. `$TARGET` is a copy of the package (its store path rewritten to a fixed one) whose
+  `bin/*` are wrappers, and `python3`/`python` on PATH are shims. A wrapper does not run the
+  program itself: it hands its argv, working directory, environment and stdin/stdout/stderr
+  descriptors over a Unix socket to this harness, which runs
+  the real program (only names from its own table: a wrapper cannot name another binary), tees
+  the program's stdout and stderr through to the wrapper's descriptors while keeping its own copy
+  in memory, and records the program's exit status or signal. The wrapper then exits the same
+  way. So each invocation's exit, signal, sanitizer report and output are what the harness saw
+  the program do; the reproducer cannot write them. The environment the program gets is the
+  wrapper's minus `LD_*` and `PYTHON*` (no preloaded code), with the harness's own `PYTHONPATH`.
+* Python packages: the interpreter that runs the package's code is the target. A python started
+  through the shim gets an audit hook (sitecustomize) that lists the package's module files it
+  opens; such a process counts as a target invocation, with the exit, signal and output the
+  harness saw. A python that opened none of the package's modules is not a target (its output
+  still reaches the reproducer). The audit list itself is written from inside that process, so
+  for Python packages the rule is: the process that ran the package's code, as a whole, is the
+  target (the reproducer's own code in that process included).
+
+The record (`$out/outcome.json`, trace.run/v1) has one entry per target invocation
+(`invocations`, in a canonical order, not start order: parallel targets start by timing; an
+entry's `ended` says when the harness, not the target, ended it: `killed-by-harness` when it
+was still running as the reproducer ended, `timed-out` on a reproducer timeout, `broken-pipe`
+when it died of SIGPIPE after its reader went away; the gate's rules say what each counts as),
+`timed_out`, `target_ran`, `target_failed` (some invocation exited non-zero, died of a
+signal or printed a sanitizer report on its own stderr), `sanitizer` (the first such report of a
+target invocation), and the reproducer script's own exit code, signal and output digests/tails
+for reviewers. It is deterministic: output is normalised (addresses, pids, temp paths) and holds
+no timings. This derivation always succeeds; the record says how the target ended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from capture import TAIL_CHARS, Capture, normalise, signal_name
+from isolation import isolated_reproducer
+from targets import (
+    SANITIZER_RE,
+    Harness,
+    canonical_key,
+    collect,
+    invocation_failed,
+    invocation_record,
+)
+from targetview import (
+    AUDIT_HOOK,
+    find_python,
+    make_view,
+    python_paths,
+    store_name,
+    write_wrapper,
+)
+
+# re-exported: the tests and the coverage gate use them through this module (the coverage gate
+# appends its tracer to AUDIT_HOOK here: main() reads it from this module's globals)
+__all__ = [
+    "AUDIT_HOOK",
+    "SANITIZER_RE",
+    "Capture",
+    "canonical_key",
+    "main",
+    "normalise",
+    "python_paths",
+    "store_name",
+]
+
+
+def main() -> int:
+    env = os.environ
+    out, pkg = env["out"], os.path.realpath(env["target"])
+    tmp = env.get("TMPDIR", "/tmp")
+    work, view, hook = (os.path.join(tmp, d) for d in ("work", "target", "hook"))
+    private = tempfile.mkdtemp(prefix="trace-", dir=tmp)
+    python = os.path.realpath(sys.executable)
+    os.makedirs(work)
+    for path in env.get("data", "").split():
+        dest = os.path.join(work, store_name(path))
+        if os.path.isdir(path):
+            shutil.copytree(path, dest)
+        else:
+            shutil.copyfile(path, dest)
+    script = os.path.join(work, ".trace-reproducer.sh")
+    shutil.copyfile(env["script"], script)
+    sockets = os.path.join(tmp, "sockets")
+    os.makedirs(sockets)
+    sock = os.path.join(sockets, "s")
+    programs = make_view(pkg, view, python, sock)
+    os.makedirs(hook)
+    with open(os.path.join(hook, "sitecustomize.py"), "w", encoding="utf-8") as fh:
+        fh.write(AUDIT_HOOK.format(pkg=pkg))
+    tools = [os.path.join(t, "bin") for t in env.get("tools", "").split()]
+    shims = os.path.join(tmp, "shims")
+    os.makedirs(shims)
+    for name in ("python3", "python"):
+        write_wrapper(os.path.join(shims, name), python, sock, name)
+    pypath = ":".join([hook, *python_paths(pkg)])
+    harness = Harness(private, sock, programs, find_python(tools), pypath)
+    harness.start()
+
+    child_env = {
+        "TARGET": view,
+        "PATH": ":".join([os.path.join(view, "bin"), shims, *tools]),
+        "HOME": work,
+        "TMPDIR": tmp,
+        "TRACE_RUN": env.get("run", "1"),
+        "LC_ALL": "C",
+    }
+    shell = shutil.which("sh", path=":".join(tools)) or "/bin/sh"
+    timeout = int(env.get("timeout", "60"))
+    # Namespaces of its own (see run_isolated), in a session of its own, so a timeout kills the
+    # reproducer and everything it started; the targets run in sessions of their own (the
+    # harness starts them, out here) and are killed with it.
+    isolation = {
+        "argv": [shell, script],
+        "cwd": work,
+        "env": child_env,
+        "expose": [work, view, shims, sockets],
+        "hide": [pkg, os.path.realpath(out), out, private, hook],
+        "only": [tmp],
+    }
+    proc = isolated_reproducer(
+        python,
+        private,
+        isolation,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    rc, stdout_b, stderr_b, timed_out = collect(proc, harness, timeout)
+    entries = harness.stop()
+
+    subs = [
+        (private, "<trace>"),
+        (work, "<work>"),
+        (view, "$TARGET"),
+        (pkg, "<target>"),
+        (tmp, "<tmp>"),
+    ]
+    stdout = normalise(stdout_b.decode("utf-8", "replace"), subs)
+    stderr = normalise(stderr_b.decode("utf-8", "replace"), subs)
+    if timed_out:
+        stderr += f"\n[trace: reproducer killed after {timeout} s]\n"
+    invocations = sorted((invocation_record(e, subs) for e in entries), key=canonical_key)
+    reports = [i["sanitizer"] for i in invocations if i["sanitizer"]]
+    record = {
+        "schema": "trace.run/v1",
+        "run": int(env.get("run", "1")),
+        "build": "ok",
+        "target_ran": bool(invocations),
+        "target_failed": any(invocation_failed(i) for i in invocations),
+        "invocations": invocations,
+        "exit_code": rc if rc >= 0 else None,
+        "signal": signal_name(-rc) if rc < 0 else None,
+        "timed_out": timed_out,
+        "sanitizer": reports[0] if reports else None,
+        "stdout_sha256": hashlib.sha256(stdout.encode()).hexdigest(),
+        "stderr_sha256": hashlib.sha256(stderr.encode()).hexdigest(),
+        "stdout_tail": stdout[-TAIL_CHARS:],
+        "stderr_tail": stderr[-TAIL_CHARS:],
+    }
+    os.makedirs(out)
+    with open(os.path.join(out, "outcome.json"), "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""The reproducer's own namespaces: a user + PID + mount namespace, a fresh /proc, a root of
+its own.
+
+Stdlib only and self-contained (no sibling imports): the harness runs this file by path, as the
+reproducer's launcher (`python3 -I -S isolation.py --isolated-reproducer CONFIG`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from typing import Any
+
+ISOLATED = "--isolated-reproducer"
+
+# --- the reproducer's own namespaces -------------------------------------------------------
+# The reproducer runs as PID 1's child in a user + PID + mount namespace of its own, with a
+# fresh /proc and a root of its own (pivot_root): it sees only its own processes (not the
+# targets, which the harness runs out here, nor the harness), cannot signal or write to them,
+# and its file system holds no path naming the build under test: the package's store path, the
+# run's own output path, the harness's private files (audit hook, audit logs, sockets' peers)
+# are left out, and parts of the Nix sandbox's chroot (named after the side-specific run
+# derivation) are copied, not bind-mounted, so /proc/self/mountinfo names none of them.
+
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+INNER_ID = 1000  # the reproducer's uid/gid inside (never 0: exec drops its capabilities)
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _ok(result: int, what: str) -> None:
+    if result != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(libc: Any, src: str | None, dest: str, fstype: str | None, flags: int) -> None:
+    def enc(value: str | None) -> bytes | None:
+        return value.encode() if value is not None else None
+
+    _ok(libc.mount(enc(src), enc(dest), enc(fstype), flags, None), f"mount {src} on {dest}")
+
+
+def _mounts() -> dict[str, str]:
+    """mount point -> the mount's root within its file system (this mount namespace)."""
+    found: dict[str, str] = {}
+
+    def unescape(v: str) -> str:
+        return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), v)
+
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        for line in fh:
+            fields = line.split()
+            found[unescape(fields[4])] = unescape(fields[3])
+    return found
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+class RootPlan:
+    """What the reproducer's root holds: `expose` bound as they are, `hide` left out, `only`
+    directories holding nothing but what is exposed in them."""
+
+    def __init__(self, expose: list[str], hide: list[str], only: list[str]) -> None:
+        self.expose, self.hide, self.only = set(expose), set(hide), set(only)
+        self.mounts = _mounts()
+
+    def chroot_part(self, path: str) -> bool:
+        """Is `path` part of (or a whole) mount whose root names the Nix sandbox's chroot (the
+        run derivation's name: it differs between the sides)?"""
+        best = max((m for m in self.mounts if _inside(path, m)), key=len, default="/")
+        return ".drv.chroot" in self.mounts.get(best, "")
+
+    def replicate(self, libc: Any, src: str, dest: str) -> None:
+        if src in self.hide:
+            return
+        special = self.expose | self.hide
+        below = any(_inside(p, src) and p != src for p in special)
+        if src in self.expose or not (below or self.chroot_part(src)):
+            self._bind(libc, src, dest)
+        elif os.path.islink(src):
+            os.symlink(os.readlink(src), dest)
+        elif os.path.isdir(src):
+            os.mkdir(dest, 0o755)
+            for entry in sorted(os.listdir(src)):
+                child = os.path.join(src, entry)
+                if src in self.only and not any(_inside(p, child) for p in self.expose):
+                    continue
+                self.replicate(libc, child, os.path.join(dest, entry))
+        elif os.path.isfile(src) and src not in self.mounts:
+            shutil.copyfile(src, dest)
+            shutil.copymode(src, dest)
+        elif src in self.mounts:
+            self._bind(libc, src, dest)
+
+    def _bind(self, libc: Any, src: str, dest: str) -> None:
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), dest)
+            return
+        if os.path.isdir(src):
+            os.mkdir(dest, 0o755)
+        elif os.path.exists(src):
+            with open(dest, "w", encoding="utf-8"):
+                pass
+        else:
+            return
+        _mount(libc, src, dest, None, MS_BIND | MS_REC)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def _init(libc: Any, cfg: dict[str, Any], status_w: int) -> None:
+    """PID 1 of the reproducer's namespace: build its root, start it, report how it ended."""
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+    root = cfg["root"]
+    _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV)
+    plan = RootPlan(cfg["expose"], [*cfg["hide"], "/proc", root], cfg["only"])
+    for entry in sorted(os.listdir("/")):
+        plan.replicate(libc, os.path.join("/", entry), os.path.join(root, entry))
+    os.makedirs(os.path.join(root, "proc"), exist_ok=True)
+    _mount(libc, "proc", os.path.join(root, "proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.chdir(root)
+    arch = os.uname().machine
+    _ok(libc.syscall(SYS_PIVOT_ROOT[arch], b".", b"."), "pivot_root")
+    _ok(libc.umount2(b".", MNT_DETACH), "detaching the old root")
+    os.chdir("/")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.chdir(cfg["cwd"])
+            os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
+        finally:
+            os._exit(127)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)  # the reproducer's pipes close when it and its children do
+    while True:
+        try:
+            done, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if done == pid:
+            os.write(status_w, json.dumps({"status": status}).encode())
+            os.close(status_w)
+    # leftovers are gone; stay until the harness ends the namespace (it kills the targets first)
+    signal.pause()
+
+
+def run_isolated(cfg_path: str) -> int:
+    """The reproducer's launcher: unshare, start PID 1, and end the way the reproducer did."""
+    with open(cfg_path, encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    try:
+        libc = _libc()
+        uid, gid = os.getuid(), os.getgid()
+        _ok(libc.unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS), "unshare")
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{INNER_ID} {uid} 1\n")
+        _write("/proc/self/gid_map", f"{INNER_ID} {gid} 1\n")
+    except OSError as exc:
+        sys.stderr.write(f"trace: could not isolate the reproducer (it did not run): {exc}\n")
+        return 125
+    status_r, status_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(status_r)
+        try:
+            _init(libc, cfg, status_w)
+        except BaseException as exc:  # any failure: the reproducer did not run
+            sys.stderr.write(f"trace: could not isolate the reproducer (it did not run): {exc}\n")
+            os._exit(125)
+        os._exit(0)
+    os.close(status_w)
+    report = b""
+    while chunk := os.read(status_r, 4096):
+        report += chunk
+    if not report:
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 125
+    rc = os.waitstatus_to_exitcode(int(json.loads(report)["status"]))
+    if rc < 0:
+        signal.signal(-rc, signal.SIG_DFL)
+        os.kill(os.getpid(), -rc)
+    return rc if rc >= 0 else 128 - rc
+
+
+def isolated_reproducer(
+    python: str, private: str, cfg: dict[str, Any], **popen: Any
+) -> subprocess.Popen[bytes]:
+    """Start the reproducer (cfg: argv, cwd, env, expose, hide, only) in its own namespaces."""
+    cfg = {**cfg, "root": os.path.join(private, "root")}
+    os.makedirs(cfg["root"])
+    cfg_path = os.path.join(private, "reproducer.json")
+    _write(cfg_path, json.dumps(cfg))
+    me = os.path.abspath(__file__)
+    # an empty environment: the launcher and PID 1 hold nothing naming the build (`target`, `out`)
+    return subprocess.Popen([python, "-I", "-S", me, ISOLATED, cfg_path], env={}, **popen)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == ISOLATED:
+        sys.exit(run_isolated(sys.argv[2]))
+    sys.exit(2)

@@ -1,0 +1,274 @@
+"""The harness proper: it runs target programs on behalf of the wrappers, remembers how each
+ended, and turns that into the run record's invocations (canonical order).
+
+Stdlib only. An invocation record is a plain dict: new fields may be added (consumers must
+ignore what they do not know); `engine/records.py` `Invocation` types it engine-side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from capture import COLLECT_GRACE, INVOCATION_TAIL_CHARS, Capture, normalise, signal_name, tee
+
+SANITIZER_RE = re.compile(r"ERROR: (\w+Sanitizer): ([A-Za-z][\w-]*)")
+AUDIT_VAR = "TRACE_TARGET_LOG"
+DROPPED_ENV = ("LD_", "PYTHON", "DYLD_")
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            raise OSError("connection closed early")
+        buf += chunk
+    return buf
+
+
+class Harness:
+    """Runs target programs on behalf of wrappers and shims, and remembers how each ended."""
+
+    def __init__(
+        self, private: str, sock: str, programs: dict[str, str], python: str, pypath: str
+    ) -> None:
+        self.private = private
+        self.sock = sock
+        self.programs = programs
+        self.python = python
+        self.pypath = pypath
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.entries: list[tuple[int, dict[str, Any]]] = []
+        self.live: dict[int, subprocess.Popen[bytes]] = {}
+        self.killed: dict[int, str] = {}  # seq -> why the harness ended it
+        self.handlers: list[threading.Thread] = []
+        self.stopped = threading.Event()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.sock)
+        self.listener.listen(64)
+        self.listener.settimeout(0.1)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.settimeout(None)
+            t = threading.Thread(target=self._handle, args=(conn,), daemon=True)
+            with self.lock:
+                self.handlers.append(t)
+            t.start()
+
+    def _env(self, env: dict[str, str], log: str) -> dict[str, str]:
+        clean = {k: v for k, v in env.items() if not k.startswith(DROPPED_ENV) and k != AUDIT_VAR}
+        clean["PYTHONPATH"] = self.pypath
+        clean[AUDIT_VAR] = log
+        return clean
+
+    def _handle(self, conn: socket.socket) -> None:
+        fds: list[int] = []
+        try:
+            _, fds, _, _ = socket.recv_fds(conn, 1, 3)
+            size = int.from_bytes(_recv_exact(conn, 8), "big")
+            req = json.loads(_recv_exact(conn, size))
+            name = str(req["name"])
+            python = name in ("python", "python3")
+            real = self.python if python else self.programs.get(name)
+            if real is None or len(fds) != 3:
+                conn.sendall(json.dumps({"exit_code": 127}).encode())
+                return
+            with self.lock:
+                seq = self.seq
+                self.seq += 1
+            log = os.path.join(self.private, f"audit-{seq}.jsonl")
+            out, err = Capture(), Capture()
+            broken = threading.Event()
+            proc = subprocess.Popen(
+                [str(req["argv0"]), *[str(a) for a in req["args"]]],
+                executable=real,
+                cwd=str(req["cwd"]),
+                env=self._env({str(k): str(v) for k, v in req["env"].items()}, log),
+                stdin=fds[0],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            with self.lock:
+                self.live[seq] = proc
+            assert proc.stdout is not None and proc.stderr is not None
+            tees = [
+                threading.Thread(
+                    target=tee, args=(os.dup(proc.stdout.fileno()), fds[1], out, broken)
+                ),
+                threading.Thread(
+                    target=tee, args=(os.dup(proc.stderr.fileno()), fds[2], err, broken)
+                ),
+            ]
+            proc.stdout.close()
+            proc.stderr.close()
+            for t in tees:
+                t.start()
+            rc = proc.wait()
+            for t in tees:
+                t.join()
+            with self.lock:
+                self.live.pop(seq, None)
+                killed = self.killed.get(seq) if rc == -signal.SIGKILL else None
+            ended = killed
+            if ended is None and rc == -signal.SIGPIPE and broken.is_set():
+                ended = "broken-pipe"
+            opened = read_opened(log)
+            if not python or opened:
+                entry: dict[str, Any] = {
+                    "target": name if not python else module_name(opened[0]),
+                    "kind": "python" if python else "program",
+                    "args": [str(a) for a in req["args"]],
+                    "exit_code": rc if rc >= 0 else None,
+                    # the harness's own kill is not the target dying of a signal
+                    "signal": signal_name(-rc) if rc < 0 and killed is None else None,
+                    "ended": ended,
+                    "opened": opened,
+                    "stdout": out.value(),
+                    "stderr": err.value(),
+                }
+                with self.lock:
+                    self.entries.append((seq, entry))
+            reply = {"signal": -rc} if rc < 0 else {"exit_code": rc}
+            conn.sendall(json.dumps(reply).encode())
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            sys.stderr.write(f"trace harness: a target request failed: {exc}\n")
+        finally:
+            for fd in fds:
+                os.close(fd)
+            conn.close()
+
+    def kill_targets(self, why: str = "killed-by-harness") -> None:
+        """End every target still running; its record says the harness ended it (`why`)."""
+        with self.lock:
+            procs = list(self.live.values())
+            for seq in self.live:
+                self.killed.setdefault(seq, why)
+        for proc in procs:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def stop(self) -> list[dict[str, Any]]:
+        """Stop serving, end targets still running, and return every entry (start order; the
+        record sorts them canonically)."""
+        self.stopped.set()
+        self.thread.join()
+        self.listener.close()
+        self.kill_targets()
+        with self.lock:
+            handlers = list(self.handlers)
+        for t in handlers:
+            t.join()
+        return [e for _, e in sorted(self.entries, key=lambda x: x[0])]
+
+
+def read_opened(log: str) -> list[str]:
+    if not os.path.exists(log):
+        return []
+    with open(log, encoding="utf-8") as fh:
+        return [str(json.loads(line)) for line in fh if line.strip()]
+
+
+def module_name(path: str) -> str:
+    """`lib/python/pager/__pycache__/__init__.cpython-311.pyc` -> `lib/python/pager/__init__.py`
+    (nixpkgs ships compiled modules: an import opens the .pyc, not the source)."""
+    m = re.match(r"^(.*/)?__pycache__/([^/.]+)\.[^/]+\.pyc$", path)
+    return f"{m.group(1) or ''}{m.group(2)}.py" if m else path
+
+
+def invocation_record(entry: dict[str, Any], subs: list[tuple[str, str]]) -> dict[str, Any]:
+    """One trace.run/v1 invocation: how the target ended, its own sanitizer report, its output."""
+    stdout = normalise(entry["stdout"].decode("utf-8", "replace"), subs)
+    stderr = normalise(entry["stderr"].decode("utf-8", "replace"), subs)
+    match = SANITIZER_RE.search(stderr)  # head + tail kept at fixed sizes: deterministic
+    record = {k: v for k, v in entry.items() if k not in ("stdout", "stderr")}
+    record["args"] = [normalise(str(a), subs) for a in entry["args"]]
+    record["sanitizer"] = {"tool": match.group(1), "kind": match.group(2)} if match else None
+    record["stdout_tail"] = stdout[-INVOCATION_TAIL_CHARS:]
+    record["stderr_tail"] = stderr[-INVOCATION_TAIL_CHARS:]
+    return record
+
+
+# how the harness (not the target) ended an invocation, or a pipeline's normal end: not failures
+NOT_FAILURES = ("killed-by-harness", "timed-out", "broken-pipe")
+
+
+def invocation_failed(inv: dict[str, Any]) -> bool:
+    if inv.get("ended") in NOT_FAILURES and not inv.get("sanitizer"):
+        return False
+    return inv.get("exit_code") not in (0, None) or bool(inv.get("signal") or inv.get("sanitizer"))
+
+
+def canonical_key(inv: dict[str, Any]) -> str:
+    """Invocations are recorded in this order, not in the order they started: targets run in
+    parallel (`cparse & ... wait`) start in an order that depends on timing."""
+    output = (inv["stdout_tail"] + "\0" + inv["stderr_tail"]).encode()
+    s = inv.get("sanitizer")
+    return json.dumps(
+        [
+            inv["target"],
+            inv["args"],
+            inv.get("exit_code"),
+            inv.get("signal"),
+            f"{s['tool']}: {s['kind']}" if s else None,
+            inv.get("ended"),
+            hashlib.sha256(output).hexdigest(),
+        ]
+    )
+
+
+def collect(
+    proc: subprocess.Popen[bytes], harness: Harness, timeout: int
+) -> tuple[int, bytes, bytes, bool]:
+    """Wait for the reproducer (at most `timeout` s), then end what it left running in its
+    process group, and read its output (capped like a target's). Returns (returncode, stdout,
+    stderr, timed_out). A process that left the group (`setsid`) and keeps the pipes open cannot
+    hold the run: the pipes are drained for COLLECT_GRACE seconds at most."""
+    assert proc.stdout is not None and proc.stderr is not None
+    caps = (Capture(), Capture())
+    readers = [
+        threading.Thread(target=tee, args=(os.dup(f.fileno()), None, c), daemon=True)
+        for f, c in zip((proc.stdout, proc.stderr), caps, strict=True)
+    ]
+    for t in readers:
+        t.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    # targets first (still running: the harness ends them), then the reproducer's leftovers:
+    # killing those first could end a target's input and let it finish by timing
+    harness.kill_targets("timed-out" if timed_out else "killed-by-harness")
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the reproducer (on timeout) and its leftovers
+    rc = proc.wait()
+    deadline = time.monotonic() + COLLECT_GRACE
+    for t in readers:
+        t.join(max(0.0, deadline - time.monotonic()))
+    proc.stdout.close()
+    proc.stderr.close()
+    return rc, caps[0].value(), caps[1].value(), timed_out
