@@ -82,7 +82,7 @@ def test_a_reproducer_timeout_fails_the_run_but_is_no_target_signal(
     gate: ModuleType, tmp_path: Path
 ) -> None:
     script = 'sleep 30 | "$TARGET/bin/reader" &\nsleep 30\n'
-    record = run_harness(tmp_path, "to", script, timeout=1)
+    record = run_harness(tmp_path, "to", script, timeout=3)
     [reader] = record["invocations"]
     assert (reader["ended"], reader["signal"], reader["exit_code"]) == ("timed-out", None, None)
     assert record["timed_out"] is True and record["signal"] == "SIGKILL"
@@ -159,3 +159,32 @@ def test_records_without_the_new_fields_still_load(gate: ModuleType) -> None:
     parsed = RunRecord.model_validate(old)
     assert parsed.failed and not parsed.timed_out and parsed.invocations[0].ended is None
     assert gate.invocation_failed(old["invocations"][0])
+
+
+def test_a_target_that_registers_after_the_harness_ended_its_targets_is_ended_too(
+    tmp_path: Path,
+) -> None:
+    """A wrapper's request still in flight when the reproducer timed out must not start a
+    target that then runs on (or finishes with exit 0) after the harness ended the others."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(ROOT / "templates" / "verify" / "harness"))
+    try:
+        import targets  # type: ignore[import-not-found]
+        import targetview  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    reader = tmp_path / "reader"
+    reader.write_text("#!/bin/sh\ncat >/dev/null\necho read-all\n")
+    reader.chmod(0o755)
+    sock = str(tmp_path / "h.sock")
+    harness = targets.Harness(str(tmp_path), sock, {"reader": str(reader)}, sys.executable, "")
+    harness.start()
+    harness.kill_targets("timed-out")  # the reproducer timed out before this request arrived
+    wrapper = tmp_path / "wrapper"
+    targetview.write_wrapper(str(wrapper), sys.executable, sock, "reader")
+    with subprocess.Popen([str(wrapper)], stdin=subprocess.PIPE) as client:
+        client.wait(timeout=30)  # stdin stays open: only the harness's kill ends the reader
+    [entry] = harness.stop()
+    assert (entry["ended"], entry["signal"], entry["exit_code"]) == ("timed-out", None, None)

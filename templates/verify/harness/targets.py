@@ -53,6 +53,9 @@ class Harness:
         self.entries: list[tuple[int, dict[str, Any]]] = []
         self.live: dict[int, subprocess.Popen[bytes]] = {}
         self.killed: dict[int, str] = {}  # seq -> why the harness ended it
+        # set by kill_targets: a target that registers afterwards (its wrapper's request was
+        # still in flight) is ended at once, for the same reason, instead of running on
+        self.ending: str | None = None
         self.handlers: list[threading.Thread] = []
         self.stopped = threading.Event()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -114,6 +117,12 @@ class Harness:
             )
             with self.lock:
                 self.live[seq] = proc
+                late = self.ending
+                if late is not None:
+                    self.killed.setdefault(seq, late)
+            if late is not None:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
             assert proc.stdout is not None and proc.stderr is not None
             tees = [
                 threading.Thread(
@@ -162,8 +171,11 @@ class Harness:
             conn.close()
 
     def kill_targets(self, why: str = "killed-by-harness") -> None:
-        """End every target still running; its record says the harness ended it (`why`)."""
+        """End every target still running, and any that registers later; its record says the
+        harness ended it (`why`: the first reason given wins)."""
         with self.lock:
+            if self.ending is None:
+                self.ending = why
             procs = list(self.live.values())
             for seq in self.live:
                 self.killed.setdefault(seq, why)
