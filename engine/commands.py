@@ -100,14 +100,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Load and validate first: bad input exits 2 having written nothing, not even a state dir.
     hasher = StatCache.read_only(state / "state.db")
     graph = load_graph(args.graph, root=_root(args), hasher=hasher)
+    # The fast path's stamp is taken now, before the build: what the keys were computed from.
+    try:
+        before: list[fastpath.Entry] | None = fastpath.stamp(graph.reads)
+    except OSError:
+        before = None
     with Index(state, wait=args.wait) as index:
         hasher.flush(index.db)
         with Progress(enabled=not args.quiet and not args.json) as progress:
             result = run_graph(graph, index, jobs=args.jobs, reporter=progress)
+        key = fastpath.name(args.graph, _root(args))
         if result.ok:
             outs = {sid: r.out for sid, r in result.steps.items() if r.out}
-            key = fastpath.name(args.graph, _root(args))
-            fastpath.record(index.db, key, graph.reads, outs, since_ns)
+            fastpath.record(
+                index.db, key, graph.reads, outs, since_ns, before=before, warnings=warnings(result)
+            )
+        else:
+            fastpath.forget(index.db, key)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
@@ -124,9 +133,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print("  " + r.log_tail.replace("\n", "\n  "), file=sys.stderr)
             elif r.status == "skipped":
                 print(f"skipped {r.id}: a step it needs failed", file=sys.stderr)
-            if r.deterministic is False:
-                print(f"NONDETERMINISTIC {r.id}: a --check rebuild differed", file=sys.stderr)
+        for line in warnings(result):
+            print(line, file=sys.stderr)
     return 0 if result.ok else 1
+
+
+def warnings(result: Any) -> list[str]:
+    """Lines every run of this result prints, cached or not (the fast path prints them again)."""
+    return [
+        f"NONDETERMINISTIC {r.id}: a --check rebuild differed"
+        for r in result.steps.values()
+        if r.deterministic is False
+    ]
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -1,16 +1,21 @@
 """The no-op fast path of `trace run`: answer "nothing changed" from stat() alone.
 
-A full run parses TOML, validates with pydantic and hashes inputs: ~0.2 s before any Nix work.
-When a run succeeds, it also records a *stamp*: (size, mtime_ns, inode, ctime_ns) of every file
-and directory that loading read (pipeline files, templates, inputs, the package-set tree), and the
-output path of every step. The next `trace run` of the same graph first compares the stamp with
-the file system; if nothing differs and every output still exists, every step is cached and the
-run ends there, having imported nothing but the standard library. Any difference, or anything
-this module does not understand, falls back to the full run (which is always correct).
+A full run parses TOML, validates with pydantic and hashes inputs: ~0.2 s before any Nix work. When
+a run succeeds, it also records a *stamp*: the full stat signature (size, mtime_ns, inode,
+ctime_ns, device) of every file and directory that loading read (pipeline files, templates, inputs,
+the package-set tree), and the output path of every step. The stamp is taken right after loading,
+*before* the build, and is recorded only if the same stamp is seen again after the build. The next
+`trace run` of the same graph first compares the stamp with the file system; if nothing differs and
+every output still exists, every step is cached and the run ends there, having imported nothing but
+the standard library. Any difference, or anything this module does not understand, falls back to
+the full run (which is always correct).
 
-As in git's index, a file modified in the same instant as it was recorded could look unchanged:
-entries whose mtime is not older than the run's start are never recorded, so the run after an
-edit made during a run takes the full path.
+An edit that keeps the mtime (`cp -p`, `rsync -t`, `tar x`, `touch -d`) still changes the ctime
+(which no tool can set) and usually the inode. As in git's index, a file modified in the same
+instant as it was recorded could look unchanged: entries whose mtime *or ctime* is not older than
+the run's start are never recorded, nor is a stamp that changed during the run, so the run after an
+edit made during a run takes the full path. Warnings of the recorded run (a NONDETERMINISTIC step)
+are recorded with it and printed again by every fast answer.
 """
 
 from __future__ import annotations
@@ -27,16 +32,17 @@ from engine import __version__
 
 SKIP = frozenset({".git", ".trace", "__pycache__", ".hypothesis"})  # = engine.hashing.SKIP_NAMES
 TABLE = (
-    "CREATE TABLE IF NOT EXISTS fastpath (name TEXT PRIMARY KEY, reads TEXT, stamp TEXT, outs TEXT)"
+    "CREATE TABLE IF NOT EXISTS fastpath_v2 "
+    "(name TEXT PRIMARY KEY, reads TEXT, stamp TEXT, outs TEXT, warnings TEXT)"
 )
 
-Entry = tuple[str, int, int, int, int]
+Entry = tuple[str, int, int, int, int, int, int]
 
 
 def _sig(path: str, st: os.stat_result) -> Entry:
-    if stat.S_ISDIR(st.st_mode):  # a directory's size is meaningless; its mtime sees add/remove
-        return (path, -1, st.st_mtime_ns, st.st_ino, 0)
-    return (path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+    # a directory's size is meaningless; its mtime and ctime see entries added, removed, renamed
+    size = -1 if stat.S_ISDIR(st.st_mode) else st.st_size
+    return (path, size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_dev, st.st_mode)
 
 
 def _walk(root: str, exclude: frozenset[str], rel: str, out: list[Entry]) -> None:
@@ -75,24 +81,47 @@ def record(
     reads: Iterable[tuple[Path, Sequence[str]]],
     outs: dict[str, str],
     since_ns: int,
+    *,
+    before: list[Entry] | None,
+    warnings: Sequence[str] = (),
 ) -> bool:
-    """Store the stamp of a successful run; refuse when a file changed during the run."""
+    """Store the stamp of a successful run; refuse when anything could have changed during it.
+
+    `before` is the stamp taken after loading, before the build: the stamp recorded is that one,
+    and only if the file system still shows exactly it now and no entry was modified (mtime or
+    ctime) since `since_ns`, the start of the run. On any doubt the old record is dropped too.
+    """
     reads = [(Path(p), list(ex)) for p, ex in reads]
-    entries = stamp(reads)
     db.execute(TABLE)
-    if any(mtime >= since_ns for _, _, mtime, _, _ in entries):
-        db.execute("DELETE FROM fastpath WHERE name = ?", (key,))
+    try:
+        entries = stamp(reads)
+    except OSError:
+        entries = None
+    if (
+        entries is None
+        or before is None
+        or entries != before
+        or any(e[2] >= since_ns or e[4] >= since_ns for e in entries)
+    ):
+        db.execute("DELETE FROM fastpath_v2 WHERE name = ?", (key,))
         return False
     db.execute(
-        "INSERT OR REPLACE INTO fastpath VALUES (?, ?, ?, ?)",
+        "INSERT OR REPLACE INTO fastpath_v2 VALUES (?, ?, ?, ?, ?)",
         (
             key,
             json.dumps([(str(p), ex) for p, ex in reads]),
             json.dumps(entries),
             json.dumps(sorted(outs.items())),
+            json.dumps(list(warnings)),
         ),
     )
     return True
+
+
+def forget(db: sqlite3.Connection, key: str) -> None:
+    """Drop the record of a graph (its run did not succeed, or wrote nothing to stamp)."""
+    db.execute(TABLE)
+    db.execute("DELETE FROM fastpath_v2 WHERE name = ?", (key,))
 
 
 def _parse(argv: Sequence[str]) -> tuple[Path, Path, Path] | None:
@@ -130,7 +159,8 @@ def try_noop(argv: Sequence[str]) -> int | None:
         db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
         try:
             row = db.execute(
-                "SELECT reads, stamp, outs FROM fastpath WHERE name = ?", (name(graph, root),)
+                "SELECT reads, stamp, outs, warnings FROM fastpath_v2 WHERE name = ?",
+                (name(graph, root),),
             ).fetchone()
         finally:
             db.close()
@@ -148,4 +178,6 @@ def try_noop(argv: Sequence[str]) -> int | None:
     if current != recorded or not all(os.path.exists(out) for _, out in outs):
         return None
     print(f"{len(outs)} steps: {len(outs)} cached", file=sys.stdout)
+    for line in json.loads(row[3]):
+        print(line, file=sys.stderr)
     return 0

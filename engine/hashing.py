@@ -12,6 +12,7 @@ import json
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,11 +66,17 @@ class StatCache:
     """path + (size, mtime_ns, inode, ctime_ns) -> sha256, kept in the state database.
 
     A file whose stat signature is unchanged is not read again, as git's index and DVC do.
-    Without a database it still works, just without memory between runs.
+    Without a database it still works, just without memory between runs. As in git ("racily
+    clean" entries), a digest is never persisted for a file modified (mtime or ctime) within
+    RACY_NS of this cache's creation: a second edit in the same clock tick, keeping the size,
+    would leave the whole signature unchanged. Such files are simply hashed again next time.
     """
+
+    RACY_NS = 1_000_000_000
 
     def __init__(self, db: sqlite3.Connection | None = None) -> None:
         self._db = db
+        self._racy_from = time.time_ns() - self.RACY_NS
         self._mem: dict[str, tuple[int, int, int, int, str]] = {}
         self._dirty: dict[str, tuple[int, int, int, int, str]] = {}
         if db is not None:
@@ -107,7 +114,8 @@ class StatCache:
         digest = _read_digest(path)
         entry = (*sig, digest)
         self._mem[key] = entry
-        self._dirty[key] = entry
+        if st.st_mtime_ns < self._racy_from and st.st_ctime_ns < self._racy_from:
+            self._dirty[key] = entry
         return digest
 
     def flush(self, db: sqlite3.Connection | None = None) -> None:

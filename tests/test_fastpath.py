@@ -24,11 +24,13 @@ CHECK = (
 
 
 def age(root: Path) -> None:
-    """Move every mtime 10 s into the past, as if the files were written before this run."""
+    """Move every mtime 10 s into the past, as if the files were written before this run; then
+    let their ctimes (which nothing can set) become older than the fast path's 1 s margin."""
     past = time.time() - 10
     for dirpath, _, files in os.walk(root):
         for name in [*files, "."]:
             os.utime(os.path.join(dirpath, name), (past, past), follow_symlinks=False)
+    time.sleep(1.1)  # a precondition (ctime older than the margin), not a timed assertion
 
 
 def trace_run(project: Path) -> tuple[str, int, str]:
@@ -102,19 +104,27 @@ def test_an_edit_during_the_run_is_never_stamped(project: Path) -> None:
     db = sqlite3.connect(project / ".trace" / "state.db", isolation_level=None)
     key = fastpath.name(project / "graph.toml", project)
     reads = [(project / "data", [])]
-    assert fastpath.record(db, key, reads, {}, since_ns=time.time_ns())  # files are 10 s old
+    before = fastpath.stamp(reads)
+    assert fastpath.record(db, key, reads, {}, since_ns=time.time_ns(), before=before)
     (project / "data" / "one.txt").write_text("edited while building\n")
     # the run started before that edit: its stamp must not be recorded (and the old one goes)
-    assert not fastpath.record(db, key, reads, {}, since_ns=time.time_ns() - 10**9)
-    assert db.execute("SELECT count(*) FROM fastpath WHERE name = ?", (key,)).fetchone()[0] == 0
+    since = time.time_ns() - 10**9
+    assert not fastpath.record(db, key, reads, {}, since_ns=since, before=before)
+    assert db.execute("SELECT count(*) FROM fastpath_v2 WHERE name = ?", (key,)).fetchone()[0] == 0
+    # nor when the stamp taken before the build differs from the one after it, whatever the clock
+    assert not fastpath.record(db, key, reads, {}, since_ns=time.time_ns() + 10**12, before=before)
 
 
 def test_a_missing_output_takes_the_full_path(project: Path) -> None:
     db = sqlite3.connect(project / ".trace" / "state.db", isolation_level=None)
     key = fastpath.name(project / "graph.toml", project)
-    (reads, outs) = db.execute("SELECT reads, outs FROM fastpath WHERE name = ?", (key,)).fetchone()
+    (reads, outs) = db.execute(
+        "SELECT reads, outs FROM fastpath_v2 WHERE name = ?", (key,)
+    ).fetchone()
     assert "/nix/store/" in outs
-    db.execute("UPDATE fastpath SET outs = ? WHERE name = ?", ('[["a", "/nix/store/gone"]]', key))
+    db.execute(
+        "UPDATE fastpath_v2 SET outs = ? WHERE name = ?", ('[["a", "/nix/store/gone"]]', key)
+    )
     args = ["run", str(project / "graph.toml"), "--root", str(project)]
     assert fastpath.try_noop(args) is None
     assert reads

@@ -31,6 +31,7 @@ def test_stat_cache_reads_unchanged_files_once(
         return real(path)
 
     monkeypatch.setattr(hashing, "_read_digest", counting)
+    monkeypatch.setattr(StatCache, "RACY_NS", -(10**9))  # the files count as old enough
     (tmp_path / "t").mkdir()
     for i in range(5):
         (tmp_path / "t" / f"f{i}").write_text(str(i))
@@ -46,6 +47,23 @@ def test_stat_cache_reads_unchanged_files_once(
     (tmp_path / "t" / "f2").write_text("changed")
     third = tree_digest(tmp_path / "t", StatCache(sqlite3.connect(tmp_path / "state.db")))
     assert third != first and reads[-1].name == "f2" and len(reads) == 6
+
+
+def test_a_file_changed_just_now_is_never_remembered(tmp_path: Path) -> None:
+    """Racily clean (as in git): a second same-size edit in the same clock tick keeps the whole
+    stat signature, so a digest of a file modified within RACY_NS is not persisted."""
+    (tmp_path / "f").write_text("one")
+    db = sqlite3.connect(tmp_path / "state.db")
+    cache = StatCache(db)
+    cache.file_digest(tmp_path / "f")
+    cache.flush()
+    assert db.execute("SELECT count(*) FROM stat_cache").fetchone()[0] == 0
+    old = os.stat(tmp_path / "f").st_mtime_ns - 5 * 10**9
+    os.utime(tmp_path / "f", ns=(old, old))  # mtime old, but ctime is now: still racy
+    cache = StatCache(db)
+    cache.file_digest(tmp_path / "f")
+    cache.flush()
+    assert db.execute("SELECT count(*) FROM stat_cache").fetchone()[0] == 0
 
 
 def test_tree_digest_sees_modes_links_and_names(tmp_path: Path) -> None:
