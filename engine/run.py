@@ -249,7 +249,10 @@ def render_expression(graph: Graph, p: Plan, targets: list[str]) -> tuple[str, d
             ) from None
         start = len(lines) + 1
         lines.append(f"    {nix_string(sid)} = (")
-        lines.extend("      " + ln for ln in body.rstrip("\n").splitlines())
+        # The body goes in byte for byte: split on "\n" only (as Nix counts lines), never
+        # re-indented (str.splitlines() would also break at U+2028, \v, \x1c, \x85 ... inside a
+        # rendered string and so change a value's bytes).
+        lines.extend(body.rstrip("\n").split("\n"))
         lines.append("    );")
         for n in range(start, len(lines) + 1):
             owner[n] = sid
