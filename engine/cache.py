@@ -8,7 +8,9 @@ second gets a clear "busy" error instead of waiting silently.
 
 Results are held by GC roots: a symlink per result key under this user's
 `/nix/var/nix/gcroots/per-user/<user>/trace/<state-id>/`, so `nix-collect-garbage` never deletes a
-cached output. `trace gc` removes roots for keys no graph references any more.
+cached output. `trace gc` removes roots for keys no graph of its own state directory references
+any more; other state directories' folders are touched only with `--all`, and a folder whose state
+directory cannot be seen now (deleted, or only unmounted) only with `--prune-missing`.
 """
 
 from __future__ import annotations
@@ -190,17 +192,43 @@ class Index:
         tmp.symlink_to(out)
         os.replace(tmp, link)
 
-    def forget_graphs(self, root: Path) -> list[str]:
-        """Drop the latest keys of graphs whose pipeline file no longer exists under `root`."""
+    def forget_graphs(self) -> tuple[list[str], list[str]]:
+        """Drop the latest keys of graphs whose pipeline file is gone; return (gone, unsure).
+
+        Graph ids are absolute paths (plus `#variant`), so the answer does not depend on the
+        directory gc runs from. Ids of older versions are relative to the project root, taken as
+        the state directory's parent; one that cannot be found there, or any file whose
+        existence cannot be checked (permissions), is kept and reported as unsure.
+        """
         gone: list[str] = []
+        unsure: list[str] = []
         for (gid,) in self.db.execute("SELECT DISTINCT graph FROM last_keys").fetchall():
             entry = Path(gid.split("#", 1)[0])
-            if not (entry if entry.is_absolute() else root / entry).exists():
+            absolute = entry.is_absolute()
+            path = entry if absolute else self.state_dir.resolve().parent / entry
+            state = _exists(path)
+            if state is False and absolute:
                 gone.append(gid)
+            elif state is not True:
+                unsure.append(gid)
         with self.db:
             self.db.execute("BEGIN")
             self.db.executemany("DELETE FROM last_keys WHERE graph = ?", [(g,) for g in gone])
-        return gone
+        return gone, unsure
+
+    def prune_build_files(self, keep: int = 0) -> int:
+        """Remove generated `build/*.nix` files but the `keep` newest; return how many went."""
+        build = self.state_dir / "build"
+        if not build.is_dir():
+            return 0
+        files = sorted(
+            (p for p in build.iterdir() if p.is_file()),
+            key=lambda p: p.stat().st_mtime_ns,
+            reverse=True,
+        )
+        for p in files[keep:]:
+            p.unlink(missing_ok=True)
+        return max(0, len(files) - keep)
 
     def gc(self, keep: set[str]) -> list[str]:
         """Drop roots and index entries of results no graph references; return dropped keys."""
@@ -215,6 +243,50 @@ class Index:
             self.db.execute("BEGIN")
             self.db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in dropped])
         return dropped
+
+
+def _exists(path: Path) -> bool | None:
+    """True or False when the file system says so; None when it cannot tell (no permission, an
+    I/O error): callers must never delete anything on None."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        return False
+    except OSError:
+        return None
+    return True
+
+
+class RootFolder(BaseModel):
+    """One state directory's GC-root folder under this user's gcroots/trace/."""
+
+    folder: Path
+    state_dir: Path | None  # None: no marker (not trace's, or half-made): never touched
+    seen: bool | None  # whether state_dir exists now (None: cannot tell)
+
+
+def root_folders(base: Path | None = None) -> list[RootFolder]:
+    base = base or GCROOTS_BASE / getpass.getuser() / "trace"
+    if not base.is_dir():
+        return []
+    out: list[RootFolder] = []
+    for folder in sorted(base.iterdir()):
+        marker = folder / ".state-dir"
+        try:
+            state = Path(marker.read_text().strip())
+        except OSError:
+            out.append(RootFolder(folder=folder, state_dir=None, seen=None))
+            continue
+        out.append(RootFolder(folder=folder, state_dir=state, seen=_exists(state)))
+    return out
+
+
+def remove_root_folder(folder: Path) -> None:
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def sweep_orphans(base: Path | None = None) -> list[Path]:

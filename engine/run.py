@@ -27,6 +27,9 @@ from engine.hashing import digest_bytes, key_digest
 from engine.model import Graph, InputRef, Step
 from engine.render import NixExpr, nix_path, nix_string, render
 
+# Generated Nix files kept in STATE/build (the newest); `trace gc` removes them all.
+KEEP_BUILD_FILES = 8
+
 Status = Literal["cached", "built", "reused", "failed", "skipped"]
 
 
@@ -76,10 +79,9 @@ class RunResult(BaseModel):
 
 
 def graph_id(graph: Graph) -> str:
-    try:
-        name = str(graph.entry.relative_to(graph.root))
-    except ValueError:
-        name = str(graph.entry)
+    """The graph's name in the index: its absolute entry path (plus `#variant`), so `trace gc`
+    finds it whatever directory it runs from."""
+    name = str(graph.entry.resolve())
     return f"{name}#{graph.variant}" if graph.variant else name
 
 
@@ -356,6 +358,7 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
     text, owner = render_expression(graph, p, dirty)
     expr_file = state_dir / "build" / f"{digest_bytes(text.encode())[:32]}.nix"
     _write_atomic(expr_file, text)
+    index.prune_build_files(keep=KEEP_BUILD_FILES)  # the newest, for reading after a failure
     for sid in dirty:
         report(sid, "queued")
     rc, drvs, err = nix.instantiate(expr_file)
