@@ -32,6 +32,7 @@ COMMAND_MODULES: list[str] = [
     "engine.verify.command",
     "engine.gates.command",
     "engine.fork",
+    "engine.report.commands",
 ]
 
 

@@ -60,10 +60,12 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_plan)
 
-    p = sub.add_parser("graph", help="print the step graph as Graphviz dot or Mermaid")
+    p = sub.add_parser(
+        "graph", help="print the step graph as Graphviz dot, Mermaid, an SVG or an HTML page"
+    )
     p.add_argument("graph", type=Path)
     p.add_argument("--root", type=Path, default=None)
-    p.add_argument("--format", choices=["dot", "mermaid"], default="dot")
+    p.add_argument("--format", choices=["dot", "mermaid", "svg", "html"], default="dot")
     p.set_defaults(handler=cmd_graph)
 
     p = sub.add_parser("schema", help="print the JSON Schema of a file format")
@@ -203,6 +205,11 @@ def cmd_graph(args: argparse.Namespace) -> int:
     from engine.graph import load_graph
 
     graph = load_graph(args.graph, root=_root(args))
+    if args.format in ("svg", "html"):
+        from engine.report.graph import graph_picture
+
+        print(graph_picture(graph, args.format))
+        return 0
     g = nx.DiGraph()
     for sid, step in graph.steps.items():
         g.add_node(sid, kind=step.kind)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.bundle_verify.checks import BundleVerdict
 
 DEFAULT_IDENTITY = Path("policy/signing-identity.json")
 
@@ -68,6 +71,12 @@ def register(sub: Any) -> None:
     )
     v.add_argument("bundle", type=Path, help="bundle directory")
     v.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    add_verify_options(v)
+    v.set_defaults(handler=_verify_bundle)
+
+
+def add_verify_options(v: Any) -> None:
+    """The options that say how a bundle is checked (`trace verify-bundle`, `trace report`)."""
     v.add_argument("--replay", action="store_true", help="rebuild the steps and compare")
     v.add_argument(
         "--identity",
@@ -84,7 +93,6 @@ def register(sub: Any) -> None:
         default=Path("."),
         help="the checkout to replay in: for bundles of `trace verify`, the fork (default: .)",
     )
-    v.set_defaults(handler=_verify_bundle)
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -115,11 +123,11 @@ def _bundle(args: argparse.Namespace) -> int:
     return 1 if outcome.denied else 0
 
 
-def _verify_bundle(args: argparse.Namespace) -> int:
+def verdict_from_args(args: argparse.Namespace) -> BundleVerdict:
+    """verify_bundle over args.bundle with the options of `add_verify_options`."""
     from engine.bundle_verify.checks import ReplayFn, verify_bundle
     from engine.bundle_verify.identity import load_identity_policy
     from engine.bundle_verify.replay import replay_checks
-    from engine.bundle_verify.report import print_json, print_table
     from engine.paths import data_dir
     from engine.signing.keys import key_hint, load_public_key
 
@@ -135,8 +143,14 @@ def _verify_bundle(args: argparse.Namespace) -> int:
         def replay(statement: Any, payload: Path) -> Any:
             return replay_checks(statement, payload, root=root)
 
-    verdict = verify_bundle(
+    return verify_bundle(
         args.bundle, policy, trust_config=args.trust_config, extra_keys=keys, replay=replay
     )
+
+
+def _verify_bundle(args: argparse.Namespace) -> int:
+    from engine.bundle_verify.report import print_json, print_table
+
+    verdict = verdict_from_args(args)
     (print_json if args.json else print_table)(verdict)
     return 0 if verdict.passed else 1

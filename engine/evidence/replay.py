@@ -66,6 +66,10 @@ class StepPin(_Model):
     outcome_sha256: str | None = Field(
         default=None, description="sha256 of the RFC 8785 form of the step's outcome JSON"
     )
+    needs: list[str] = Field(
+        default_factory=list,
+        description="ids of the steps this one needs (the graph's edges, for the report's picture)",
+    )
 
 
 class ReplayRecord(_Model):
@@ -201,7 +205,12 @@ def build_replay_record(
         signing_policy=signing_policy_pin(signing_policy, root) if signing_policy else None,
         model=model,
         steps={
-            sid: StepPin(key=r.key, drv=r.drv, outcome_sha256=outcome_digest(r.outcome))
+            sid: StepPin(
+                key=r.key,
+                drv=r.drv,
+                outcome_sha256=outcome_digest(r.outcome),
+                needs=sorted(graph.steps[sid].needs) if sid in graph.steps else [],
+            )
             for sid, r in sorted(run.steps.items())
         },
     )

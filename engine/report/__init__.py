@@ -1,0 +1,9 @@
+"""HTML pages for reviewers: a bundle's report, a fork's findings, a pipeline's step graph.
+
+Modules: `load` (a bundle's files as links with their digest status, beside the verdict of
+engine.bundle_verify), `view` (the claim stack in audit order), `diff` (patch rows with coverage
+marks), `layout` (step graph coordinates by topological generation), `render` (the one jinja2
+environment: autoescape, a Content Security Policy without network), `page` (`trace report`),
+`findings` (`trace fork --report`), `graph` (`trace graph --format svg|html`), `commands`.
+Templates, CSS and the inline scripts live in templates/report/.
+"""

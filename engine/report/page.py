@@ -1,0 +1,25 @@
+"""`trace report`: one self-contained HTML page from a bundle and its verify-bundle verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.bundle_verify.checks import BundleVerdict
+from engine.report.load import load_bundle
+from engine.report.render import render_page
+from engine.report.view import build_view
+
+
+def report_html(directory: Path, verdict: BundleVerdict) -> str:
+    """The page for the bundle at `directory`; `verdict` is verify_bundle's for it."""
+    from engine import __version__
+    from engine.bundle_verify.reasons import REASONS
+
+    view = build_view(load_bundle(directory, verdict))
+    return render_page(
+        "report.html.j2",
+        script="report.js",
+        view=view,
+        bundle_reasons=REASONS,
+        engine_version=__version__,
+    )

@@ -1,0 +1,148 @@
+"""The one jinja2 environment of the HTML pages: autoescape on for every template, strict undefined.
+
+Every value a page prints comes from a bundle, a gate record or a pipeline file, so all of it is
+HTML-escaped by jinja2; nothing is marked safe except the page's own inline script and CSS, which
+are files under `templates/report/` (read here, never from a bundle). Each page carries a Content
+Security Policy that allows exactly that script (by its sha256) and nothing from the network, so
+even markup that escaped escaping could neither run nor load anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from engine.paths import data_dir
+
+TEMPLATE_DIR = Path("templates") / "report"
+
+
+def template_dir() -> Path:
+    return data_dir() / TEMPLATE_DIR
+
+
+def _asset(name: str) -> str:
+    return (template_dir() / name).read_text(encoding="utf-8")
+
+
+def csp(script: str) -> str:
+    """No network at all: inline styles, images only as data: URIs, only this one script."""
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
+    return (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+        f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
+    )
+
+
+def _short(value: object) -> str:
+    text = str(value)
+    return text[:16] + "…" if len(text) > 20 else text
+
+
+def _anchor(value: object) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", str(value))
+
+
+def _css_token(value: object) -> str:
+    return re.sub(r"[^a-z0-9-]", "", str(value).lower())[:32]
+
+
+def _is_web_url(value: object) -> bool:
+    """Only http(s) URLs become links: never javascript:, data: or anything else."""
+    return isinstance(value, str) and re.match(r"https?://[^\s]+$", value) is not None
+
+
+def _all_mappings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(x, Mapping) for x in value)
+
+
+def _columns(rows: list[Mapping[str, object]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for row in rows:
+        for k in row:
+            seen.setdefault(str(k), None)
+    return list(seen)
+
+
+def _tojson_text(value: object) -> str:
+    return json.dumps(value, indent=1, sort_keys=True, default=str)
+
+
+def _unix_time(value: object) -> str:
+    try:
+        return dt.datetime.fromtimestamp(int(str(value)), dt.UTC).isoformat()
+    except (ValueError, OverflowError, OSError):
+        return str(value)
+
+
+STATUS_MARKS = {
+    "built": "✓ ",
+    "cached": "✓ ",
+    "reused": "✓ ",
+    "recorded": "✓ ",
+    "failed": "✗ ",
+    "missing": "✗ ",
+    "nondeterministic": "✗ ",
+    "skipped": "– ",
+}
+
+
+def _status_mark(value: object) -> str:
+    return STATUS_MARKS.get(str(value), "")
+
+
+FILTERS: dict[str, Callable[..., object]] = {
+    "short": _short,
+    "anchor": _anchor,
+    "css_token": _css_token,
+    "is_web_url": _is_web_url,
+    "all_mappings": _all_mappings,
+    "columns": _columns,
+    "tojson_text": _tojson_text,
+    "unix_time": _unix_time,
+    "status_mark": _status_mark,
+}
+
+
+def render_page(template: str, *, script: str | None = None, **context: Any) -> str:
+    """Render one self-contained page. `script`: the name of an inline JS asset (or none)."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir())),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(FILTERS)
+    js = _asset(script) if script else ""
+    return env.get_template(template).render(
+        css=_asset("style.css"),
+        script_text=js,
+        content_security_policy=csp(js),
+        **context,
+    )
+
+
+def write_page(path: Path, html: str) -> Path:
+    """Write atomically: a reader never sees half a page."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(html)
+        os.chmod(tmp, 0o644)  # a page to share, like any written report
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
