@@ -576,6 +576,13 @@ def register(sub: Any) -> None:
     p.add_argument("-j", "--jobs", type=int, default=None, help="parallel builds (nix -j)")
     p.add_argument("--wait", type=float, default=0, metavar="SECONDS", help="wait for the state")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write DIR/index.html, a findings page of every candidate (engine.report)",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     p.set_defaults(handler=cmd_fork)
 
@@ -658,6 +665,11 @@ def cmd_fork(args: argparse.Namespace) -> int:
         fork=str(cfg.root), commit=git_commit(cfg.root), dirty=dirty, candidates=outcomes
     )
     write_if_changed(cfg.state / "fork" / "report.json", report.to_json().encode())
+    if args.report is not None:
+        from engine.report.findings import fork_findings
+
+        page = fork_findings(args.report.resolve(), outcomes, policy, args.key)
+        print(f"findings: {page}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(report.to_json(), end="")
     else:

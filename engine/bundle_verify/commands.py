@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from engine.bundle_verify.checks import BundleVerdict
 
 DEFAULT_IDENTITY = Path("policy/signing-identity.json")
@@ -123,8 +125,8 @@ def _bundle(args: argparse.Namespace) -> int:
     return 1 if outcome.denied else 0
 
 
-def verdict_from_args(args: argparse.Namespace) -> BundleVerdict:
-    """verify_bundle over args.bundle with the options of `add_verify_options`."""
+def verifier_from_args(args: argparse.Namespace) -> Callable[[Path], BundleVerdict]:
+    """verify_bundle with the options of `add_verify_options`, for any bundle directory."""
     from engine.bundle_verify.checks import ReplayFn, verify_bundle
     from engine.bundle_verify.identity import load_identity_policy
     from engine.bundle_verify.replay import replay_checks
@@ -143,14 +145,17 @@ def verdict_from_args(args: argparse.Namespace) -> BundleVerdict:
         def replay(statement: Any, payload: Path) -> Any:
             return replay_checks(statement, payload, root=root)
 
-    return verify_bundle(
-        args.bundle, policy, trust_config=args.trust_config, extra_keys=keys, replay=replay
-    )
+    def verify(bundle: Path) -> BundleVerdict:
+        return verify_bundle(
+            bundle, policy, trust_config=args.trust_config, extra_keys=keys, replay=replay
+        )
+
+    return verify
 
 
 def _verify_bundle(args: argparse.Namespace) -> int:
     from engine.bundle_verify.report import print_json, print_table
 
-    verdict = verdict_from_args(args)
+    verdict = verifier_from_args(args)(args.bundle)
     (print_json if args.json else print_table)(verdict)
     return 0 if verdict.passed else 1

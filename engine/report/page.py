@@ -7,15 +7,13 @@ from pathlib import Path
 from engine.bundle_verify.checks import BundleVerdict
 from engine.report.load import load_bundle
 from engine.report.render import render_page
-from engine.report.view import build_view
+from engine.report.view import ReportView, build_view
 
 
-def report_html(directory: Path, verdict: BundleVerdict) -> str:
-    """The page for the bundle at `directory`; `verdict` is verify_bundle's for it."""
+def render_report(view: ReportView) -> str:
     from engine import __version__
     from engine.bundle_verify.reasons import REASONS
 
-    view = build_view(load_bundle(directory, verdict))
     return render_page(
         "report.html.j2",
         script="report.js",
@@ -23,3 +21,8 @@ def report_html(directory: Path, verdict: BundleVerdict) -> str:
         bundle_reasons=REASONS,
         engine_version=__version__,
     )
+
+
+def report_html(directory: Path, verdict: BundleVerdict) -> str:
+    """The page for the bundle at `directory`; `verdict` is verify_bundle's for it."""
+    return render_report(build_view(load_bundle(directory, verdict)))

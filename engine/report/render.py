@@ -36,9 +36,10 @@ def _asset(name: str) -> str:
 def csp(script: str) -> str:
     """No network at all: inline styles, images only as data: URIs, only this one script."""
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
+    scripts = f"'sha256-{digest}'" if script else "'none'"
     return (
         "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
-        f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
+        f"script-src {scripts}; base-uri 'none'; form-action 'none'"
     )
 
 
