@@ -30,3 +30,9 @@ def test_scripts_demo_runs_the_main_job(tmp_path: Path) -> None:
     (work,) = tmp_path.glob("trace-demo.*")
     assert (work / "cparse-key-overflow" / "statement.sigstore.json").is_file()
     assert not (work / "cparse-wrong-fix" / "statement.sigstore.json").exists()
+    # the reviewer's pages, their paths printed last
+    page = (work / "cparse-key-overflow.html").read_text()
+    assert 'data-verified="true"' in page and "AddressSanitizer" in page
+    findings = (work / "findings" / "index.html").read_text()
+    assert findings.count('class="finding"') == 2 and "mutation-score-below-threshold" in findings
+    assert proc.stdout.rstrip().endswith(f"findings page: {work}/findings/index.html")

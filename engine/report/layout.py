@@ -9,6 +9,7 @@ right edge of a node to the left edge of the next. The SVG itself is drawn by th
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -66,17 +67,22 @@ def layered(
     except nx.NetworkXUnfeasible:
         generations = [[n] for n in sorted(nodes)]
     row: dict[str, float] = {}
-    columns: list[list[str]] = []
-    for layer in generations:
 
+    def order(layer: list[str], neighbours: Any) -> list[str]:
         def weight(n: str) -> tuple[float, str]:
-            preds = [row[p] for p in g.predecessors(n) if p in row]
-            return (sum(preds) / len(preds) if preds else 0.0, n)
+            seen = [row[p] for p in neighbours(n) if p in row]
+            return (sum(seen) / len(seen) if seen else row.get(n, 0.0), n)
 
         ordered = sorted(layer, key=weight)
         for i, n in enumerate(ordered):
             row[n] = float(i)
-        columns.append(ordered)
+        return ordered
+
+    # barycentre sweeps: down by the steps a step needs, up by its users, down again
+    columns = [order(layer, g.predecessors) for layer in generations]
+    for i in range(len(columns) - 2, -1, -1):
+        columns[i] = order(columns[i], g.successors)
+    columns = [order(c, g.predecessors) if i else c for i, c in enumerate(columns)]
 
     placed: dict[str, GraphNode] = {}
     x = float(MARGIN)
@@ -84,7 +90,7 @@ def layered(
     for column in columns:
         labels = {n: _short(n) for n in column}
         subs = {n: _short(nodes[n][0]) for n in column}
-        width = max(len(t) for n in column for t in (labels[n], subs[n])) * CHAR_W + 20
+        width = max(len(t) for n in column for t in (labels[n], subs[n] + "✓ ")) * CHAR_W + 20
         for i, n in enumerate(column):
             y = MARGIN + i * (NODE_H + ROW_GAP)
             placed[n] = GraphNode(
