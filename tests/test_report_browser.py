@@ -27,6 +27,7 @@ from tests.test_report import (
 )
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
+README_SHOTS = {"report-denied"}  # the others come from real builds (test_report_e2e, _fork)
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +45,7 @@ def clean(result: dict[str, Any]) -> None:
 
 def shot(page: Path, tmp: Path, name: str, size: str = "1280,2400") -> Path:
     out = browser.screenshot(page, tmp / f"{name}.png", tmp, size)
-    if os.environ.get("TRACE_UPDATE_SCREENSHOTS") == "1":
+    if os.environ.get("TRACE_UPDATE_SCREENSHOTS") == "1" and name in README_SHOTS:
         shutil.copy(out, DOCS / f"{name}.png")
     return out
 
@@ -182,4 +183,4 @@ def test_findings_page_sorts_and_filters(tmp_path: Path, monkeypatch: pytest.Mon
     assert r["unsigned"] == 0  # all three carry a signature (one over tampered files)
     assert len(r["links"]) == 3 and all((index.parent / h).is_file() for h in r["links"])
     assert r["not_verifying"] == 2
-    shot(index, tmp_path, "report-findings", "1280,700")
+    shot(index, tmp_path, "findings-unit", "1280,700")
