@@ -260,3 +260,20 @@ def test_trace_graph_svg_and_html(capsys: pytest.CaptureFixture[str]) -> None:
     page = capsys.readouterr().out
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page
     assert "default-src 'none'" in html.unescape(page) and "<script" not in page
+
+
+def test_accuracy_record_is_shown_when_the_bundle_has_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    accuracy = {"human_fix": "a1b2c3d", "verdict": "equivalent", "same_files": True}
+    entries = records(monkeypatch, extra=[json_entry("accuracy.json", "other", accuracy)])
+    bundle, identity = signed(tmp_path, entries)
+    rc, page, _ = report(bundle, identity, tmp_path / "acc.html")
+    assert rc == 0
+    assert 'data-section="accuracy"' in page and "equivalent" in page and "a1b2c3d" in page
+    from engine.report.findings import write_findings
+    from tests.test_bundle_verify import load_identity_policy, verify_bundle
+
+    policy = load_identity_policy(identity)
+    index = write_findings(tmp_path / "f", [bundle], lambda b: verify_bundle(b, policy))
+    assert "verdict: equivalent" in index.read_text()
