@@ -277,3 +277,38 @@ def test_accuracy_record_is_shown_when_the_bundle_has_one(
     policy = load_identity_policy(identity)
     index = write_findings(tmp_path / "f", [bundle], lambda b: verify_bundle(b, policy))
     assert "verdict: equivalent" in index.read_text()
+
+
+GARBAGE: dict[str, str] = {
+    "verify-result.json": json.dumps(
+        {
+            "claims": 5,
+            "pre": {"runs": [{"invocations": [{"args": 5, "sanitizer": "x"}], "sanitizer": 1}]},
+            "post": "x",
+            "steps": {"a": 5, "b": {"status": ["x"]}},
+        }
+    ),
+    "decisions/signing.json": json.dumps({"reasons": 7, "decision": ["x"], "policy": None}),
+    "decisions/routing.json": "[1, 2]",
+    "advisory.json": json.dumps({"aliases": 3, "references": "x", "severity": {"a": [1, None]}}),
+    "replay.json": json.dumps({"steps": {"s": {"needs": "abc"}, "t": {"needs": ["s", 4]}}}),
+    "gates/deep.json": "[" * 50_000 + "]" * 50_000,
+    "gates/scope.json": json.dumps(
+        {"gate": 3, "details": {"survivors": [{"diff": 5}], "files": 1}}
+    ),
+    "patches/01-fix.patch": "@@ -x +y @@\n+\x00\n",
+}
+
+
+def test_a_forged_bundle_of_wrong_shapes_still_renders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records of the wrong types, a JSON nested past Python's recursion limit, a broken diff:
+    the page is written and says the bundle does not verify, naming the changed files."""
+    bundle, identity = signed(tmp_path, records(monkeypatch))
+    for rel, text in GARBAGE.items():
+        (bundle / PAYLOAD_DIR / rel).write_text(text)
+    rc, page, _ = report(bundle, identity, tmp_path / "garbage.html")
+    assert rc == 1 and "THIS BUNDLE DOES NOT VERIFY" in page
+    changed = set(re.findall(r'data-link="([^"]+)" data-status="(?:changed|unlisted)"', page))
+    assert set(GARBAGE) <= changed

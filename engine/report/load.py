@@ -92,7 +92,7 @@ class LoadedBundle(BaseModel):
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -117,7 +117,7 @@ def _signed_statement(signature: Any) -> Any:
         return None
     try:
         return json.loads(base64.b64decode(payload, validate=True))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
@@ -128,7 +128,7 @@ def _content(path: Path) -> tuple[str, bool, Any]:
     if path.suffix == ".json":
         try:
             doc = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # a forged file: shown as text
             doc = None
     return text[:MAX_TEXT], len(text) > MAX_TEXT, doc
 

@@ -58,7 +58,7 @@ def _css_token(value: object) -> str:
 
 def _is_web_url(value: object) -> bool:
     """Only http(s) URLs become links: never javascript:, data: or anything else."""
-    return isinstance(value, str) and re.match(r"https?://[^\s]+$", value) is not None
+    return isinstance(value, str) and re.fullmatch(r"https?://\S+", value) is not None
 
 
 def _all_mappings(value: object) -> bool:
@@ -71,6 +71,13 @@ def _columns(rows: list[Mapping[str, object]]) -> list[str]:
         for k in row:
             seen.setdefault(str(k), None)
     return list(seen)
+
+
+def _join(value: object, sep: str = "") -> str:
+    """jinja's join, for any value a forged record may hold (a number where a list belongs)."""
+    if isinstance(value, list | tuple):
+        return sep.join(str(x) for x in value)
+    return "" if value is None else str(value)
 
 
 def _tojson_text(value: object) -> str:
@@ -101,6 +108,7 @@ def _status_mark(value: object) -> str:
 
 
 FILTERS: dict[str, Callable[..., object]] = {
+    "join": _join,
     "short": _short,
     "anchor": _anchor,
     "css_token": _css_token,

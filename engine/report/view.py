@@ -198,6 +198,8 @@ def build_view(b: LoadedBundle) -> ReportView:
         return found
 
     signing = _dict(b.doc("decisions/signing.json"))
+    for key in ("reasons", "warnings", "waived"):  # the template iterates these
+        signing[key] = [_dict(r) for r in _list(signing.get(key))]
     routing = _dict(b.doc("decisions/routing.json"))
     sections = [
         Section(
