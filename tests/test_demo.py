@@ -35,4 +35,6 @@ def test_scripts_demo_runs_the_main_job(tmp_path: Path) -> None:
     assert 'data-verified="true"' in page and "AddressSanitizer" in page
     findings = (work / "findings" / "index.html").read_text()
     assert findings.count('class="finding"') == 2 and "mutation-score-below-threshold" in findings
+    wrong = (work / "findings" / "TRACE-2026-0001-cparse-wrong-fix.html").read_text()
+    assert 'data-verified="false"' in wrong and wrong.count('class="survivor"') >= 1
     assert proc.stdout.rstrip().endswith(f"findings page: {work}/findings/index.html")

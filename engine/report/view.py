@@ -107,11 +107,16 @@ def _gates(b: LoadedBundle) -> list[dict[str, Any]]:
     for link in b.under("gates/"):
         rec = _dict(link.doc)
         details = _dict(rec.get("details"))
-        view: dict[str, Any] = {"link": link, "record": rec, "details": details}
         survivors = [_dict(s) for s in _list(details.get("survivors"))]
-        view["survivors"] = [{**s, "rows": diff_rows(str(s.get("diff") or ""))} for s in survivors]
-        if rec.get("gate") == "coverage" or "files" in details:
-            view["coverage"] = coverage_map(rec)
+        view: dict[str, Any] = {
+            "link": link,
+            "record": rec,
+            # what is drawn richly above is not repeated in the generic table
+            "details": {k: v for k, v in details.items() if not (k == "survivors" and survivors)},
+            "survivors": [{**s, "rows": diff_rows(str(s.get("diff") or ""))} for s in survivors],
+        }
+        if coverage_map(rec):
+            view["coverage"] = True
         out.append(view)
     return out
 
