@@ -3,6 +3,7 @@ real fix, and a policy deny for the wrong one."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -37,4 +38,9 @@ def test_scripts_demo_runs_the_main_job(tmp_path: Path) -> None:
     assert findings.count('class="finding"') == 2 and "mutation-score-below-threshold" in findings
     wrong = (work / "findings" / "TRACE-2026-0001-cparse-wrong-fix.html").read_text()
     assert 'data-verified="false"' in wrong and wrong.count('class="survivor"') >= 1
+    if os.environ.get("TRACE_UPDATE_SCREENSHOTS") == "1":  # the README's picture of a deny
+        from tests import browser
+
+        page = work / "findings" / "TRACE-2026-0001-cparse-wrong-fix.html"
+        browser.screenshot(page, REPO / "docs" / "report-denied.png", tmp_path, "1280,2400")
     assert proc.stdout.rstrip().endswith(f"findings page: {work}/findings/index.html")

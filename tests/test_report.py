@@ -208,6 +208,10 @@ def test_hostile_bundle_is_escaped(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert "<script>document" not in page and "<img src=x" not in page
     assert "&lt;script&gt;document.title=&#34;pwned&#34;&lt;/script&gt;" in page
     assert 'href="javascript:' not in page and "javascript:alert(1)" in page
+    assert (
+        "&#10007; not grounded</span>: the advisory's FIX references are javascript:alert(1)"
+        in page
+    )
     # exactly one script element: the page's own
     assert page.count("<script") == 1
     csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page)

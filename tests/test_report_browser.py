@@ -1,13 +1,12 @@
 """The report and findings pages in real headless Chromium (tests/browser.py): what a reviewer
 sees (the banner, claim rows, reason codes, a surviving mutant), that sorting and filtering work
 without a server, that nothing is fetched and no script error happens, and that hostile bundle
-content stays text. Screenshots go to the test's temp dir; with TRACE_UPDATE_SCREENSHOTS=1 they
-also replace docs/report-*.png (the README shows them).
+content stays text. Screenshots go to the test's temp dir (the README's come from the real builds
+of test_report_e2e, test_report_fork and test_demo, with TRACE_UPDATE_SCREENSHOTS=1).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,9 @@ from tests.test_report import (
 )
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-README_SHOTS = {"report-denied"}  # the others come from real builds (test_report_e2e, _fork)
+README_SHOTS: set[str] = (
+    set()
+)  # the README's come from real builds (test_report_e2e, _fork, test_demo)
 
 
 @pytest.fixture(autouse=True)
@@ -44,10 +45,7 @@ def clean(result: dict[str, Any]) -> None:
 
 
 def shot(page: Path, tmp: Path, name: str, size: str = "1280,2400") -> Path:
-    out = browser.screenshot(page, tmp / f"{name}.png", tmp, size)
-    if os.environ.get("TRACE_UPDATE_SCREENSHOTS") == "1" and name in README_SHOTS:
-        shutil.copy(out, DOCS / f"{name}.png")
-    return out
+    return browser.screenshot(page, tmp / f"{name}.png", tmp, size)
 
 
 BANNER = """

@@ -29,7 +29,8 @@ ACTIONS = """
     nodes: Array.prototype.map.call(document.querySelectorAll("svg.graph g.node"),
       function (g) { return g.getAttribute("data-step") + ":" + g.getAttribute("data-status"); }),
     edges: document.querySelectorAll("svg.graph path.edge").length,
-    signature: __texts("#signature-state")
+    signature: __texts("#signature-state"),
+    grounding: __texts("#upstream-grounding")
   };
 """
 
@@ -50,6 +51,7 @@ def test_report_of_a_real_signed_bundle(world: World, tmp_path: Path) -> None:  
     assert {"pre-fix", "post-fix", "pre-fix-run@1", "post-fix-run@1"} <= set(steps)
     assert r["edges"] > 0  # needs recorded in the replay record
     assert "key" in " ".join(r["signature"])
+    assert r["grounding"][0].startswith("✓ grounded")  # the advisory's own FIX reference
     out = browser.screenshot(page, tmp_path / "report-real.png", tmp_path, "1280,2600")
     if os.environ.get("TRACE_UPDATE_SCREENSHOTS") == "1":
         shutil.copy(out, DOCS / "report-allowed.png")

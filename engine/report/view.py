@@ -150,6 +150,12 @@ def _graph(b: LoadedBundle, verify: Mapping[str, Any]) -> Layout | None:
     return layered(nodes, edges)
 
 
+def _fix_refs(b: LoadedBundle) -> list[str]:
+    """The advisory's own FIX references (what grounds the upstream reference)."""
+    refs = _list(_dict(b.doc("advisory.json")).get("references"))
+    return [str(_dict(r).get("url")) for r in refs if _dict(r).get("type") == "FIX"]
+
+
 def _timings(statement: Any) -> dict[str, str]:
     meta = _dict(_dict(_dict(_dict(statement).get("predicate")).get("runDetails")).get("metadata"))
     out: dict[str, str] = {k: str(meta[k]) for k in ("startedOn", "finishedOn") if k in meta}
@@ -217,7 +223,7 @@ def build_view(b: LoadedBundle) -> ReportView:
             id="upstream",
             title="Upstream reference",
             links=links("upstream.json"),
-            data={"doc": _dict(b.doc("upstream.json"))},
+            data={"doc": _dict(b.doc("upstream.json")), "fix_refs": _fix_refs(b)},
         ),
         Section(
             id="patch",
