@@ -133,3 +133,12 @@ def screenshot(page: Path, out: Path, tmp: Path, size: str = "1280,2400") -> Pat
     proc = _run([f"--window-size={size}", f"--screenshot={out}", page.as_uri()], tmp)
     assert out.is_file() and out.stat().st_size > 1000, proc.stderr[-2000:]
     return out
+
+
+def print_pdf(page: Path, out: Path, tmp: Path) -> int:
+    """Print `page` as Chromium prints it (print CSS applied); returns the PDF's page count."""
+    proc = _run(["--no-pdf-header-footer", f"--print-to-pdf={out}", page.as_uri()], tmp)
+    assert out.is_file(), proc.stderr[-2000:]
+    data = out.read_bytes()
+    assert data.startswith(b"%PDF")
+    return len(re.findall(rb"/Type\s*/Page[^s]", data))

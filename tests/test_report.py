@@ -26,6 +26,7 @@ from engine.evidence.payload import PayloadEntry, json_entry, text_entry
 from engine.report.diff import coverage_map, diff_rows
 from engine.report.layout import layered
 from engine.signing.keys import keygen
+from tests.test_bundle_verify import fake, keyless_bundle  # noqa: F401  (fixtures)
 from tests.test_policy_signing import applied, gate
 
 SURVIVOR_DIFF = (
@@ -316,3 +317,23 @@ def test_a_forged_bundle_of_wrong_shapes_still_renders(
     assert rc == 1 and "THIS BUNDLE DOES NOT VERIFY" in page
     changed = set(re.findall(r'data-link="([^"]+)" data-status="(?:changed|unlisted)"', page))
     assert set(GARBAGE) <= changed
+
+
+def test_keyless_bundle_shows_the_signer_and_its_rekor_entry(
+    keyless_bundle: tuple[Path, Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    bundle, trust = keyless_bundle
+    tbv.write_policy(tmp_path / "id.json")
+    out = tmp_path / "keyless.html"
+    identity = ["--identity", str(tmp_path / "id.json"), "--trust-config", str(trust)]
+    rc = main(["report", str(bundle), *identity, "-o", str(out)])
+    page = html.unescape(out.read_text())
+    assert rc == 0 and 'data-verified="true"' in page
+    signature = page[page.index('data-section="signature"') : page.index('id="step-graph"')]
+    assert tbv.SIGNER in signature and tbv.TEST_ISSUER in signature
+    assert "present (Fulcio)" in signature and "Transparency log (Rekor) entries" in signature
+    log = json.loads((bundle / "statement.sigstore.json").read_text())
+    entry = log["verificationMaterial"]["tlogEntries"][0]
+    assert f"<td>{entry['logIndex']}</td>" in signature
+    assert "certificate, SCT, transparency log" in signature and "signer identity" in signature

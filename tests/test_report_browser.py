@@ -182,3 +182,10 @@ def test_findings_page_sorts_and_filters(tmp_path: Path, monkeypatch: pytest.Mon
     assert len(r["links"]) == 3 and all((index.parent / h).is_file() for h in r["links"])
     assert r["not_verifying"] == 2
     shot(index, tmp_path, "findings-unit", "1280,700")
+
+
+def test_report_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readable printed: Chromium prints the page (its print CSS hides the filter controls and
+    the table of contents, and lets long output run on) to several PDF pages."""
+    _, _, page = denied_page(tmp_path, monkeypatch)
+    assert browser.print_pdf(page, tmp_path / "denied.pdf", tmp_path) >= 2

@@ -39,12 +39,24 @@ SECTION_CHECKS: dict[str, tuple[str, ...]] = {
     "replay": ("replay", "replay pins"),
     "signature": (
         "signature",
+        "DSSE signature",
+        "certificate, SCT, transparency log",
+        "log time within certificate validity",
         "signer identity",
         "payload type",
         "signed statement",
         "statement.json is the signed statement",
         "statement",
     ),
+}
+
+
+# ...and, whatever a check is called, a failing one by the area of its reason code.
+SECTION_REASONS: dict[str, tuple[str, ...]] = {
+    "runs": ("records.", "verify.", "replay."),
+    "decision": ("decision.", "policy."),
+    "replay": ("replay.",),
+    "signature": ("signature.", "identity.", "bundle.unsigned", "payload.", "statement."),
 }
 
 
@@ -86,7 +98,12 @@ class LoadedBundle(BaseModel):
 
     def checks_for(self, section: str) -> list[Check]:
         names = SECTION_CHECKS.get(section, ())
-        return [c for c in self.verdict.checks if c.name in names]
+        areas = SECTION_REASONS.get(section, ())
+        return [
+            c
+            for c in self.verdict.checks
+            if c.name in names or (not c.ok and c.reason and c.reason.startswith(areas))
+        ]
 
 
 def _read_json(path: Path) -> Any:
