@@ -33,6 +33,7 @@ COMMAND_MODULES: list[str] = [
     "engine.gates.command",
     "engine.fork",
     "engine.report.commands",
+    "engine.agent.command",
 ]
 
 

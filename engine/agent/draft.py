@@ -1,0 +1,285 @@
+"""`trace draft`: route, then Patcher -> Reproducer -> verify -> Reviewer -> decide.
+
+Model steps run in the agent file's order; a step that needs `verify` runs after the drafted
+candidate was verified (the only Nix work, through the standard pipeline). A recorded failure
+(`model-output-*`, `patch-does-not-apply`, a routing state that is not drafted) ends the draft
+with exit 1 and a draft.json saying why; an error (credentials, endpoint, deadline, bad input)
+ends it with exit 2 and removes what this run wrote into the candidate folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from engine.agent.inputs import advisory_value, digest, source_files, verify_value
+from engine.agent.record import DraftDecision, DraftRecord, ReviewClaim, StepRecord
+from engine.agent.write import Folder, candidate_toml
+from engine.models.ask import ask
+from engine.models.spec import Request
+from engine.models.transcript import TranscriptStore
+from engine.roles.agentfile import Agent, AgentStep
+from engine.roles.outcome import RoleFailure
+from engine.roles.patcher import Draft, check_applies, parse_patch
+from engine.roles.prompts import context_name, render
+from engine.roles.reproducer import Reproduction, parse_reproducer
+from engine.roles.reviewer import Review, parse_review
+
+DRAFTABLE = ("auto-merge-eligible", "human-review-required")
+
+
+class DraftOptions(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    fork: Path
+    state: Path
+    source: Path
+    refresh: bool = False
+    jobs: int | None = None
+    signing_policy: Path | None = None
+    upstream: dict[str, Any] | None = None
+
+
+class _Run:
+    def __init__(self, skeleton: Path, agent: Agent, opts: DraftOptions) -> None:
+        from engine.advisory import load_advisory
+        from engine.candidate import load_candidate
+
+        self.skeleton = load_candidate(skeleton, for_routing=True)
+        self.spec = self.skeleton.spec
+        self.agent = agent
+        self.opts = opts
+        self.folder = Folder(self.skeleton.dir)
+        self.store = TranscriptStore(opts.state / "transcripts")
+        adv_path = self.skeleton.file(self.spec.advisory.osv)
+        self.advisory = load_advisory(adv_path)
+        self.values: dict[str, Any] = {
+            "advisory": advisory_value(self.advisory, adv_path.read_text(encoding="utf-8")),
+            "upstream": opts.upstream,
+        }
+        self.steps: list[StepRecord] = []
+        self.reviews: list[ReviewClaim] = []
+        self.stage = "route"
+        self.verify_passed: bool | None = None
+
+    def record(self, decision: DraftDecision) -> DraftRecord:
+        rec = DraftRecord(
+            candidate=self.spec.id,
+            package=self.spec.package,
+            advisory=self.advisory.id,
+            stage=self.stage,
+            steps=self.steps,
+            verify_passed=self.verify_passed,
+            reviews=self.reviews,
+            decision=decision,
+        )
+        doc = rec.model_dump(mode="json", by_alias=True)
+        self.folder.write("draft.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        return rec
+
+    def deny(self, *reasons: str, routing: str | None = None) -> DraftRecord:
+        return self.record(DraftDecision(decision="deny", reasons=list(reasons), routing=routing))
+
+    # --- one model step ---
+
+    def ask_step(self, step: AgentStep) -> tuple[str, StepRecord]:
+        values = {context_name(n): self.values[n] for n in step.needs}
+        system, prompt = render(step.template, values)
+        request = Request(
+            role=step.id, system=system, prompt=prompt,
+            inputs={n: digest(self.values[n]) for n in step.needs},
+        )  # fmt: skip
+        answer = ask(step.model, request, self.store, refresh=self.opts.refresh)
+        t = answer.transcript
+        raw = t.dump()
+        rel = f"transcripts/{step.id}.json"
+        self.folder.write(rel, raw)
+        rec = StepRecord(
+            id=step.id,
+            role=step.role,
+            model=t.model,
+            family=t.family,
+            backend=t.backend,
+            parameters=t.parameters,
+            system_sha256=t.system_sha256,
+            prompt_sha256=t.prompt_sha256,
+            inputs=t.inputs,
+            transcript_key=t.key,
+            transcript=rel,
+            transcript_sha256=hashlib.sha256(raw).hexdigest(),
+            replayed=answer.replayed,
+            outcome="ok",
+        )
+        self.values[f"{step.id}.prompt"] = prompt
+        self.values[f"{step.id}.transcript"] = t.model_dump(mode="json", by_alias=True)
+        return answer.text, rec
+
+    def fail(self, rec: StepRecord, failure: RoleFailure) -> DraftRecord:
+        self.steps.append(
+            rec.model_copy(update={"outcome": failure.reason, "detail": failure.detail})
+        )
+        return self.deny(failure.reason)
+
+    # --- the flow ---
+
+    def run(self) -> DraftRecord:
+        from engine.policy.routing import route_candidate
+
+        routing = route_candidate(self.skeleton)
+        if routing.state not in DRAFTABLE:
+            return self.deny("routing-not-drafted", routing=routing.state)
+        self.values["sources"] = source_files(self.opts.source, _upstream_files(self.opts.upstream))
+        draft: Draft | None = None
+        repro: Reproduction | None = None
+        patch_step: AgentStep | None = None
+        for step in self.agent.steps:
+            if "verify" in step.needs and "verify" not in self.values:
+                if draft is None or repro is None or patch_step is None:
+                    return self.deny("draft-incomplete")
+                self.write_candidate(patch_step, draft, repro)
+                self.stage = "verify"
+                self.verify()
+            self.stage = step.id
+            text, rec = self.ask_step(step)
+            if step.role == "patcher":
+                got = parse_patch(text)
+                if isinstance(got, RoleFailure):
+                    return self.fail(rec, got)
+                failure = check_applies(got.diff, self.opts.source)
+                if failure is not None:
+                    return self.fail(rec, failure)
+                draft, patch_step = got, step
+                self.values[f"{step.id}.diff"] = got.diff
+                self.values[f"{step.id}.rationale"] = got.rationale
+            elif step.role == "reproducer":
+                rep = parse_reproducer(text)
+                if isinstance(rep, RoleFailure):
+                    return self.fail(rec, rep)
+                repro = rep
+                self.values[f"{step.id}.script"] = rep.script
+            else:
+                review = parse_review(text)
+                if isinstance(review, RoleFailure):
+                    return self.fail(rec, review)
+                self.add_review(step, review)
+                self.values[f"{step.id}.verdict"] = review.model_dump()
+            self.steps.append(rec)
+        if "verify" not in self.values:  # an agent file without reviewers that need verify
+            if draft is None or repro is None or patch_step is None:
+                return self.deny("draft-incomplete")
+            self.write_candidate(patch_step, draft, repro)
+            self.verify()
+        self.stage = "decide"
+        return self.decide(routing.state)
+
+    def write_candidate(self, step: AgentStep, draft: Draft, repro: Reproduction) -> None:
+        s = self.spec
+        self.folder.write("fix.patch", draft.diff)
+        self.folder.write("rationale.md", draft.rationale)
+        self.folder.write("prompt.txt", self.values[f"{step.id}.prompt"])
+        self.folder.write(
+            "repro.sh", repro.script if repro.script.endswith("\n") else repro.script + "\n"
+        )
+        for name, content in sorted(repro.data.items()):
+            self.folder.write(name, content)
+        model = step.model
+        text = candidate_toml(
+            {
+                "id": s.id,
+                "package": s.package,
+                "patches": ["fix.patch"],
+                "origin": "model",
+                "rationale": "rationale.md",
+                "scope": list(s.scope) or [f"pkgs/{s.package}/**"],
+            },
+            {
+                "advisory": {"osv": s.advisory.osv, "upstream_fix": s.advisory.upstream_fix},
+                "reproducer": {"script": "repro.sh", "data": sorted(repro.data), "runs": 3},
+                "expect": repro.expect.model_dump(exclude_none=True),
+                "model": {
+                    "id": model.model,
+                    "prompt": "prompt.txt",
+                    "parameters": model.parameters.model_dump(exclude_none=True),
+                },
+            },
+        )
+        self.folder.write("candidate.toml", text)
+
+    def verify(self) -> None:
+        from engine.verify.command import build_verify
+
+        _, _, result = build_verify(
+            self.skeleton.path,
+            fork=self.opts.fork,
+            state_dir=self.opts.state,
+            jobs=self.opts.jobs,
+            signing_policy=self.opts.signing_policy,
+        )
+        self.verify_passed = result.passed
+        self.values["verify"] = verify_value(result)
+
+    def add_review(self, step: AgentStep, review: Review) -> None:
+        patchers = {s.model.model_family for s in self.agent.of_role("patcher")}
+        family = step.model.model_family
+        self.reviews.append(
+            ReviewClaim(
+                step=step.id,
+                verdict=review.verdict,
+                concerns=review.concerns,
+                summary=review.summary,
+                model=step.model.model,
+                family=family,
+                cross_family=family not in patchers,
+            )
+        )
+        lines = [f"# Review ({step.id}): {review.verdict}", "", review.summary, ""]
+        lines += [f"- {c}" for c in review.concerns]
+        lines += ["", f"Model: {step.model.model} (family {family}); see draft.json."]
+        self.folder.write("review.md", "\n".join(lines) + "\n")
+
+    def decide(self, routing: str) -> DraftRecord:
+        from engine.agent.decide import signing_decision
+
+        reasons: list[str] = []
+        if not self.verify_passed:
+            reasons.append("verify-failed")
+        signing, signing_reasons = signing_decision(self.skeleton.path, self.opts)
+        reasons += signing_reasons
+        rule = self.agent.review
+        if rule.require_approval and (
+            not self.reviews or any(r.verdict != "approve" for r in self.reviews)
+        ):
+            reasons.append("review-not-approved")
+        if rule.require_different_family and not all(r.cross_family for r in self.reviews):
+            reasons.append("review-same-family")
+        reasons = list(dict.fromkeys(reasons))
+        return self.record(
+            DraftDecision(
+                decision="deny" if reasons else "allow",
+                reasons=reasons,
+                signing=signing,
+                routing=routing,
+            )
+        )
+
+
+def _upstream_files(upstream: dict[str, Any] | None) -> list[str] | None:
+    if not upstream or not upstream.get("files"):
+        return None
+    return list(upstream["files"])
+
+
+def run_draft(skeleton: Path, agent: Agent, opts: DraftOptions) -> DraftRecord:
+    """Draft one candidate from its skeleton (a routing-only candidate.toml)."""
+    from engine.errors import TraceError
+
+    run = _Run(skeleton, agent, opts)
+    try:
+        return run.run()
+    except TraceError:
+        run.folder.rollback()
+        raise

@@ -1,0 +1,162 @@
+"""`trace draft` end to end with real Nix builds on the fixture fork, the models played by the
+loopback fake server (Anthropic wire format for the Patcher and Reproducer, OpenAI for the
+Reviewer): a real fix allowed, the Reviewer's isolation checked byte-wise on the requests the
+server received, replay without the server, --refresh, a wrong fix denied, malformed answers,
+a deadline and missing credentials each ending with a recorded reason."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.cli import main
+from tests.model_fake import FakeModelServer, answers
+
+pytestmark = pytest.mark.nix
+ADVISORY = "trace/candidates/cparse-key-overflow/advisory.json"
+CAND = "trace/candidates/TRACE-2026-0001-cparse"
+
+
+@dataclass
+class World:
+    fork: Path
+    server: FakeModelServer
+    script: dict[str, str]
+
+    def answer(self, path: str, doc: dict[str, Any]) -> str | None:
+        system = answers.system_of(path, doc)
+        for role in ("Patcher", "Reproducer", "Reviewer"):
+            if f"the {role}" in system:
+                return None if self.script[role] == "HANG" else self.script[role]
+        raise AssertionError(system[:80])
+
+    def draft(self, *extra: str, target: str = ADVISORY) -> tuple[int, dict[str, Any]]:
+        rc = main(["draft", str(self.fork / target), "--fork", str(self.fork), *extra])
+        record = self.fork / CAND / "draft.json"
+        return rc, json.loads(record.read_text()) if record.is_file() else {}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    base = tmp_path_factory.mktemp("draft")
+    fork = base / "fork"
+    shutil.copytree(answers.FIXTURE, fork, ignore=shutil.ignore_patterns(".trace", "result*"))
+    script = {"Patcher": answers.GOOD_PATCH, "Reproducer": answers.REPRO,
+              "Reviewer": answers.APPROVE}  # fmt: skip
+    w = World(fork=fork, server=None, script=script)  # type: ignore[arg-type]
+    with FakeModelServer(w.answer) as srv:
+        w.server = srv
+        (fork / "trace" / "agent.toml").write_text(
+            answers.agent_toml(srv.anthropic_url, srv.openai_url)
+        )
+        mp = pytest.MonkeyPatch()
+        mp.setenv("FAKE_MODEL_KEY", srv.api_key)
+        yield w
+        mp.undo()
+
+
+def test_draft_a_real_fix_end_to_end(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, rec = world.draft()
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert rec["decision"] == {"decision": "allow", "reasons": [], "signing": "allow",
+                               "routing": "human-review-required"}  # fmt: skip
+    assert [s["outcome"] for s in rec["steps"]] == ["ok", "ok", "ok"]
+    assert rec["verify_passed"] is True
+    [review] = rec["reviews"]
+    assert review["verdict"] == "approve" and review["cross_family"] is True
+    cand = world.fork / CAND
+    assert (cand / "fix.patch").read_text() == (answers.CPARSE / "fix.patch").read_text()
+    for step in rec["steps"]:  # the transcripts are in the folder, digests recorded
+        import hashlib
+
+        raw = (cand / step["transcript"]).read_bytes()
+        assert hashlib.sha256(raw).hexdigest() == step["transcript_sha256"]
+    # the Reviewer's request, byte-wise: the diff and verify results, never the Patcher's
+    # rationale, prompt or system prompt
+    reviews = [r for r in world.server.requests if r.path == "/v1/chat/completions"]
+    patchers = [r for r in world.server.requests if b"the Patcher" in r.body]
+    assert len(reviews) == 1 and len(patchers) == 1
+    body = reviews[0].body
+    assert b"SECRET-RATIONALE-MARKER" not in body
+    patcher_doc = patchers[0].json
+    assert patcher_doc["system"].encode() not in body
+    assert json.dumps(patcher_doc["messages"][0]["content"]).encode()[1:-1] not in body
+    diff = (answers.CPARSE / "fix.patch").read_text()
+    assert json.dumps(diff).encode()[1:-1] in body
+    assert b"pre-fix-fails-as-expected: holds" in body
+
+
+def test_replay_without_the_server(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    agent = world.fork / "trace" / "agent-dead.toml"
+    agent.write_text(answers.agent_toml(dead, dead + "/v1"))
+    asked = len(world.server.requests)
+    rc, rec = world.draft("--agent", str(agent))
+    assert rc == 0, capsys.readouterr().out
+    assert all(s["replayed"] for s in rec["steps"]) and len(world.server.requests) == asked
+    # --refresh asks again: the endpoint is dead, so exit 2 naming it, and the draft folder
+    # keeps the previous run's files
+    before = (world.fork / CAND / "draft.json").read_bytes()
+    assert world.draft("--agent", str(agent), "--refresh")[0] == 2
+    assert dead in capsys.readouterr().err
+    assert (world.fork / CAND / "draft.json").read_bytes() == before
+
+
+def test_malformed_answers_are_recorded(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    world.script["Patcher"] = answers.NO_DIFF
+    rc, rec = world.draft("--refresh")
+    assert rc == 1 and rec["steps"][-1]["outcome"] == "model-output-no-diff"
+    assert rec["decision"]["reasons"] == ["model-output-no-diff"]
+    world.script["Patcher"] = answers.NOT_APPLYING
+    rc, rec = world.draft("--refresh")
+    assert rc == 1 and rec["steps"][-1]["outcome"] == "patch-does-not-apply"
+    assert "Hunk #1 FAILED" in rec["steps"][-1]["detail"]
+    world.script["Patcher"] = answers.GOOD_PATCH
+    world.script["Reviewer"] = answers.NOT_JSON
+    rc, rec = world.draft("--refresh")
+    assert rc == 1 and rec["steps"][-1]["outcome"] == "model-output-unparseable"
+    assert rec["verify_passed"] is True
+    world.script["Reviewer"] = answers.APPROVE
+
+
+def test_a_hanging_model_and_missing_credentials_end_with_exit_2(
+    world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = world.fork / "trace" / "agent-fast.toml"
+    text = answers.agent_toml(world.server.anthropic_url, world.server.openai_url)
+    agent.write_text(text.replace("deadline_s = 20", "deadline_s = 1"))
+    world.script["Patcher"] = "HANG"
+    before = (world.fork / CAND / "draft.json").read_bytes()
+    assert world.draft("--refresh", "--agent", str(agent))[0] == 2
+    err = capsys.readouterr().err
+    assert "model-deadline" in err and world.server.anthropic_url in err
+    assert (world.fork / CAND / "draft.json").read_bytes() == before  # nothing half-written
+    world.script["Patcher"] = answers.GOOD_PATCH
+    monkeypatch.delenv("FAKE_MODEL_KEY")
+    assert world.draft("--refresh")[0] == 2
+    assert "$FAKE_MODEL_KEY" in capsys.readouterr().err
+
+
+def test_a_wrong_fix_is_denied(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    world.script["Patcher"] = answers.WRONG_PATCH
+    world.script["Reviewer"] = answers.REQUEST_CHANGES
+    try:
+        rc, rec = world.draft("--refresh")
+    finally:
+        world.script["Patcher"] = answers.GOOD_PATCH
+        world.script["Reviewer"] = answers.APPROVE
+    assert rc == 1
+    assert rec["decision"]["decision"] == "deny"
+    assert "review-not-approved" in rec["decision"]["reasons"]
+    assert rec["decision"]["signing"] == "deny"  # the mutation gate catches the bigger buffer
+    assert "KEY_MAX 64" in (world.fork / CAND / "fix.patch").read_text()
