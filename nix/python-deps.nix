@@ -11,4 +11,6 @@ ps: with ps; [
   rfc8785
   sigstore
   cryptography
+  anthropic
+  openai
 ]
