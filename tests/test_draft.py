@@ -94,6 +94,50 @@ def test_draft_a_real_fix_end_to_end(world: World, capsys: pytest.CaptureFixture
     assert b"pre-fix-fails-as-expected: holds" in body
 
 
+def test_the_drafted_candidate_bundles_and_verifies(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bundle -> verify-bundle: the model steps' transcripts, review and draft record are
+    payload files, pinned in the replay record, and checked against each other."""
+    from engine.bundle_verify.transcripts import transcript_problems
+    from engine.evidence.replay import ReplayRecord
+
+    key = world.fork.parent / "k"
+    assert main(["keygen", str(key)]) == 0
+    out = world.fork.parent / "bundle"
+    cand = world.fork / CAND / "candidate.toml"
+    rc = main(["bundle", str(cand), "--fork", str(world.fork), "--out", str(out),
+               "--key", str(key)])  # fmt: skip
+    assert rc == 0, capsys.readouterr()
+    payload = out / "payload"
+    replay = ReplayRecord.model_validate_json((payload / "replay.json").read_bytes())
+    assert replay.model is not None and replay.model.transcripts is not None
+    pins = {p.step: p for p in replay.model.transcripts}
+    assert sorted(pins) == ["patch", "repro", "review"]
+    assert pins["review"].family == "openai" and pins["patch"].family == "anthropic"
+    for p in pins.values():
+        assert (payload / p.path).is_file()
+    assert (payload / "agent" / "draft.json").is_file()
+    assert (payload / "agent" / "review.md").is_file()
+    capsys.readouterr()
+    rc = main(["verify-bundle", str(out), "--key", f"{key}.pub", "--fork", str(world.fork)])
+    assert rc == 0, capsys.readouterr().out
+    assert transcript_problems(payload, replay) == []
+    # a transcript whose prompt was edited (its digest kept) no longer hashes to its digest;
+    # one whose key was edited is not the digest of its own fields
+    t = payload / pins["review"].path
+    doc = json.loads(t.read_bytes())
+    doc["request"]["prompt"] = doc["request"]["prompt"].replace("holds", "fails")
+    t.write_text(json.dumps(doc))
+    assert any("does not hash" in p for p in transcript_problems(payload, replay))
+    doc["key"] = "0" * 64
+    t.write_text(json.dumps(doc))
+    found = transcript_problems(payload, replay)
+    assert any("own fields" in p for p in found) and any("pin of step review" in p for p in found)
+    t.unlink()
+    assert any("not bundled" in p for p in transcript_problems(payload, replay))
+
+
 def test_replay_without_the_server(world: World, capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -348,6 +348,9 @@ def record_checks(statement: Statement, payload: Path, policy_dirs: list[Path]) 
         disagree += _run_record_problems(b)
     disagree += _outcome_problems(b)
     disagree += _model_problems(b)
+    from engine.bundle_verify.transcripts import transcript_problems
+
+    disagree += transcript_problems(b.payload, b.replay)
     if disagree:
         checks.append(_fail("records agree", "records.disagree", disagree))
     else:

@@ -72,7 +72,10 @@ def model_pin(candidate: Candidate) -> ModelPin | None:
     if m is None:
         return None
     prompt = hashlib.sha256(candidate.file(m.prompt).read_bytes()).hexdigest() if m.prompt else None
-    return ModelPin(id=m.id, prompt_sha256=prompt, parameters=m.parameters)
+    from engine.evidence.agent import transcript_pins
+
+    pins = transcript_pins(candidate)
+    return ModelPin(id=m.id, prompt_sha256=prompt, parameters=m.parameters, transcripts=pins)
 
 
 def candidate_entries(candidate: Candidate) -> list[PayloadEntry]:
@@ -109,7 +112,9 @@ def candidate_entries(candidate: Candidate) -> list[PayloadEntry]:
         out.append(json_entry("model.json", "other", pin.model_dump()))
         if s.model and s.model.prompt:
             out.append(_file_entry("prompt.txt", "other", candidate.file(s.model.prompt)))
-    return out
+    from engine.evidence.agent import draft_entries
+
+    return out + draft_entries(candidate)
 
 
 def _outcome_kind(outcome: Any) -> ClaimKind:

@@ -54,10 +54,26 @@ class ForkPin(_Model):
     )
 
 
+class TranscriptPin(_Model):
+    """One model step of `trace draft` (engine/evidence/agent.py): what was asked, of whom."""
+
+    step: str
+    role: str
+    model: str
+    family: str
+    parameters: dict[str, Any]
+    prompt_sha256: str
+    key: str = Field(description="the transcript's content key (engine/models/transcript.py)")
+    path: str = Field(description="the bundled transcript; its sha256 is the statement's")
+
+
 class ModelPin(_Model):
     id: str
     prompt_sha256: str | None = None
     parameters: dict[str, Any] = Field(default_factory=dict)
+    transcripts: list[TranscriptPin] | None = Field(
+        default=None, description="model steps of a drafted candidate (None: not drafted)"
+    )
 
 
 class StepPin(_Model):

@@ -33,15 +33,24 @@ def canonical(value: object) -> bytes:
 
 def transcript_key(spec: ModelSpec, request: Request) -> str:
     """The prompt, the model and its parameters, and the inputs: same key, same answer."""
+    return key_of(
+        spec, request.role, sha256(request.system), sha256(request.prompt), request.inputs
+    )
+
+
+def key_of(
+    spec: ModelSpec, role: str, system_sha256: str, prompt_sha256: str, inputs: dict[str, str]
+) -> str:
+    """The key from digests (verify-bundle recomputes it from a redacted transcript)."""
     return hashlib.sha256(
         canonical(
             {
                 "schema": SCHEMA,
-                "role": request.role,
+                "role": role,
                 **spec.identity(),
-                "system_sha256": sha256(request.system),
-                "prompt_sha256": sha256(request.prompt),
-                "inputs": dict(sorted(request.inputs.items())),
+                "system_sha256": system_sha256,
+                "prompt_sha256": prompt_sha256,
+                "inputs": dict(sorted(inputs.items())),
             }
         )
     ).hexdigest()
