@@ -34,6 +34,7 @@ COMMAND_MODULES: list[str] = [
     "engine.fork",
     "engine.report.commands",
     "engine.agent.command",
+    "engine.agent.scout",
 ]
 
 
