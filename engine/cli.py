@@ -35,6 +35,7 @@ COMMAND_MODULES: list[str] = [
     "engine.report.commands",
     "engine.agent.command",
     "engine.agent.scout",
+    "engine.agent.land",
 ]
 
 

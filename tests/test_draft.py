@@ -19,9 +19,12 @@ import pytest
 from engine.cli import main
 from tests.model_fake import FakeModelServer, answers
 
+REPO = Path(__file__).resolve().parent.parent
+
 pytestmark = pytest.mark.nix
 ADVISORY = "trace/candidates/cparse-key-overflow/advisory.json"
 CAND = "trace/candidates/TRACE-2026-0001-cparse"
+UPSTREAM_COMMIT = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678"
 
 
 @dataclass
@@ -29,6 +32,7 @@ class World:
     fork: Path
     server: FakeModelServer
     script: dict[str, str]
+    mirror: Path = Path("/nonexistent")
 
     def answer(self, path: str, doc: dict[str, Any]) -> str | None:
         system = answers.system_of(path, doc)
@@ -51,6 +55,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     script = {"Patcher": answers.GOOD_PATCH, "Reproducer": answers.REPRO,
               "Reviewer": answers.APPROVE}  # fmt: skip
     w = World(fork=fork, server=None, script=script)  # type: ignore[arg-type]
+    # the upstream fix in a local mirror: the resolver grounds it, the accuracy comparison
+    # verifies it beside the model's patch
+    mirror = base / "mirror"
+    mirror.mkdir()
+    body = (answers.CPARSE / "fix.patch").read_text()
+    (mirror / f"{UPSTREAM_COMMIT}.patch").write_text(
+        f"From {UPSTREAM_COMMIT} Mon Sep 17 00:00:00 2001\nSubject: [PATCH] bound keys\n\n{body}"
+    )
+    w.mirror = mirror
     with FakeModelServer(w.answer) as srv:
         w.server = srv
         (fork / "trace" / "agent.toml").write_text(
@@ -63,7 +76,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def test_draft_a_real_fix_end_to_end(world: World, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, rec = world.draft()
+    rc, rec = world.draft("--upstream-mirror", str(world.mirror))
     out = capsys.readouterr().out
     assert rc == 0, out
     assert rec["decision"] == {"decision": "allow", "reasons": [], "signing": "allow",
@@ -92,6 +105,12 @@ def test_draft_a_real_fix_end_to_end(world: World, capsys: pytest.CaptureFixture
     diff = (answers.CPARSE / "fix.patch").read_text()
     assert json.dumps(diff).encode()[1:-1] in body
     assert b"pre-fix-fails-as-expected: holds" in body
+    # the Patcher saw the grounded upstream fix; the accuracy comparison verified it too
+    assert UPSTREAM_COMMIT.encode() in patchers[0].body
+    acc = json.loads((cand / "accuracy.json").read_text())
+    assert acc["model_verdict"] is True and acc["upstream_verdict"] is True
+    assert acc["identical"] is True and acc["line_overlap"] == 1.0
+    assert acc["model"]["lines"] == acc["upstream"]["lines"] == {"cparse.c": [15]}
 
 
 def test_the_drafted_candidate_bundles_and_verifies(
@@ -119,6 +138,7 @@ def test_the_drafted_candidate_bundles_and_verifies(
         assert (payload / p.path).is_file()
     assert (payload / "agent" / "draft.json").is_file()
     assert (payload / "agent" / "review.md").is_file()
+    assert (payload / "agent" / "accuracy.json").is_file()
     capsys.readouterr()
     rc = main(["verify-bundle", str(out), "--key", f"{key}.pub", "--fork", str(world.fork)])
     assert rc == 0, capsys.readouterr().out
@@ -138,6 +158,68 @@ def test_the_drafted_candidate_bundles_and_verifies(
     assert any("not bundled" in p for p in transcript_problems(payload, replay))
 
 
+def test_land_makes_a_local_branch_only(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+
+    fork, key = world.fork, world.fork.parent / "k"
+    cand = fork / CAND / "candidate.toml"
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", "-C", str(fork), *args], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    git("init", "-q")
+    # (not a .gitignore: a new file in the fork would change the package set's digest)
+    (fork / ".git" / "info" / "exclude").write_text(".trace/\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "fork")
+    head = git("rev-parse", "HEAD")
+    # the bundle's signed routing says human-review-required: no auto-merge, no branch
+    bundle = fork.parent / "bundle"
+    rc = main(["land", str(cand), "--bundle", str(bundle), "--key", f"{key}.pub",
+               "--fork", str(fork)])  # fmt: skip
+    assert rc == 1 and "routing-not-auto-merge: human-review-required" in capsys.readouterr().out
+    assert git("branch", "--list", "trace/*") == ""
+    # routed by a fork policy that auto-merges model fixes with an upstream reference; the
+    # signer lock beside it makes verify-bundle know that policy's name, version and digest
+    lock = fork / "trace" / "lock"
+    lock.mkdir(parents=True)
+    for f in (REPO / "policy").iterdir():
+        shutil.copy(f, lock / f.name)
+    (lock / "routing.toml").write_text(
+        'critical_packages = "critical-packages.toml"\n[policy]\nname = "fork-routing"\n'
+        'version = "1.0.0"\nschema = "trace.routing/v1"\n[[rules]]\nname = "model-fixes"\n'
+        'state = "auto-merge-eligible"\nwhen = { origin = ["model"], upstream_fix = true }\n'
+    )
+    auto = fork.parent / "bundle-auto"
+    rc = main(["bundle", str(cand), "--fork", str(fork), "--out", str(auto), "--key", str(key),
+               "--routing-policy", str(lock / "routing.toml")])  # fmt: skip
+    assert rc == 0, capsys.readouterr()
+    capsys.readouterr()
+    land = ["land", str(cand), "--bundle", str(auto), "--key", f"{key}.pub", "--fork", str(fork),
+            "--identity", str(lock / "signing-identity.json")]  # fmt: skip
+    rc = main(land)
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "nothing was pushed" in out
+    msg = git("log", "-1", "--format=%B", "trace/TRACE-2026-0001-cparse")
+    import hashlib
+
+    digest = hashlib.sha256((auto / "statement.json").read_bytes()).hexdigest()
+    assert f"Trace-Bundle: sha256:{digest}" in msg
+    changed = git("show", "--stat", "--format=", "trace/TRACE-2026-0001-cparse")
+    assert "pkgs/cparse/src/cparse.c" in changed
+    patched = git("show", "trace/TRACE-2026-0001-cparse:pkgs/cparse/src/cparse.c")
+    assert "if (klen >= KEY_MAX)" in patched
+    # the fork's own HEAD and work tree are untouched (only the test's lock dir is new)
+    assert git("rev-parse", "HEAD") == head
+    assert git("status", "--porcelain") == "?? trace/lock/"
+    assert git("remote") == ""  # nothing to push to, and nothing pushed
+    # a second landing of the same candidate does not overwrite the branch
+    assert main(land) == 2
+
+
 def test_replay_without_the_server(world: World, capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -145,13 +227,14 @@ def test_replay_without_the_server(world: World, capsys: pytest.CaptureFixture[s
     agent = world.fork / "trace" / "agent-dead.toml"
     agent.write_text(answers.agent_toml(dead, dead + "/v1"))
     asked = len(world.server.requests)
-    rc, rec = world.draft("--agent", str(agent))
-    assert rc == 0, capsys.readouterr().out
+    mirror = ("--upstream-mirror", str(world.mirror))
+    rc, rec = world.draft("--agent", str(agent), *mirror)
+    assert rc == 0, capsys.readouterr()
     assert all(s["replayed"] for s in rec["steps"]) and len(world.server.requests) == asked
     # --refresh asks again: the endpoint is dead, so exit 2 naming it, and the draft folder
     # keeps the previous run's files
     before = (world.fork / CAND / "draft.json").read_bytes()
-    assert world.draft("--agent", str(agent), "--refresh")[0] == 2
+    assert world.draft("--agent", str(agent), "--refresh", *mirror)[0] == 2
     assert dead in capsys.readouterr().err
     assert (world.fork / CAND / "draft.json").read_bytes() == before
 
@@ -195,7 +278,7 @@ def test_a_wrong_fix_is_denied(world: World, capsys: pytest.CaptureFixture[str])
     world.script["Patcher"] = answers.WRONG_PATCH
     world.script["Reviewer"] = answers.REQUEST_CHANGES
     try:
-        rc, rec = world.draft("--refresh")
+        rc, rec = world.draft("--refresh", "--upstream-mirror", str(world.mirror))
     finally:
         world.script["Patcher"] = answers.GOOD_PATCH
         world.script["Reviewer"] = answers.APPROVE
@@ -204,3 +287,7 @@ def test_a_wrong_fix_is_denied(world: World, capsys: pytest.CaptureFixture[str])
     assert "review-not-approved" in rec["decision"]["reasons"]
     assert rec["decision"]["signing"] == "deny"  # the mutation gate catches the bigger buffer
     assert "KEY_MAX 64" in (world.fork / CAND / "fix.patch").read_text()
+    acc = json.loads((world.fork / CAND / "accuracy.json").read_text())
+    assert acc["upstream_verdict"] is True and acc["identical"] is False
+    assert acc["line_overlap"] == 0.0 and acc["same_files"] is True
+    assert "-#define KEY_MAX 16" in acc["diff"]

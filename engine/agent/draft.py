@@ -173,8 +173,21 @@ class _Run:
                 return self.deny("draft-incomplete")
             self.write_candidate(patch_step, draft, repro)
             self.verify()
+        self.compare_upstream()
         self.stage = "decide"
         return self.decide(routing.state)
+
+    def compare_upstream(self) -> None:
+        """With a grounded upstream patch: verify it too and compare (accuracy.json)."""
+        up = self.opts.upstream
+        if not up or not up.get("patch") or not up.get("grounded"):
+            return
+        from engine.agent.accuracy import accuracy
+        from engine.candidate import load_candidate
+
+        self.stage = "accuracy"
+        cand = load_candidate(self.skeleton.path)
+        accuracy(cand, self.verify_passed, str(up["patch"]), self.folder, self.opts)
 
     def write_candidate(self, step: AgentStep, draft: Draft, repro: Reproduction) -> None:
         s = self.spec

@@ -1,7 +1,8 @@
 """The model steps' claims in a bundle, for a candidate drafted by `trace draft`.
 
 When the candidate's folder holds `draft.json` (trace.draft/v1), the bundle carries it as
-`agent/draft.json`, the review as `agent/review.md` and every step's redacted transcript as
+`agent/draft.json`, the review as `agent/review.md`, the accuracy comparison with the upstream
+fix as `agent/accuracy.json` (when made), and every step's redacted transcript as
 `agent/transcripts/<step>.json`; the replay record's model pin lists each transcript's step,
 role, model, family, parameters, prompt digest and sha256 (`TranscriptPin`), which
 `verify-bundle` checks against the bundled files. Transcripts were redacted when recorded
@@ -57,6 +58,11 @@ def draft_entries(candidate: Candidate) -> list[PayloadEntry]:
     review = candidate.dir / "review.md"
     if review.is_file():
         out.append(text_entry(f"{AGENT_DIR}/review.md", "review", review.read_text("utf-8")))
+    accuracy = candidate.dir / "accuracy.json"
+    if accuracy.is_file():
+        out.append(
+            json_entry(f"{AGENT_DIR}/accuracy.json", "other", json.loads(accuracy.read_bytes()))
+        )
     for s in doc.get("steps", []):
         raw = json.loads((candidate.dir / s["transcript"]).read_text(encoding="utf-8"))
         out.append(

@@ -1,0 +1,104 @@
+"""The accuracy comparison: the model's patch against the human/upstream fix, both verified
+against the same reproducer. What each touches (files, functions from the hunk headers, changed
+lines of the original), their overlap, and a short diff between the two patches."""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@ ?(.*)$")
+_FILE = re.compile(r"^\+\+\+ (?:b/)?(\S+)")
+_FUNC = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+
+
+class Touched(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    files: list[str]
+    functions: list[str] = Field(description="from the hunk headers' context (as git shows it)")
+    lines: dict[str, list[int]] = Field(description="file -> lines of the original it changes")
+    added: int
+    removed: int
+
+
+class Comparison(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    schema_: str = Field(default="trace.accuracy/v1", alias="schema")
+    model_verdict: bool | None
+    upstream_verdict: bool | None
+    model: Touched
+    upstream: Touched
+    same_files: bool
+    line_overlap: float = Field(description="shared changed lines / all changed lines (Jaccard)")
+    identical: bool
+    diff: str = Field(description="a short unified diff from the upstream patch to the model's")
+
+
+def touched(patch: str) -> Touched:
+    files: list[str] = []
+    funcs: list[str] = []
+    lines: dict[str, set[int]] = {}
+    added = removed = 0
+    current = ""
+    old_line = 0
+    for raw in patch.splitlines():
+        if m := _FILE.match(raw):
+            current = m.group(1)
+            files.append(current)
+            lines.setdefault(current, set())
+        elif m := _HUNK.match(raw):
+            old_line = int(m.group(1))
+            if (fm := _FUNC.search(m.group(3))) and fm.group(1) not in funcs:
+                funcs.append(fm.group(1))
+        elif raw.startswith("-") and not raw.startswith("---"):
+            removed += 1
+            lines[current].add(old_line)
+            old_line += 1
+        elif raw.startswith("+") and not raw.startswith("+++"):
+            added += 1
+            lines[current].add(old_line)  # an insertion is placed before this original line
+        elif raw.startswith(" "):
+            old_line += 1
+    return Touched(
+        files=files,
+        functions=funcs,
+        lines={f: sorted(v) for f, v in lines.items()},
+        added=added,
+        removed=removed,
+    )
+
+
+def compare(
+    model_patch: str, upstream_patch: str, model_ok: bool | None, upstream_ok: bool | None
+) -> Comparison:
+    m, u = touched(model_patch), touched(upstream_patch)
+    ml = {(f, n) for f, ns in m.lines.items() for n in ns}
+    ul = {(f, n) for f, ns in u.lines.items() for n in ns}
+    union = ml | ul
+    short = list(
+        difflib.unified_diff(
+            upstream_patch.splitlines(), model_patch.splitlines(), "upstream", "model", lineterm=""
+        )
+    )
+    return Comparison(
+        model_verdict=model_ok,
+        upstream_verdict=upstream_ok,
+        model=m,
+        upstream=u,
+        same_files=sorted(m.files) == sorted(u.files),
+        line_overlap=round(len(ml & ul) / len(union), 3) if union else 1.0,
+        identical=_changes(model_patch) == _changes(upstream_patch),
+        diff="\n".join(short[:60]) + ("\n…" if len(short) > 60 else ""),
+    )
+
+
+def _changes(patch: str) -> list[str]:
+    return [
+        ln
+        for ln in patch.splitlines()
+        if ln[:1] in ("+", "-") and not ln.startswith(("+++", "---"))
+    ]
