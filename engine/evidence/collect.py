@@ -109,7 +109,8 @@ def candidate_entries(candidate: Candidate) -> list[PayloadEntry]:
         )
     pin = model_pin(candidate)
     if pin is not None:
-        out.append(json_entry("model.json", "other", pin.model_dump()))
+        # (a drafted candidate's transcripts: in the replay record and agent/, not here)
+        out.append(json_entry("model.json", "other", pin.model_dump(exclude={"transcripts"})))
         if s.model and s.model.prompt:
             out.append(_file_entry("prompt.txt", "other", candidate.file(s.model.prompt)))
     from engine.evidence.agent import draft_entries

@@ -33,6 +33,7 @@ ClaimKind = Literal[
     "signing",
     "replay",
     "redaction",
+    "accuracy",
     "other",
 ]
 

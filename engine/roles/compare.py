@@ -28,6 +28,7 @@ class Comparison(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     schema_: str = Field(default="trace.accuracy/v1", alias="schema")
+    summary: str = Field(description="one line for tables and reports")
     model_verdict: bool | None
     upstream_verdict: bool | None
     model: Touched
@@ -84,14 +85,21 @@ def compare(
             upstream_patch.splitlines(), model_patch.splitlines(), "upstream", "model", lineterm=""
         )
     )
+    identical = _changes(model_patch) == _changes(upstream_patch)
+    overlap = round(len(ml & ul) / len(union), 3) if union else 1.0
+    word = {True: "passes", False: "fails", None: "not verified"}
+    summary = f"model {word[model_ok]}, upstream {word[upstream_ok]}; " + (
+        "identical changes" if identical else f"line overlap {overlap:g}"
+    )
     return Comparison(
+        summary=summary,
         model_verdict=model_ok,
         upstream_verdict=upstream_ok,
         model=m,
         upstream=u,
         same_files=sorted(m.files) == sorted(u.files),
-        line_overlap=round(len(ml & ul) / len(union), 3) if union else 1.0,
-        identical=_changes(model_patch) == _changes(upstream_patch),
+        line_overlap=overlap,
+        identical=identical,
         diff="\n".join(short[:60]) + ("\n…" if len(short) > 60 else ""),
     )
 
