@@ -124,3 +124,46 @@ def test_resolver_grounds_the_upstream_patch(tmp_path: Path) -> None:
     (mirror / f"{commit}.patch").write_text(f"From {commit} Mon Sep 17 00:00:00 2001\n\n{wrong}")
     problems = resolve(url, mirror, SRC).problems
     assert len(problems) == 1 and "Hunk #1 FAILED" in problems[0]
+
+
+def test_resolver_fetches_under_a_deadline(tmp_path: Path) -> None:
+    """Online: URL.patch from a loopback forge, kept in the mirror; a forge that never answers
+    ends at the deadline with a recorded reason."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    commit = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678"
+    body = (
+        f"From {commit} Mon Sep 17 00:00:00 2001\n\n" + (answers.CPARSE / "fix.patch").read_text()
+    )
+    release = threading.Event()
+
+    class Forge(BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            if "slow" in self.path:
+                release.wait(30)
+                return
+            raw = body.encode()
+            self.send_response(200 if self.path.endswith(f"{commit}.patch") else 404)
+            self.send_header("content-length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Forge)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{srv.server_address[1]}"
+        mirror = tmp_path / "mirror"
+        ref = resolve(f"{base}/o/r/commit/{commit}", mirror, SRC, fetch=True, deadline_s=5)
+        assert ref.grounded and ref.source == f"{base}/o/r/commit/{commit}.patch"
+        assert (mirror / f"{commit}.patch").read_text() == body
+        slow = resolve(f"{base}/slow/commit/{commit}", None, SRC, fetch=True, deadline_s=0.5)
+        assert not slow.grounded and slow.problems[0].startswith("upstream-patch-not-fetched")
+    finally:
+        release.set()
+        srv.shutdown()
+        srv.server_close()

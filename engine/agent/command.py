@@ -33,6 +33,12 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="local mirror of upstream patches (COMMIT.patch) for the resolver",
     )
+    p.add_argument(
+        "--fetch-upstream",
+        action="store_true",
+        help="fetch the FIX commit's patch from its forge (URL.patch, 30 s deadline) when the "
+        "mirror lacks it; kept in --upstream-mirror when given",
+    )
     p.add_argument("--signing-policy", type=Path, default=None)
     p.add_argument("-j", "--jobs", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print draft.json")
@@ -84,7 +90,9 @@ def cmd_draft(args: argparse.Namespace) -> int:
     if spec.advisory.upstream_fix:
         from engine.roles.resolver import resolve
 
-        upstream = resolve(spec.advisory.upstream_fix, args.upstream_mirror, source).model_dump()
+        upstream = resolve(
+            spec.advisory.upstream_fix, args.upstream_mirror, source, fetch=args.fetch_upstream
+        ).model_dump()
     opts = DraftOptions(
         fork=fork,
         state=state,

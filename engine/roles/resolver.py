@@ -1,10 +1,11 @@
 """The resolver: an advisory's FIX reference -> a grounded upstream reference.
 
 Offline, the upstream patch is read from a local mirror directory (`COMMIT.patch`, as
-`git format-patch` or a forge's `/commit/SHA.patch` writes it). Grounding: the patch's own
-`From SHA` header names the commit the advisory names, its digest is recorded, and (given the
-package's source) it applies, or the hunks that do not are named. Without a mirror, or without
-the file, the reference stays ungrounded (`patch = None`) and says so.
+`git format-patch` or a forge's `/commit/SHA.patch` writes it); online (`fetch=True`), from the
+forge's `URL.patch` under a deadline, and kept in the mirror when one is given. Grounding: the
+patch's own `From SHA` header names the commit the advisory names, its digest is recorded, and
+(given the package's source) it applies, or the hunks that do not are named. Without the patch
+the reference stays ungrounded (`patch = None`) and says why (reason codes upstream-*).
 """
 
 from __future__ import annotations
@@ -38,16 +39,48 @@ def commit_of(url: str) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def resolve(url: str, mirror: Path | None, source: Path | None = None) -> UpstreamRef:
+def fetch_patch(url: str, deadline_s: float) -> tuple[bytes | None, str]:
+    """(the forge's patch for a commit URL, or None; what happened), under a deadline."""
+    import urllib.error
+    import urllib.request
+
+    target = url.rstrip("/")
+    target = target if target.endswith((".patch", ".diff")) else target + ".patch"
+    if not target.startswith(("https://", "http://")):
+        return None, f"not an http(s) URL: {target}"
+    try:
+        with urllib.request.urlopen(target, timeout=deadline_s) as resp:
+            return resp.read(4 * 1024 * 1024), target
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        return None, f"{target}: {exc}"
+
+
+def resolve(
+    url: str,
+    mirror: Path | None,
+    source: Path | None = None,
+    *,
+    fetch: bool = False,
+    deadline_s: float = 30.0,
+) -> UpstreamRef:
     commit = commit_of(url)
     if commit is None:
         return UpstreamRef(url=url, commit=None, problems=["upstream-not-a-commit"])
-    if mirror is None:
+    found = sorted(mirror.glob(f"{commit}*.patch")) if mirror and mirror.is_dir() else []
+    if found:
+        data, where = found[0].read_bytes(), str(found[0])
+    elif fetch:
+        got, where = fetch_patch(url, deadline_s)
+        if got is None:
+            return UpstreamRef(
+                url=url, commit=commit, problems=[f"upstream-patch-not-fetched: {where}"]
+            )
+        data = got
+        if mirror is not None:
+            mirror.mkdir(parents=True, exist_ok=True)
+            (mirror / f"{commit}.patch").write_bytes(data)
+    else:
         return UpstreamRef(url=url, commit=commit, problems=["upstream-patch-not-fetched"])
-    found = sorted(mirror.glob(f"{commit}*.patch")) if mirror.is_dir() else []
-    if not found:
-        return UpstreamRef(url=url, commit=commit, problems=["upstream-patch-not-fetched"])
-    data = found[0].read_bytes()
     text = data.decode("utf-8", "replace")
     problems: list[str] = []
     named = _FROM.search(text)
@@ -64,7 +97,7 @@ def resolve(url: str, mirror: Path | None, source: Path | None = None) -> Upstre
         commit=commit,
         patch=text,
         sha256=hashlib.sha256(data).hexdigest(),
-        source=str(found[0]),
+        source=where,
         files=_FILES.findall(text),
         grounded=not problems,
         problems=problems,
