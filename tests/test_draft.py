@@ -76,7 +76,19 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def test_draft_a_real_fix_end_to_end(world: World, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, rec = world.draft("--upstream-mirror", str(world.mirror))
+    """scout -> route -> draft (patch, reproduce, verify, review, decide), from Scout's
+    skeleton; the later tests go on with bundle -> verify-bundle -> land."""
+    osv = world.fork.parent / "osv"
+    osv.mkdir()
+    shutil.copy(world.fork / ADVISORY, osv / "TRACE-2026-0001.json")
+    assert main(["scout", str(osv), "--fork", str(world.fork)]) == 0
+    skeleton = world.fork / CAND / "candidate.toml"
+    assert f"eligible      TRACE-2026-0001 cparse (version 1.0): {skeleton}" in (
+        capsys.readouterr().out
+    )
+    assert main(["route", str(skeleton)]) == 0
+    assert "human-review-required" in capsys.readouterr().out
+    rc, rec = world.draft("--upstream-mirror", str(world.mirror), target=f"{CAND}/candidate.toml")
     out = capsys.readouterr().out
     assert rc == 0, out
     assert rec["decision"] == {"decision": "allow", "reasons": [], "signing": "allow",
