@@ -144,3 +144,72 @@ def test_scout_writes_skeletons_from_one_evaluation(
     assert "eligible      TRACE-2026-0001 cparse (version 1.0)" in capsys.readouterr().out
     assert skeleton.is_file()
     assert main(["scout", str(tmp_path / "nope"), "--fork", str(fork)]) == 2
+
+
+@pytest.mark.nix
+def test_scout_queries_the_osv_api_with_the_forks_versions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Online scouting against a loopback OSV API: one querybatch with the versions the fork's
+    one evaluation found, then the advisories it names; a silent API ends at the deadline."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    fork = tmp_path / "fork"
+    shutil.copytree(answers.FIXTURE, fork, ignore=shutil.ignore_patterns(".trace", "candidates"))
+    seen: list[Any] = []
+    release = threading.Event()
+
+    class Api(BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def _send(self, doc: Any) -> None:
+            raw = json.dumps(doc).encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            seen.append(body)
+            if self.path.startswith("/silent"):
+                release.wait(30)
+                return
+            hits = [{"vulns": [{"id": BASE["id"]}]} if q["package"]["name"] == "cparse"
+                    else {} for q in body["queries"]]  # fmt: skip
+            self._send({"results": hits})
+
+        def do_GET(self) -> None:
+            self._send(BASE if self.path == f"/v1/vulns/{BASE['id']}" else {})
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        argv = ["scout", "--osv-api", url, "--package", "cparse", "--package", "pager",
+                "--package", "nosuch", "--fork", str(fork), "--json"]  # fmt: skip
+        assert main(argv) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert seen[0]["queries"] == [
+            {"package": {"name": "cparse", "ecosystem": "Nix"}, "version": "1.0"},
+            {"package": {"name": "pager", "ecosystem": "Nix"}, "version": "2.1"},
+        ]
+        [row] = report["advisories"]
+        assert row["eligible"] and row["package"] == "cparse"
+        assert (fork / "trace/candidates/TRACE-2026-0001-cparse/candidate.toml").is_file()
+        import engine.roles.scout as scout_mod
+
+        real = scout_mod.query_api
+        argv[2] = url + "/silent"
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(scout_mod, "query_api", lambda u, q: real(u, q, deadline_s=0.5))
+            assert main(argv) == 2
+        assert "did not answer within 0.5 s" in capsys.readouterr().err
+        assert main(["scout", "--fork", str(fork)]) == 2  # neither a source nor the API
+    finally:
+        release.set()
+        srv.shutdown()
+        srv.server_close()

@@ -25,7 +25,12 @@ def register(sub: Any) -> None:
         description="Exit 0 after writing the skeletons of the eligible advisories (none may "
         "be); 2 on bad input or when the fork's package set does not evaluate.",
     )
-    p.add_argument("source", type=Path, help="a directory of OSV JSON files or an OSV export zip")
+    p.add_argument("source", type=Path, nargs="?", default=None,
+                   help="a directory of OSV JSON files or an OSV export zip")  # fmt: skip
+    p.add_argument("--osv-api", default=None, metavar="URL",
+                   help="query the OSV API instead (online; e.g. https://api.osv.dev) for the "
+                   "--package names at the fork's versions, 30 s deadline a request")  # fmt: skip
+    p.add_argument("--package", action="append", default=[], help="with --osv-api (repeat)")
     p.add_argument("--fork", type=Path, default=Path("."), help="the fork (default: .)")
     p.add_argument("--eligibility", type=Path, default=None,
                    help="eligibility policy (default: FORK/trace/policy/eligibility.toml, "
@@ -75,18 +80,36 @@ def fork_packages(fork: Path, names: list[str]) -> dict[str, dict[str, Any]]:
     return doc
 
 
+def _advisories(args: argparse.Namespace, fork: Path, ecosystem: str) -> list[Any]:
+    from engine.errors import UsageError
+    from engine.roles.scout import query_api, read_advisories
+
+    if (args.source is None) == (args.osv_api is None):
+        raise UsageError("give either SOURCE (a directory or zip) or --osv-api URL")
+    if args.source is not None:
+        return read_advisories(args.source.resolve())
+    if not args.package:
+        raise UsageError("--osv-api needs --package NAME (one or more)")
+    facts = fork_packages(fork, sorted(set(args.package)))
+    queries = [
+        (name, ecosystem, str(f["version"]))
+        for name, f in sorted(facts.items())
+        if f.get("exists") and f.get("version")
+    ]
+    return query_api(args.osv_api, queries) if queries else []
+
+
 def cmd_scout(args: argparse.Namespace) -> int:
     from engine.agent.skeleton import write_skeleton
     from engine.paths import data_dir
     from engine.roles.eligibility import PackageFacts, judge, load_eligibility
-    from engine.roles.scout import read_advisories
 
     fork = args.fork.resolve()
     own = fork / "trace" / "policy" / "eligibility.toml"
     policy = load_eligibility(
         args.eligibility or (own if own.is_file() else data_dir() / "policy" / "eligibility.toml")
     )
-    found = read_advisories(args.source.resolve())
+    found = _advisories(args, fork, policy.spec.ecosystems[0])
     pairs = [(f, name) for f in found if f.advisory for name in f.advisory.packages]
     facts = fork_packages(fork, sorted({name for _, name in pairs}))
     rows: list[dict[str, Any]] = []

@@ -48,3 +48,39 @@ def read_advisories(source: Path) -> list[Found]:
         f"{source} is neither a directory of OSV JSON files nor an OSV export zip",
         hint="pass a directory or the zip osv.dev exports per ecosystem",
     )
+
+
+def query_api(
+    base_url: str, queries: list[tuple[str, str, str]], deadline_s: float = 30.0
+) -> list[Found]:
+    """The OSV API (online, optional): one `POST /v1/querybatch` for every (name, ecosystem,
+    version), then `GET /v1/vulns/ID` for each advisory named; every request under a deadline.
+    An endpoint that fails or does not answer in time is an input error naming it."""
+    import urllib.error
+    import urllib.request
+
+    base = base_url.rstrip("/")
+
+    def call(url: str, body: bytes | None = None) -> bytes:
+        req = urllib.request.Request(url, data=body, method="POST" if body else "GET")
+        req.add_header("content-type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=deadline_s) as resp:
+                data: bytes = resp.read(64 * 1024 * 1024)
+                return data
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise InputError(
+                f"OSV API {url} failed or did not answer within {deadline_s:g} s: {exc}",
+                hint="check --osv-api, or scout offline from a directory or an OSV export zip",
+            ) from None
+
+    body = {
+        "queries": [{"package": {"name": n, "ecosystem": e}, "version": v} for n, e, v in queries]
+    }
+    raw = call(f"{base}/v1/querybatch", json.dumps(body).encode())
+    try:
+        results = json.loads(raw)["results"]
+        ids = sorted({v["id"] for r in results for v in r.get("vulns", [])})
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise InputError(f"OSV API {base}/v1/querybatch answered no results list: {exc}") from None
+    return [_parse(f"{vid}.json", call(f"{base}/v1/vulns/{vid}")) for vid in ids]
