@@ -15,6 +15,12 @@ SCHEMAS: dict[str, str] = {
     "pipeline": "engine.model:PipelineFile",
     "candidate": "engine.candidate:CandidateFile",
     **POLICY_SCHEMAS,
+    # model-drafted fixes (engine/roles, engine/models, engine/agent)
+    "agent": "engine.roles.agentfile:AgentFileSpec",
+    "eligibility": "engine.roles.eligibility:EligibilityFile",
+    "transcript": "engine.models.transcript:Transcript",
+    "draft": "engine.agent.record:DraftRecord",
+    "accuracy": "engine.roles.compare:Comparison",
 }
 
 
