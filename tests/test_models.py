@@ -175,3 +175,20 @@ def test_replay_path_does_not_import_the_sdks(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_transcripts_are_redacted_before_they_are_stored(tmp_path: Path) -> None:
+    """A secret in the prompt or the answer never reaches the transcript store; the replayed
+    answer is the redacted one (so a live run and its replay read the same text)."""
+    token = "ghp_" + "a" * 36
+    store = TranscriptStore(tmp_path / "t")
+    req = REQ.model_copy(update={"prompt": f"the CI uses {token}; fix it"})
+    with FakeModelServer(lambda p, d: f"patched; mail dev@example.org, key {token}") as srv:
+        live = ask(_spec(srv, "openai"), req, store)
+        assert token.encode() in srv.requests[0].body  # the model itself was asked as given
+    raw = store.path(live.transcript.key).read_text()
+    assert token not in raw and "dev@example.org" not in raw
+    assert live.transcript.redactions == {"github-token": 2, "email": 1}
+    assert token not in live.text
+    replayed = ask(ModelSpec(backend="replay", model="openai-model-1"), req, store)
+    assert replayed.text == live.text
