@@ -103,7 +103,7 @@ def applied(name: str) -> dict[str, Any]:
 def gates_doc() -> dict[str, dict[str, Any]]:
     return {
         name: gate(name, score=score, details={"policy": applied(name)})
-        for name, score in (("scope", 1.0), ("mutation", 0.9), ("coverage", 1.0))
+        for name, score in (("scope", 1.0), ("mutation", 0.9), ("coverage", 1.0), ("variants", 1.0))
     }
 
 
@@ -320,7 +320,14 @@ def test_missing_evidence_names_each_absent_record(
     d = run_case(signing, routed, lambda v, g: (g.clear(), None)[1])
     (reason,) = d.reasons
     assert reason.code == "evidence-missing"
-    expected = ["verify", "gate:coverage", "gate:expectation", "gate:mutation", "gate:scope"]
+    expected = [
+        "verify",
+        "gate:coverage",
+        "gate:expectation",
+        "gate:mutation",
+        "gate:scope",
+        "gate:variants",
+    ]
     assert reason.sources == expected
 
 
@@ -402,7 +409,8 @@ def _decide_with(signing_file: Path, mutation: dict[str, Any], routed: RouteDeci
     """Decide under `signing_file`, the other gates' records made under that same policy."""
     policy, catalogue = load_signing(signing_file)
     gates = {
-        n: gate(n, score=1.0, details={"policy": policy.applied(n)}) for n in ("scope", "coverage")
+        n: gate(n, score=1.0, details={"policy": policy.applied(n)})
+        for n in ("scope", "coverage", "variants")
     }
     gates["mutation"] = mutation
     return decide(evidence(verify_doc(), gates), routed, policy, catalogue, NO_WAIVERS, TODAY)

@@ -58,6 +58,12 @@ class GateRule(Strict):
     max_lines: int | None = Field(
         default=None, ge=1, description="scope gate only: most lines added plus removed"
     )
+    budget: int | None = Field(
+        default=None, ge=1, le=512, description="variants gate only: how many variants of the PoC"
+    )
+    seed: int | None = Field(
+        default=None, ge=0, description="variants gate only: the seed of the variant generator"
+    )
 
     def thresholds(self) -> dict[str, float | int]:
         """The thresholds the gate step applies itself (absent: no bound)."""
@@ -65,9 +71,11 @@ class GateRule(Strict):
         return {k: v for k, v in values.items() if v is not None}
 
 
-THRESHOLD_KEYS = ("min_score", "max_files", "max_hunks", "max_lines")
+THRESHOLD_KEYS = ("min_score", "max_files", "max_hunks", "max_lines", "budget", "seed")
 SIZE_BOUNDS = ("max_files", "max_hunks", "max_lines")
 SIZE_GATE = "scope"
+VARIANT_KEYS = ("budget", "seed")
+VARIANT_GATE = "variants"
 
 
 _SIGNABLE: tuple[State, ...] = ("auto-merge-eligible", "human-review-required")
@@ -123,6 +131,15 @@ def load_signing_rules(path: Path) -> tuple[SigningPolicy, str, str]:
                 line=find_line(text, ("gates", name, bounds[0])),
                 hint=f"max_files, max_hunks and max_lines bound the [gates.{SIZE_GATE}] gate; "
                 "move them there",
+            )
+        knobs = [k for k in VARIANT_KEYS if getattr(rule, k) is not None]
+        if knobs and name != VARIANT_GATE:
+            raise PolicyError(
+                f"'{knobs[0]}' on gate '{name}'",
+                file=path,
+                key=f"gates.{name}.{knobs[0]}",
+                line=find_line(text, ("gates", name, knobs[0])),
+                hint=f"budget and seed set the [gates.{VARIANT_GATE}] gate; move them there",
             )
     policy = SigningPolicy(ref=ref(spec.policy, path, digest), rules=spec.signing, gates=spec.gates)
     return policy, text, spec.catalogue

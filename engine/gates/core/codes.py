@@ -123,6 +123,34 @@ RULES: dict[str, tuple[str, str, str]] = {
         "the patch adds no executable line that coverage could see (not measurable)",
         "review the patch by hand",
     ),
+    # variants of the PoC ("PoC+")
+    "variants.still-fails": (
+        "variant-still-fails",
+        "a variant of the proof of concept still crashes the post-fix build",
+        "fix the faulty code, not the PoC's input: the bundled variant reproduces the crash",
+    ),
+    "variants.no-poc": (
+        "variants-not-measurable",
+        "the pre-fix run recorded no target invocation, so there is no PoC to vary "
+        "(not measurable)",
+        "make the reproducer run the package's own program",
+    ),
+    "variants.none-generated": (
+        "variants-not-measurable",
+        "the PoC has no input a variant could change (no data file, stdin or argument; "
+        "not measurable)",
+        "give the reproducer its input as a data file, stdin or an argument",
+    ),
+    "variants.none-run": (
+        "variants-not-measurable",
+        "no variant could be run against the post-fix build (not measurable)",
+        "check that the post-fix build works",
+    ),
+    "variants.post-fix-fails": (
+        "variants-not-measurable",
+        "the post-fix build still fails the PoC itself, so variants mean nothing (not measurable)",
+        "fix the candidate first (see the verify gate)",
+    ),
 }
 
 

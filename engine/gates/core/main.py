@@ -1,7 +1,8 @@
 """Entry point inside the Nix sandbox: `python3 -B -m trace_gates.main GATE OUT`.
 
 `python3 -B -m trace_gates.main mutant OUTDIR` writes one mutant's patch series instead, and
-`python3 -B -m trace_gates.main coverage-run` is the coverage variant's reproducer run.
+`python3 -B -m trace_gates.main coverage-run` is the coverage variant's reproducer run, and
+`python3 -B -m trace_gates.main variant-plan OUTDIR` writes the variants gate's plan.
 
 The gate's configuration comes as JSON in the environment variable TRACE_GATE_CONFIG (a
 derivation attribute, so it is part of the derivation's hash); the gate writes its GateRecord
@@ -55,10 +56,17 @@ def coverage_gate(cfg: dict[str, Any]) -> dict[str, Any]:
     return evaluate(cfg)
 
 
+def variants_gate(cfg: dict[str, Any]) -> dict[str, Any]:
+    from .variant_gate import evaluate
+
+    return evaluate(cfg)
+
+
 GATES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "scope": scope_gate,
     "mutation": mutation_gate,
     "coverage": coverage_gate,
+    "variants": variants_gate,
 }
 
 
@@ -75,6 +83,11 @@ def main(argv: list[str]) -> int:
         from .mutation import write_mutant
 
         write_mutant(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
+        return 0
+    if len(argv) == 2 and argv[0] == "variant-plan":
+        from .variant_gate import write_plan
+
+        write_plan(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
         return 0
     if argv == ["coverage-run"]:
         from .coverage import run

@@ -1,0 +1,284 @@
+"""The variants gate ("PoC+"), sandbox side: write the variant plan, and judge the variant runs.
+
+`write_plan` (derivation `variant-plan`) reads the PoC as the harness observed it (the first
+pre-fix run's target invocations: target, arguments, stdin when recorded), the reproducer's
+data files, the patches and the patched files of the package's source, and writes
+`plan.json` plus one directory per variant (`v/<n>/repro.sh`, `v/<n>/data/*`,
+`v/<n>/variant.json`): an ordinary reproducer. Each `variant-run` derivation runs variant n
+under the verify harness against one side (same sanitizer, same isolation as the PoC).
+
+`evaluate` (derivation `gate-variants`): a variant *still fails* when a target invocation of
+its post-fix run crashed (a sanitizer report on its own stderr, or a fatal signal the harness
+did not cause) and either the crash is of the kind `[expect]` names (the advisory's bug, reached
+another way) or the pre-fix build did not crash on the same variant (the fix brought it).
+A clean rejection (a non-zero exit) is never a crash. A post-fix crash of another kind that the
+pre-fix build shows too is a bug the fix does not claim to fix: listed, not failing. The number
+of variants that crash the pre-fix build is context for reviewers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+from typing import Any
+
+from .applied import applied_policy, bound
+from .codes import CODES, code_of
+from .variants import Invocation, generate
+
+FATAL = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP", "SIGSYS")
+NOT_CRASHES = ("killed-by-harness", "timed-out", "broken-pipe")
+DEFAULT_BUDGET = 24
+DEFAULT_SEED = 0
+
+
+def _load(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return data
+
+
+def _store_name(path: str) -> str:
+    base = os.path.basename(path.rstrip("/"))
+    head, sep, rest = base.partition("-")
+    return rest if sep and len(head) == 32 and head.isalnum() else base
+
+
+def budget_and_seed(policy: dict[str, Any]) -> tuple[int, int]:
+    budget = bound(policy, "budget")
+    seed = bound(policy, "seed")
+    return (DEFAULT_BUDGET if budget is None else budget, DEFAULT_SEED if seed is None else seed)
+
+
+def poc_invocations(record: dict[str, Any]) -> list[Invocation]:
+    """The PoC's target invocations as the harness recorded them (stdin when it was)."""
+    out = []
+    for inv in record.get("invocations") or []:
+        raw = inv.get("stdin_b64")
+        stdin = base64.b64decode(raw) if isinstance(raw, str) and raw else None
+        out.append(
+            Invocation(
+                target=str(inv.get("target")),
+                kind=str(inv.get("kind") or "program"),
+                args=tuple(str(a) for a in inv.get("args") or ()),
+                stdin=stdin,
+            )
+        )
+    return out
+
+
+def patched_sources(patches: list[str], src: str | None) -> list[str]:
+    """The patch texts, and the full text of each patched file found in the package's source
+    (a directory; a tarball source gives only the patches' own lines)."""
+    from .diff import parse_series
+
+    texts = []
+    for p in patches:
+        with open(p, encoding="utf-8", errors="surrogateescape") as fh:
+            texts.append(fh.read())
+    out = list(texts)
+    if src and os.path.isdir(src):
+        for f in parse_series(texts).files:
+            rel = f.old_path or f.new_path
+            if not rel:
+                continue
+            parts = rel.split("/")
+            for k in range(len(parts)):  # `a/b.c` may be `b.c` in an unpacked source
+                path = os.path.join(src, *parts[k:])
+                if os.path.isfile(path):
+                    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+                        out.append(fh.read())
+                    break
+    return out
+
+
+def write_plan(cfg: dict[str, Any], out: str) -> None:
+    policy = applied_policy(cfg)
+    budget, seed = budget_and_seed(policy)
+    runs = [_load(os.path.join(d, "outcome.json")) for d in cfg["pre_runs"]]
+    first = runs[0] if runs else {}
+    invocations = poc_invocations(first)
+    files: dict[str, bytes] = {}
+    trees: dict[str, str] = {}
+    for path in cfg.get("data") or []:
+        if os.path.isdir(path):
+            trees[_store_name(path)] = path
+        else:
+            with open(path, "rb") as fh:
+                files[_store_name(path)] = fh.read()
+    sources = patched_sources(list(cfg["patches"]), cfg.get("src"))
+    variants, tokens = generate(invocations, files, sources, seed=seed, budget=budget)
+    os.makedirs(os.path.join(out, "v"))
+    for n, v in enumerate(variants, 1):
+        d = os.path.join(out, "v", str(n))
+        os.makedirs(os.path.join(d, "data"))
+        with open(os.path.join(d, "repro.sh"), "w", encoding="utf-8") as fh:
+            fh.write(v.script)
+        for name, data in v.files.items():
+            with open(os.path.join(d, "data", name), "wb") as fh:
+                fh.write(data)
+        for name, tree in trees.items():
+            shutil.copytree(tree, os.path.join(d, "data", name))
+        meta = {**v.summary(), "index": n, "script": v.script}
+        with open(os.path.join(d, "variant.json"), "w", encoding="utf-8") as fh:
+            json.dump(meta, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+    plan = {
+        "budget": budget,
+        "seed": seed,
+        "poc": {
+            "target_ran": bool(first.get("target_ran")),
+            "invocations": [
+                {
+                    "target": i.target,
+                    "kind": i.kind,
+                    "args": list(i.args),
+                    "stdin": i.stdin is not None,
+                }
+                for i in invocations
+            ],
+            "files": sorted(files),
+        },
+        "dictionary": [t.decode("utf-8", "backslashreplace") for t in tokens],
+        "variants": [v.summary() for v in variants],
+    }
+    with open(os.path.join(out, "plan.json"), "w", encoding="utf-8") as fh:
+        json.dump(plan, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
+# --- judging ---------------------------------------------------------------------------------
+
+
+def crashes(record: dict[str, Any]) -> list[str]:
+    """How the record's target invocations crashed: `Tool: kind` or a fatal signal name."""
+    found = []
+    for inv in record.get("invocations") or []:
+        s = inv.get("sanitizer")
+        if s:
+            found.append(f"{s['tool']}: {s['kind']}")
+        elif inv.get("signal") in FATAL and inv.get("ended") not in NOT_CRASHES:
+            found.append(str(inv["signal"]))
+    return found
+
+
+def same_bug(crash: str, expect: dict[str, Any]) -> bool:
+    """The crash is of the kind [expect] names (any crash, when it names neither)."""
+    want_san = expect.get("sanitizer")
+    want_sig = expect.get("signal")
+    if want_san is None and want_sig is None:
+        return True
+    return (want_san is not None and str(want_san) in crash) or (
+        want_sig is not None and crash == str(want_sig)
+    )
+
+
+def _runs_by_index(dirs: list[str]) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
+    out = {}
+    for d in dirs:
+        meta = _load(os.path.join(d, "variant.json"))
+        if meta.get("id") is None:
+            continue  # a placeholder step: the plan made fewer variants than the budget
+        out[int(meta["index"])] = (meta, _load(os.path.join(d, "outcome.json")))
+    return out
+
+
+def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
+    """cfg: plan (dir), post and pre (variant run dirs), post_runs (the PoC's post-fix run
+    dirs), expect (the candidate's [expect]), policy."""
+    policy = applied_policy(cfg)
+    plan = _load(os.path.join(cfg["plan"], "plan.json"))
+    expect = cfg.get("expect") or {}
+    if isinstance(expect, str):
+        expect = json.loads(expect)
+    post = _runs_by_index(cfg["post"])
+    pre = _runs_by_index(cfg["pre"])
+    want = list(range(1, len(plan["variants"]) + 1))
+    if sorted(post) != want or sorted(pre) != want:
+        raise ValueError(f"variant runs {sorted(post)}/{sorted(pre)} do not match the plan {want}")
+    poc_post = [_load(os.path.join(d, "outcome.json")) for d in cfg["post_runs"]]
+    results = []
+    for n in want:
+        meta, post_rec = post[n]
+        _, pre_rec = pre[n]
+        post_crash, pre_crash = crashes(post_rec), crashes(pre_rec)
+        if post_rec.get("build") == "failed" or not post_rec.get("target_ran"):
+            status = "not-run"
+        elif post_crash and (
+            any(same_bug(c, expect) for c in post_crash) or set(post_crash) - set(pre_crash)
+        ):
+            status = "still-fails"
+        elif post_crash:
+            status = "other-crash"
+        else:
+            status = "survives"
+        results.append(
+            {
+                "index": n,
+                "id": meta["id"],
+                "operator": meta["operator"],
+                "unit": meta["unit"],
+                "description": meta["description"],
+                "files": meta["files"],
+                "status": status,
+                "post_crash": post_crash,
+                "pre_crash": pre_crash,
+            }
+        )
+    rules: list[str] = []
+    if not plan["poc"]["target_ran"]:
+        rules.append("variants.no-poc")
+    elif not results:
+        rules.append("variants.none-generated")
+    elif (
+        any(r.get("build") == "failed" for r in poc_post)
+        or any(crashes(r) for r in poc_post)
+        or not poc_post
+    ):
+        rules.append("variants.post-fix-fails")
+    elif all(r["status"] == "not-run" for r in results):
+        rules.append("variants.none-run")
+    still = [r for r in results if r["status"] == "still-fails"]
+    if not rules and still:
+        rules.append("variants.still-fails")
+    measurable = not rules or rules == ["variants.still-fails"]
+    judged = [r for r in results if r["status"] != "not-run"]
+    score = (
+        round(sum(r["status"] != "still-fails" for r in judged) / len(judged), 6)
+        if judged and measurable
+        else None
+    )
+    summary = f"{len(results)} variants of the PoC; {len(still)} still crash post-fix"
+    if still:
+        summary += f" (replay: variants/{still[0]['id']}/, {still[0]['description']})"
+    summary += f"; {sum(bool(r['pre_crash']) for r in results)} crash pre-fix"
+    return {
+        "schema": "trace.gate/v1",
+        "gate": "variants",
+        "passed": not rules,
+        "measurable": measurable,
+        "score": score,
+        "reasons": sorted({code_of(r) for r in rules}, key=CODES.index),
+        "details": {
+            "rules": rules,
+            "summary": summary,
+            "policy": policy,
+            "budget": plan["budget"],
+            "seed": plan["seed"],
+            "variants": len(results),
+            "still_fails": len(still),
+            "post_fix_crashes": sum(bool(r["post_crash"]) for r in results),
+            "pre_fix_crashes": sum(bool(r["pre_crash"]) for r in results),
+            "poc": plan["poc"],
+            "dictionary": plan["dictionary"],
+            "results": results,
+            "still_failing": [
+                {k: r[k] for k in ("index", "id", "description", "files", "post_crash")}
+                for r in still
+            ],
+        },
+    }

@@ -1,0 +1,174 @@
+"""The variants gate's generator and judge, without builds (engine/gates/core: variants.py,
+variant_gate.py), and its policy knobs. The real builds: tests/test_gates_variants_nix.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.errors import PolicyError
+from engine.gates.core.variant_gate import crashes, evaluate, write_plan
+from engine.gates.core.variants import Invocation, generate, literal_tokens, script_of
+from engine.policy.signing import load_signing_rules
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = REPO / "policy" / "signing.toml"
+POC = b"name=demo\n" + b"k" * 40 + b"=value\n"
+CALL = [Invocation("bin/cparse", "program", ("long-key.conf",))]
+SOURCE = r"""if (*p == '\\' && p[1] != 'n') { printf("%s -> %s\n", k, v); }"""
+POLICY = {"name": "p", "version": "1", "thresholds": {"budget": 12, "seed": 3}}
+
+
+def test_the_same_poc_gives_the_same_variants_and_the_seed_changes_them() -> None:
+    a, _ = generate(CALL, {"long-key.conf": POC}, [SOURCE], seed=1, budget=20)
+    b, _ = generate(CALL, {"long-key.conf": POC}, [SOURCE], seed=1, budget=20)
+    c, _ = generate(CALL, {"long-key.conf": POC}, [SOURCE], seed=2, budget=20)
+    assert [v.summary() for v in a] == [v.summary() for v in b]
+    assert [v.summary() for v in a] != [v.summary() for v in c]
+    assert len(a) == 20
+    contents = [v.files["long-key.conf"] for v in a]
+    assert POC not in contents and len(set(contents)) == len(contents)  # never the PoC, no dups
+
+
+def test_length_changes_come_first_around_the_poc_payload() -> None:
+    variants, _ = generate(CALL, {"long-key.conf": POC}, [], seed=0, budget=9)
+    assert [v.operator for v in variants] == ["length"] * 9
+    keys = [len(v.files["long-key.conf"].split(b"\n")[1].split(b"=")[0]) for v in variants]
+    assert keys == [41, 39, 42, 38, 48, 32, 104, 80, 20]
+
+
+def test_the_dictionary_holds_the_patched_code_s_escape_sequences() -> None:
+    tokens = literal_tokens(SOURCE)
+    assert b"\\\\" in tokens and b"\\" in tokens  # '\\' as written and as its value
+    assert b"\\n" in tokens and b"\n" in tokens and b" -> " in tokens  # format split at %s
+    variants, dictionary = generate(CALL, {"long-key.conf": POC}, [SOURCE], seed=0, budget=40)
+    assert b"\\n" in dictionary
+    runs = [v for v in variants if v.operator == "token-run"]
+    assert runs and runs[0].files["long-key.conf"].startswith(b"name=demo\n\\")
+
+
+def test_variant_scripts_call_the_same_targets_and_quote_arguments() -> None:
+    calls = [
+        Invocation("bin/cparse", "program", ("<work>/a b.conf", "it's", "$TARGET/share/x")),
+        Invocation("bin/other", "program", (), stdin=b"abc"),
+    ]
+    script = script_of(calls, {(0, 1): "x'y"}, {1})
+    lines = script.splitlines()[2:]
+    assert lines == [
+        "\"$TARGET/bin/cparse\" \"$PWD\"'/a b.conf' 'x'\\''y' \"$TARGET\"'/share/x'",
+        '"$TARGET/bin/other" < stdin-1.bin',
+    ]
+    variants, _ = generate(calls, {}, [], seed=0, budget=30)
+    units = {v.unit for v in variants}
+    assert units == {"stdin:1", "arg:0:1"}  # stdin and the plain argument; paths are not varied
+    assert all("stdin-1.bin" in v.files for v in variants)
+
+
+def _run(tmp: Path, name: str, meta: dict[str, Any], record: dict[str, Any]) -> str:
+    d = tmp / name
+    d.mkdir()
+    (d / "variant.json").write_text(json.dumps(meta))
+    (d / "outcome.json").write_text(json.dumps(record))
+    return str(d)
+
+
+def _record(sanitizer: str | None = None, signal: str | None = None, exit_code: int = 0) -> Any:
+    inv: dict[str, Any] = {"target": "bin/cparse", "exit_code": exit_code, "signal": signal}
+    if sanitizer:
+        tool, kind = sanitizer.split(": ")
+        inv["sanitizer"] = {"tool": tool, "kind": kind}
+    return {"schema": "trace.run/v1", "build": "ok", "target_ran": True, "invocations": [inv]}
+
+
+ASAN = "AddressSanitizer: heap-buffer-overflow"
+OTHER = "AddressSanitizer: stack-buffer-overflow"
+
+
+@pytest.mark.parametrize(
+    ("post", "pre", "status", "passed"),
+    [
+        (_record(ASAN, exit_code=1), _record(ASAN, exit_code=1), "still-fails", False),
+        (_record(OTHER, exit_code=1), _record(OTHER, exit_code=1), "other-crash", True),
+        (_record(OTHER, exit_code=1), _record(), "still-fails", False),  # the fix brought it
+        (_record(signal="SIGSEGV"), _record(), "still-fails", False),
+        (_record(exit_code=2), _record(ASAN, exit_code=1), "survives", True),  # a clean refusal
+    ],
+)
+def test_what_counts_as_still_failing(
+    tmp_path: Path, post: Any, pre: Any, status: str, passed: bool
+) -> None:
+    (tmp_path / "plan").mkdir()
+    meta = {"id": "v001-length", "index": 1, "operator": "length", "unit": "f", "files": {}}
+    meta["description"] = "f: longer"
+    plan = {"budget": 1, "seed": 0, "poc": {"target_ran": True}, "dictionary": []}
+    plan["variants"] = [meta]
+    (tmp_path / "plan" / "plan.json").write_text(json.dumps(plan))
+    cfg = {
+        "policy": POLICY,
+        "plan": str(tmp_path / "plan"),
+        "expect": json.dumps({"sanitizer": ASAN, "exit_code": 1}),
+        "post": [_run(tmp_path, "post", meta, post)],
+        "pre": [_run(tmp_path, "pre", meta, pre)],
+        "post_runs": [_run(tmp_path, "poc", {}, _record())],
+    }
+    record = evaluate(cfg)
+    assert record["details"]["results"][0]["status"] == status
+    assert record["passed"] is passed and record["measurable"] is True
+    assert record["reasons"] == ([] if passed else ["variant-still-fails"])
+    assert record["details"]["policy"] == POLICY
+
+
+def test_no_poc_and_a_failing_post_fix_are_not_measurable(tmp_path: Path) -> None:
+    (tmp_path / "plan").mkdir()
+    plan = {"budget": 1, "seed": 0, "poc": {"target_ran": False}, "dictionary": []}
+    plan["variants"] = []
+    (tmp_path / "plan" / "plan.json").write_text(json.dumps(plan))
+    cfg = {"policy": POLICY, "plan": str(tmp_path / "plan"), "post": [], "pre": []}
+    cfg["post_runs"] = [_run(tmp_path, "poc", {}, _record(ASAN, exit_code=1))]
+    record = evaluate(cfg)
+    assert (record["passed"], record["measurable"]) == (False, False)
+    assert record["reasons"] == ["variants-not-measurable"]
+    assert record["details"]["rules"] == ["variants.no-poc"]
+    plan["poc"] = {"target_ran": True}
+    (tmp_path / "plan" / "plan.json").write_text(json.dumps(plan))
+    assert evaluate(cfg)["details"]["rules"] == ["variants.none-generated"]
+
+
+def test_the_plan_is_written_as_ordinary_reproducers(tmp_path: Path) -> None:
+    run = tmp_path / "pre-run"
+    run.mkdir()
+    record = _record(ASAN, exit_code=1)
+    record["invocations"][0]["args"] = ["long-key.conf"]
+    (run / "outcome.json").write_text(json.dumps(record))
+    data = tmp_path / "long-key.conf"
+    data.write_bytes(POC)
+    patch = tmp_path / "fix.patch"
+    patch.write_text("--- a/c.c\n+++ b/c.c\n@@ -1,0 +2 @@\n+ if (c == '\\\\') return 0;\n")
+    out = tmp_path / "plan"
+    cfg = {"policy": POLICY, "pre_runs": [str(run)], "data": [str(data)], "patches": [str(patch)]}
+    write_plan(cfg, str(out))
+    plan = json.loads((out / "plan.json").read_text())
+    assert (plan["budget"], plan["seed"], len(plan["variants"])) == (12, 3, 12)
+    assert "\\\\" in plan["dictionary"]
+    first = out / "v" / "1"
+    assert (first / "repro.sh").read_text().splitlines()[
+        -1
+    ] == "\"$TARGET/bin/cparse\" 'long-key.conf'"
+    assert (first / "data" / "long-key.conf").read_bytes() != POC
+    assert json.loads((first / "variant.json").read_text())["index"] == 1
+    assert crashes(record) == [ASAN]
+
+
+def test_budget_and_seed_belong_to_the_variants_gate(tmp_path: Path) -> None:
+    policy, _, _ = load_signing_rules(SHIPPED)
+    assert policy.applied("variants")["thresholds"] == {"budget": 24, "seed": 0}
+    bad = tmp_path / "signing.toml"
+    bad.write_text(
+        SHIPPED.read_text().replace("[gates.mutation]\n", "[gates.mutation]\nseed = 1\n")
+    )
+    with pytest.raises(PolicyError) as exc:
+        load_signing_rules(bad)
+    assert exc.value.key == "gates.mutation.seed"

@@ -1,0 +1,91 @@
+"""The variants gate with real builds against the fixture fork (one state for the module).
+
+The symptom-hiding fix (cparse-poc-special-case: `main()` skips lines exactly as long as the
+PoC's, `parse_line()` untouched) passes every claim of `trace verify` with only the PoC
+reproducer; the variants gate denies it, and the still-failing variant is an ordinary
+reproducer in the variant run's output. The correct fix (cparse-key-overflow) passes. A second
+run builds nothing: the variants are derivations.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.candidate import load_candidate
+from engine.graph import load_graph
+from engine.run import RunResult, run_graph
+from engine.verify.command import verify_context
+
+REPO = Path(__file__).resolve().parent.parent
+FORK = REPO / "tests" / "fixtures" / "fork"
+CANDIDATES = FORK / "trace" / "candidates"
+PIPELINE = REPO / "tests" / "fixtures" / "gates" / "pipeline.toml"
+ASAN = {"tool": "AddressSanitizer", "kind": "heap-buffer-overflow"}
+
+pytestmark = pytest.mark.nix
+
+
+def run(name: str, state: Path) -> RunResult:
+    cand = load_candidate(CANDIDATES / name / "candidate.toml")
+    graph = load_graph(PIPELINE, root=REPO, context=verify_context(cand, FORK))
+    return run_graph(graph, state)
+
+
+def outcome(result: RunResult, step: str) -> dict[str, Any]:
+    s = result.steps[step]
+    assert s.status in ("built", "cached", "reused"), (step, s.status, s.log_tail)
+    assert isinstance(s.outcome, dict)
+    return s.outcome
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("variants-state")
+
+
+def test_a_symptom_hiding_fix_is_denied_by_its_variants(state: Path) -> None:
+    result = run("cparse-poc-special-case", state)
+    assert outcome(result, "expectation")["passed"] is True  # the PoC alone lets it through
+    gate = outcome(result, "gate-variants")
+    assert (gate["passed"], gate["measurable"]) == (False, True)
+    assert gate["reasons"] == ["variant-still-fails"]
+    details = gate["details"]
+    assert details["poc"]["invocations"] == [
+        {"target": "bin/cparse", "kind": "program", "args": ["long-key.conf"], "stdin": False}
+    ]
+    first = details["still_failing"][0]
+    assert first["id"] == "v001-length" and "40 -> 41 bytes" in first["description"]
+    assert first["post_crash"] == ["AddressSanitizer: heap-buffer-overflow"]
+    assert details["pre_fix_crashes"] == details["variants"] == 24
+    # the variant is a replayable reproducer: the run's output holds its script and data, and
+    # its record shows the target's own sanitizer report on the post-fix build
+    step = result.steps[f"variant-post@{first['index']}"]
+    variant = Path(step.out) / "variant"
+    assert (variant / "repro.sh").read_text().splitlines()[-1] == (
+        "\"$TARGET/bin/cparse\" 'long-key.conf'"
+    )
+    key = (variant / "data" / "long-key.conf").read_bytes().split(b"\n")[1].split(b"=")[0]
+    assert key == b"k" * 41
+    record = outcome(result, f"variant-post@{first['index']}")
+    assert record["target_ran"] and record["invocations"][0]["sanitizer"] == ASAN
+    assert "still crash post-fix (replay: variants/v001-length/" in details["summary"]
+
+    again = run("cparse-poc-special-case", state)  # variants are derivations: nothing rebuilt
+    assert {s.status for s in again.steps.values()} <= {"cached", "reused"}
+
+
+def test_the_correct_fix_passes_its_variants(state: Path) -> None:
+    gate = outcome(run("cparse-key-overflow", state), "gate-variants")
+    assert (gate["passed"], gate["reasons"], gate["score"]) == (True, [], 1.0)
+    assert gate["details"]["still_fails"] == 0
+    assert gate["details"]["pre_fix_crashes"] == 24  # every variant reaches the bug pre-fix
+
+
+def test_the_wrong_constant_fix_is_also_denied_by_its_variants(state: Path) -> None:
+    gate = outcome(run("cparse-wrong-fix", state), "gate-variants")  # KEY_MAX 16 -> 64
+    assert gate["reasons"] == ["variant-still-fails"]
+    lengths = sorted(r["description"].rsplit(" ", 2)[-2] for r in gate["details"]["still_failing"])
+    assert lengths == ["104", "80"]  # keys past the new 64-byte buffer, none below it
