@@ -86,7 +86,7 @@ def test_the_pipeline_hands_each_gate_its_policy(own_policy: Path) -> None:
     ctx = {**verify_context(cand, FORK), "gates": gate_context(cand, own_policy)}
     graph = load_graph(PIPELINE, root=REPO, context=ctx)
     policy, _, _ = load_signing_rules(own_policy)
-    for gate in ("scope", "mutation", "coverage", "variants"):
+    for gate in ("scope", "mutation", "coverage", "variants", "regression"):
         assert json.loads(graph.steps[f"gate-{gate}"].params["policy"]) == policy.applied(gate)
     # thresholds are part of the gate steps' keys, not of the builds' or the mutant runs'
     shipped = load_graph(PIPELINE, root=REPO, context=verify_context(cand, FORK))

@@ -71,7 +71,7 @@ def test_decide_allows_and_writes_the_record(
     state: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = ["decide", str(PAGER), "--state-dir", str(state), "--today", "2026-11-29"]
-    args += gate_args(state, "scope", "mutation", "coverage", "variants")
+    args += gate_args(state, "scope", "mutation", "coverage", "variants", "regression")
     code, out, _ = trace(capsys, *args)
     assert code == 0, out
     assert out.startswith(f"ALLOW  {PAGER_ID}  as of 2026-11-29")
@@ -85,7 +85,10 @@ def test_decide_allows_and_writes_the_record(
         "payload/verify-result.json",
         "payload/gates/expectation.json",
         "payload/gates/determinism.json",
-        *(str(state / f"{g}.json") for g in ("scope", "mutation", "coverage", "variants")),
+        *(
+            str(state / f"{g}.json")
+            for g in ("scope", "mutation", "coverage", "variants", "regression")
+        ),
     }
     assert not list((state / "decisions").glob(".*.tmp"))  # atomic write left no temp file
 
@@ -102,7 +105,10 @@ def test_decide_denies_with_every_reason_and_json(
     assert code == 1
     assert out.startswith("DENY")
     assert "DENY   mutation-score-below-threshold" in out and "score 0.25 < 0.8" in out
-    assert "DENY   evidence-missing" in out and "[gate:coverage, gate:variants]" in out
+    assert (
+        "DENY   evidence-missing" in out
+        and "[gate:coverage, gate:regression, gate:variants]" in out
+    )
 
     code, out, _ = trace(capsys, *args, "--json")
     assert code == 1
@@ -124,7 +130,7 @@ def test_decide_with_waivers_lists_them(
     unmeasurable = {**coverage, "measurable": False, "score": None}
     (state / "coverage.json").write_text(json.dumps(unmeasurable))
     args = ["decide", str(PAGER), "--state-dir", str(state), "--waivers", str(waivers)]
-    args += gate_args(state, "scope", "mutation", "coverage", "variants")
+    args += gate_args(state, "scope", "mutation", "coverage", "variants", "regression")
     code, out, _ = trace(capsys, *args, "--today", "2026-12-31")
     assert code == 0, out
     assert "WAIVED coverage-not-measurable" in out

@@ -100,10 +100,19 @@ def applied(name: str) -> dict[str, Any]:
     return policy.applied(name)
 
 
+GATE_SCORES = (
+    ("scope", 1.0),
+    ("mutation", 0.9),
+    ("coverage", 1.0),
+    ("variants", 1.0),
+    ("regression", 1.0),
+)
+
+
 def gates_doc() -> dict[str, dict[str, Any]]:
     return {
         name: gate(name, score=score, details={"policy": applied(name)})
-        for name, score in (("scope", 1.0), ("mutation", 0.9), ("coverage", 1.0), ("variants", 1.0))
+        for name, score in GATE_SCORES
     }
 
 
@@ -325,6 +334,7 @@ def test_missing_evidence_names_each_absent_record(
         "gate:coverage",
         "gate:expectation",
         "gate:mutation",
+        "gate:regression",
         "gate:scope",
         "gate:variants",
     ]
@@ -410,7 +420,7 @@ def _decide_with(signing_file: Path, mutation: dict[str, Any], routed: RouteDeci
     policy, catalogue = load_signing(signing_file)
     gates = {
         n: gate(n, score=1.0, details={"policy": policy.applied(n)})
-        for n in ("scope", "coverage", "variants")
+        for n in ("scope", "coverage", "variants", "regression")
     }
     gates["mutation"] = mutation
     return decide(evidence(verify_doc(), gates), routed, policy, catalogue, NO_WAIVERS, TODAY)

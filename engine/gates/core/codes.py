@@ -151,6 +151,24 @@ RULES: dict[str, tuple[str, str, str]] = {
         "the post-fix build still fails the PoC itself, so variants mean nothing (not measurable)",
         "fix the candidate first (see the verify gate)",
     ),
+    # the package's own tests, both sides
+    "regression.introduced": (
+        "regression-introduced",
+        "a test of the package's own suite passes pre-fix and fails post-fix",
+        "change the patch so the package keeps its behaviour (see details.regressions)",
+    ),
+    "regression.no-tests": (
+        "regression-not-measurable",
+        "the package has no tests trace can run (no checkPhase/doCheck, installCheckPhase/"
+        "doInstallCheck or passthru.tests; not measurable)",
+        "give the package a test suite, or review its behaviour by hand",
+    ),
+    "regression.none-pass-pre-fix": (
+        "regression-not-measurable",
+        "none of the package's tests passes on the unpatched build, so nothing can regress "
+        "(not measurable)",
+        "repair the package's test suite first",
+    ),
 }
 
 

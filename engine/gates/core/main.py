@@ -2,7 +2,8 @@
 
 `python3 -B -m trace_gates.main mutant OUTDIR` writes one mutant's patch series instead, and
 `python3 -B -m trace_gates.main coverage-run` is the coverage variant's reproducer run, and
-`python3 -B -m trace_gates.main variant-plan OUTDIR` writes the variants gate's plan.
+`python3 -B -m trace_gates.main variant-plan OUTDIR` writes the variants gate's plan, and
+`python3 -B -m trace_gates.main tests-record OUT` one side's package-test record.
 
 The gate's configuration comes as JSON in the environment variable TRACE_GATE_CONFIG (a
 derivation attribute, so it is part of the derivation's hash); the gate writes its GateRecord
@@ -62,11 +63,18 @@ def variants_gate(cfg: dict[str, Any]) -> dict[str, Any]:
     return evaluate(cfg)
 
 
+def regression_gate(cfg: dict[str, Any]) -> dict[str, Any]:
+    from .regression import evaluate
+
+    return evaluate(cfg)
+
+
 GATES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "scope": scope_gate,
     "mutation": mutation_gate,
     "coverage": coverage_gate,
     "variants": variants_gate,
+    "regression": regression_gate,
 }
 
 
@@ -88,6 +96,11 @@ def main(argv: list[str]) -> int:
         from .variant_gate import write_plan
 
         write_plan(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
+        return 0
+    if len(argv) == 2 and argv[0] == "tests-record":
+        from .regression import tests_record
+
+        write_json(argv[1], tests_record(json.loads(os.environ["TRACE_GATE_CONFIG"])))
         return 0
     if argv == ["coverage-run"]:
         from .coverage import run
