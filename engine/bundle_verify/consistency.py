@@ -11,7 +11,8 @@ These checks run once every payload digest holds, and each failure has its own r
   run records and gate records inside `verify-result.json`, `gates/<gate>.json` against both,
   the replay record's step keys and outcome digests against `verify-result.json` and
   `outcomes/`, `decisions/routing.json` against the routing inside the signing decision,
-  model.json's prompt digest against `prompt.txt`;
+  model.json's prompt digest against `prompt.txt`, each still-failing variant of the variants
+  gate against its bundled reproducer (`variants/<id>/data/*` by sha256, `repro.sh` present);
 - `verify.not-reproduced`: the verify result's verdict does not follow from its own claims
   (passed, reasons, deterministic, flaky) or its claims from the expectation gate's record;
 - `decision.not-reproduced`: the signing policy, run again over the bundled records with the
@@ -175,6 +176,25 @@ def _outcome_problems(b: Bundled) -> list[str]:
             ref = b.verify.steps.get(sid) if b.verify is not None else None
             if ref is not None and ref.key is not None and ref.key != pin.key:
                 problems.append(f"{sid}: key in {VERIFY_PATH} differs from {REPLAY_PATH}")
+    return problems
+
+
+def _variant_problems(b: Bundled) -> list[str]:
+    """Each variant the variants gate names as still failing is bundled, byte for byte."""
+    gate = b.gates.get("variants")
+    if gate is None:
+        return []
+    problems = []
+    for item in gate.details.get("still_failing") or []:
+        base = f"variants/{item.get('id')}"
+        if not (b.payload / base / "repro.sh").is_file():
+            problems.append(f"{base}/repro.sh missing (gates/variants.json names it)")
+        for name, digest in sorted((item.get("files") or {}).items()):
+            path = b.payload / base / "data" / name
+            if not path.is_file():
+                problems.append(f"{base}/data/{name} missing (gates/variants.json names it)")
+            elif hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+                problems.append(f"{base}/data/{name} differs from gates/variants.json")
     return problems
 
 
@@ -347,6 +367,7 @@ def record_checks(statement: Statement, payload: Path, policy_dirs: list[Path]) 
             disagree.append(f"{VERIFY_PATH} is for '{b.verify.candidate}'")
         disagree += _run_record_problems(b)
     disagree += _outcome_problems(b)
+    disagree += _variant_problems(b)
     disagree += _model_problems(b)
     from engine.bundle_verify.transcripts import transcript_problems
 

@@ -8,6 +8,9 @@
 | patches/<n>-<name>           | patch      | each patch, canonical `-U0` diff form          |
 | rationale.md, review.md      | rationale, review | when the candidate names them           |
 | reproducer/<name>            | reproducer | the script and its data files                  |
+| variants/<id>/...            | reproducer | each variant of the PoC that still crashes the |
+|                              |            | post-fix build (variants gate): repro.sh and   |
+|                              |            | data/*, from its variant-post step's output    |
 | model.json                   | other      | model id, prompt digest, parameters (if any)   |
 | prompt.txt                   | other      | the prompt (when the candidate names one)      |
 | outcomes/<step id>.json      | run / gate | every step's outcome as built (all K runs)     |
@@ -124,11 +127,48 @@ def _outcome_kind(outcome: Any) -> ClaimKind:
 
 
 def outcome_entries(run: RunResult) -> list[PayloadEntry]:
+    """Every step's outcome, then the still-failing variants' reproducers (variant_entries)."""
     return [
         json_entry(f"{OUTCOMES_DIR}/{sid}.json", _outcome_kind(r.outcome), r.outcome)
         for sid, r in sorted(run.steps.items())
         if r.outcome is not None
-    ]
+    ] + variant_entries(run)
+
+
+VARIANTS_DIR = "variants"
+VARIANT_GATE_STEP = "gate-variants"
+VARIANT_POST_STEP = "variant-post"
+
+
+def variant_entries(run: RunResult) -> list[PayloadEntry]:
+    """Each variant the variants gate found still failing, as a replayable reproducer:
+    `variants/<id>/repro.sh` and `variants/<id>/data/<name>`, read from the output of the
+    variant's own post-fix run step (whose outcome records the crash; `verify-bundle --replay`
+    rebuilds that step). The files' sha256 are in the gate record (`still_failing[].files`)."""
+    gate = run.steps.get(VARIANT_GATE_STEP)
+    details = gate.outcome.get("details") if gate and isinstance(gate.outcome, dict) else None
+    if not isinstance(details, dict):
+        return []
+    out: list[PayloadEntry] = []
+    for item in details.get("still_failing") or []:
+        step = run.steps.get(f"{VARIANT_POST_STEP}@{item['index']}")
+        if step is None or step.out is None:
+            continue
+        src = Path(step.out) / "variant"
+        base = f"{VARIANTS_DIR}/{item['id']}"
+        out.append(_file_entry(f"{base}/repro.sh", "reproducer", src / "repro.sh"))
+        for name in sorted(item.get("files") or {}):
+            # byte for byte (not canonicalised as text): the input must crash as recorded
+            data = (src / "data" / name).read_bytes()
+            out.append(
+                PayloadEntry(
+                    path=f"{base}/data/{name}",
+                    kind="reproducer",
+                    data=data,
+                    media_type="application/octet-stream",
+                )
+            )
+    return out
 
 
 def verify_entry(result: VerifyResult) -> PayloadEntry:
