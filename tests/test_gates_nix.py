@@ -143,16 +143,21 @@ def test_a_changed_reproducer_reruns_the_mutants_and_not_the_builds(tmp_path: Pa
     )
     second = run(cand / "candidate.toml", state, root=Path("/"))
     rebuilt = sorted(s for s, r in second.steps.items() if r.status != "cached")
-    assert rebuilt == [
-        "coverage-run",
-        "expectation",
-        "gate-coverage",
-        "gate-mutation",
-        "mutant-run@1",
-        "mutant-run@2",
-        "mutant-run@3",
-        "mutant-run@4",
-        "post-fix-run@1",
-        "pre-fix-run@1",
-    ]
+    variants = ["gate-variants", "variant-plan"]  # the PoC's runs changed: so may its variants
+    variants += [f"variant-{side}@{n}" for side in ("post", "pre") for n in range(1, 25)]
+    assert rebuilt == sorted(
+        [
+            "coverage-run",
+            "expectation",
+            "gate-coverage",
+            "gate-mutation",
+            "mutant-run@1",
+            "mutant-run@2",
+            "mutant-run@3",
+            "mutant-run@4",
+            "post-fix-run@1",
+            "pre-fix-run@1",
+            *variants,
+        ]
+    )  # not the builds, nor the package's own tests (tests-pre, tests-post)
     assert gate(second, "gate-mutation")["score"] == 0.666667

@@ -160,7 +160,7 @@ def test_another_policy_at_decide_or_bundle_is_refused(world: World) -> None:
     assert rc == 2 and out == "", out
     assert "verified under another signing policy" in err, err
     assert "last applied own-signing 2.0.0" in err and "is trace-signing 1.0.0" in err
-    assert "gate-coverage, gate-mutation, gate-scope" in err
+    assert "gate-coverage, gate-mutation, gate-regression, gate-scope, gate-variants" in err
     refused = world.base / "refused"
     rc, _, err = cli("bundle", str(world.cand), *fork, "--out", str(refused))
     assert rc == 2 and "verified under another signing policy" in err, err
