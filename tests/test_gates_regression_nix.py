@@ -9,34 +9,12 @@ regression-introduced. The correct fix keeps every test passing.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from engine.candidate import load_candidate
-from engine.graph import load_graph
-from engine.run import RunResult, run_graph
-from engine.verify.command import verify_context
-
-REPO = Path(__file__).resolve().parent.parent
-FORK = REPO / "tests" / "fixtures" / "fork"
-CANDIDATES = FORK / "trace" / "candidates"
-PIPELINE = REPO / "tests" / "fixtures" / "gates" / "pipeline.toml"
+from tests.gatekit import outcome, run_candidate
 
 pytestmark = pytest.mark.nix
-
-
-def run(name: str, state: Path) -> RunResult:
-    cand = load_candidate(CANDIDATES / name / "candidate.toml")
-    graph = load_graph(PIPELINE, root=REPO, context=verify_context(cand, FORK))
-    return run_graph(graph, state)
-
-
-def outcome(result: RunResult, step: str) -> dict[str, Any]:
-    s = result.steps[step]
-    assert s.status in ("built", "cached", "reused"), (step, s.status, s.log_tail)
-    assert isinstance(s.outcome, dict)
-    return s.outcome
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +33,7 @@ TESTS = [
 
 
 def test_a_fix_that_refuses_everything_is_denied_by_the_package_s_tests(state: Path) -> None:
-    result = run("cparse-refuse-all", state)
+    result = run_candidate("cparse-refuse-all", state)
     assert outcome(result, "expectation")["passed"] is True  # PoC gone, post-fix survives
     assert outcome(result, "gate-variants")["passed"] is True  # nothing crashes any more
     gate = outcome(result, "gate-regression")
@@ -69,13 +47,13 @@ def test_a_fix_that_refuses_everything_is_denied_by_the_package_s_tests(state: P
 
 
 def test_the_correct_fix_keeps_the_package_s_tests_passing(state: Path) -> None:
-    gate = outcome(run("cparse-key-overflow", state), "gate-regression")
+    gate = outcome(run_candidate("cparse-key-overflow", state), "gate-regression")
     assert (gate["passed"], gate["reasons"], gate["score"]) == (True, [], 1.0)
     assert gate["details"]["passing_pre_fix"] == len(TESTS)
 
 
 def test_a_python_package_s_install_check(state: Path) -> None:
-    gate = outcome(run("pager-last-page", state), "gate-regression")
+    gate = outcome(run_candidate("pager-last-page", state), "gate-regression")
     assert (gate["passed"], gate["reasons"]) == (True, [])
     assert gate["details"]["post"]["has"] == {"check": False, "installCheck": True}
     assert gate["details"]["passing_pre_fix"] == 5  # the phase and its four TAP tests

@@ -10,35 +10,14 @@ run builds nothing: the variants are derivations.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from engine.candidate import load_candidate
-from engine.graph import load_graph
-from engine.run import RunResult, run_graph
-from engine.verify.command import verify_context
+from tests.gatekit import outcome, run_candidate
 
-REPO = Path(__file__).resolve().parent.parent
-FORK = REPO / "tests" / "fixtures" / "fork"
-CANDIDATES = FORK / "trace" / "candidates"
-PIPELINE = REPO / "tests" / "fixtures" / "gates" / "pipeline.toml"
 ASAN = {"tool": "AddressSanitizer", "kind": "heap-buffer-overflow"}
 
 pytestmark = pytest.mark.nix
-
-
-def run(name: str, state: Path) -> RunResult:
-    cand = load_candidate(CANDIDATES / name / "candidate.toml")
-    graph = load_graph(PIPELINE, root=REPO, context=verify_context(cand, FORK))
-    return run_graph(graph, state)
-
-
-def outcome(result: RunResult, step: str) -> dict[str, Any]:
-    s = result.steps[step]
-    assert s.status in ("built", "cached", "reused"), (step, s.status, s.log_tail)
-    assert isinstance(s.outcome, dict)
-    return s.outcome
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +26,7 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_symptom_hiding_fix_is_denied_by_its_variants(state: Path) -> None:
-    result = run("cparse-poc-special-case", state)
+    result = run_candidate("cparse-poc-special-case", state)
     assert outcome(result, "expectation")["passed"] is True  # the PoC alone lets it through
     gate = outcome(result, "gate-variants")
     assert (gate["passed"], gate["measurable"]) == (False, True)
@@ -73,19 +52,21 @@ def test_a_symptom_hiding_fix_is_denied_by_its_variants(state: Path) -> None:
     assert record["target_ran"] and record["invocations"][0]["sanitizer"] == ASAN
     assert "still crash post-fix (replay: variants/v001-length/" in details["summary"]
 
-    again = run("cparse-poc-special-case", state)  # variants are derivations: nothing rebuilt
+    again = run_candidate(
+        "cparse-poc-special-case", state
+    )  # variants are derivations: nothing rebuilt
     assert {s.status for s in again.steps.values()} <= {"cached", "reused"}
 
 
 def test_the_correct_fix_passes_its_variants(state: Path) -> None:
-    gate = outcome(run("cparse-key-overflow", state), "gate-variants")
+    gate = outcome(run_candidate("cparse-key-overflow", state), "gate-variants")
     assert (gate["passed"], gate["reasons"], gate["score"]) == (True, [], 1.0)
     assert gate["details"]["still_fails"] == 0
     assert gate["details"]["pre_fix_crashes"] == 24  # every variant reaches the bug pre-fix
 
 
 def test_the_wrong_constant_fix_is_also_denied_by_its_variants(state: Path) -> None:
-    gate = outcome(run("cparse-wrong-fix", state), "gate-variants")  # KEY_MAX 16 -> 64
+    gate = outcome(run_candidate("cparse-wrong-fix", state), "gate-variants")  # KEY_MAX 16 -> 64
     assert gate["reasons"] == ["variant-still-fails"]
     lengths = sorted(r["description"].rsplit(" ", 2)[-2] for r in gate["details"]["still_failing"])
     assert lengths == ["104", "80"]  # keys past the new 64-byte buffer, none below it

@@ -121,26 +121,22 @@ def load_signing_rules(path: Path) -> tuple[SigningPolicy, str, str]:
     text, data, digest = read_toml(path, what="signing policy")
     spec = validate(SigningFile, data, path=path, text=text, what="signing policy")
     check_schema(spec.policy, SCHEMA, path=path, text=text)
+    # keys that belong to one gate only: (keys, that gate, what they are, the error's prefix)
+    owned = (
+        (SIZE_BOUNDS, SIZE_GATE, "max_files, max_hunks and max_lines bound", "size bound "),
+        (VARIANT_KEYS, VARIANT_GATE, "budget and seed set", ""),
+    )
     for name, rule in spec.gates.items():
-        bounds = [k for k in SIZE_BOUNDS if getattr(rule, k) is not None]
-        if bounds and name != SIZE_GATE:
-            raise PolicyError(
-                f"size bound '{bounds[0]}' on gate '{name}'",
-                file=path,
-                key=f"gates.{name}.{bounds[0]}",
-                line=find_line(text, ("gates", name, bounds[0])),
-                hint=f"max_files, max_hunks and max_lines bound the [gates.{SIZE_GATE}] gate; "
-                "move them there",
-            )
-        knobs = [k for k in VARIANT_KEYS if getattr(rule, k) is not None]
-        if knobs and name != VARIANT_GATE:
-            raise PolicyError(
-                f"'{knobs[0]}' on gate '{name}'",
-                file=path,
-                key=f"gates.{name}.{knobs[0]}",
-                line=find_line(text, ("gates", name, knobs[0])),
-                hint=f"budget and seed set the [gates.{VARIANT_GATE}] gate; move them there",
-            )
+        for keys, gate, what, prefix in owned:
+            found = [k for k in keys if getattr(rule, k) is not None]
+            if found and name != gate:
+                raise PolicyError(
+                    f"{prefix}'{found[0]}' on gate '{name}'",
+                    file=path,
+                    key=f"gates.{name}.{found[0]}",
+                    line=find_line(text, ("gates", name, found[0])),
+                    hint=f"{what} the [gates.{gate}] gate; move them there",
+                )
     policy = SigningPolicy(ref=ref(spec.policy, path, digest), rules=spec.signing, gates=spec.gates)
     return policy, text, spec.catalogue
 
