@@ -167,3 +167,20 @@ def test_resolver_fetches_under_a_deadline(tmp_path: Path) -> None:
         release.set()
         srv.shutdown()
         srv.server_close()
+
+
+def test_draft_never_overwrites_a_hand_written_candidate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from engine.cli import main
+
+    fork = tmp_path / "fork"
+    shutil.copytree(answers.FIXTURE, fork, ignore=shutil.ignore_patterns(".trace"))
+    cand = fork / "trace/candidates/cparse-key-overflow/candidate.toml"
+    before = (cand.parent / "fix.patch").read_bytes()
+    assert main(["draft", str(cand), "--fork", str(fork)]) == 2
+    assert "would overwrite" in capsys.readouterr().err
+    assert (cand.parent / "fix.patch").read_bytes() == before
+    assert not (cand.parent / "draft.json").exists()

@@ -84,6 +84,12 @@ def cmd_draft(args: argparse.Namespace) -> int:
     agent = load_agent(agent_file)
     skeleton = _skeleton(args, fork)
     spec = load_candidate(skeleton, for_routing=True).spec
+    if spec.patches and not (skeleton.parent / "draft.json").is_file():
+        raise UsageError(
+            f"candidate '{spec.id}' already has patches and was not drafted by trace draft: "
+            "drafting would overwrite them",
+            hint="draft from its advisory JSON or a skeleton (trace scout writes them) instead",
+        )
     state = (args.state_dir or fork / ".trace").resolve()
     source = (args.source or fork / "pkgs" / spec.package / "src").resolve()
     upstream = None
