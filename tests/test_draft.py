@@ -251,6 +251,32 @@ def test_replay_without_the_server(world: World, capsys: pytest.CaptureFixture[s
     assert (world.fork / CAND / "draft.json").read_bytes() == before
 
 
+def test_a_fork_adds_a_reviewer_without_python(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second reviewer step in the agent file is asked too; being of the Patcher's own family
+    it fails the cross-family rule, recorded as review-same-family."""
+    agent = world.fork / "trace" / "agent-two-reviewers.toml"
+    text = answers.agent_toml(world.server.anthropic_url, world.server.openai_url)
+    text = text.replace("[review]", (
+        '[steps.second-review]\nrole = "reviewer"\nmodel = "drafter"\n'
+        'template = "trace:templates/agent/reviewer.md.j2"\n'
+        'needs = ["advisory", "patch.diff", "verify"]\n[review]'
+    ))  # fmt: skip
+    agent.write_text(text)
+    asked = len(world.server.requests)
+    rc, rec = world.draft("--agent", str(agent), "--upstream-mirror", str(world.mirror))
+    assert rc == 1, capsys.readouterr()
+    assert [s["id"] for s in rec["steps"]] == ["patch", "repro", "review", "second-review"]
+    assert [s["replayed"] for s in rec["steps"]] == [True, True, True, False]
+    assert len(world.server.requests) == asked + 1
+    assert [(r["step"], r["cross_family"]) for r in rec["reviews"]] == [
+        ("review", True),
+        ("second-review", False),
+    ]
+    assert rec["decision"]["reasons"] == ["review-same-family"]
+
+
 def test_malformed_answers_are_recorded(world: World, capsys: pytest.CaptureFixture[str]) -> None:
     world.script["Patcher"] = answers.NO_DIFF
     rc, rec = world.draft("--refresh")
