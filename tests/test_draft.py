@@ -120,6 +120,7 @@ def test_draft_a_real_fix_end_to_end(world: World, capsys: pytest.CaptureFixture
     # the Patcher saw the grounded upstream fix; the accuracy comparison verified it too
     assert UPSTREAM_COMMIT.encode() in patchers[0].body
     acc = json.loads((cand / "accuracy.json").read_text())
+    assert "accuracy vs upstream: model passes, upstream passes; identical changes" in out
     assert acc["model_verdict"] is True and acc["upstream_verdict"] is True
     assert acc["identical"] is True and acc["line_overlap"] == 1.0
     assert acc["model"]["lines"] == acc["upstream"]["lines"] == {"cparse.c": [15]}
@@ -267,6 +268,7 @@ def test_a_fork_adds_a_reviewer_without_python(
     asked = len(world.server.requests)
     rc, rec = world.draft("--agent", str(agent), "--upstream-mirror", str(world.mirror))
     assert rc == 1, capsys.readouterr()
+    assert (world.fork / CAND / "accuracy.json").is_file()
     assert [s["id"] for s in rec["steps"]] == ["patch", "repro", "review", "second-review"]
     assert [s["replayed"] for s in rec["steps"]] == [True, True, True, False]
     assert len(world.server.requests) == asked + 1
@@ -287,6 +289,8 @@ def test_malformed_answers_are_recorded(world: World, capsys: pytest.CaptureFixt
     assert rc == 1 and rec["steps"][-1]["outcome"] == "patch-does-not-apply"
     assert "Hunk #1 FAILED" in rec["steps"][-1]["detail"]
     world.script["Patcher"] = answers.GOOD_PATCH
+    rc, rec = world.draft("--refresh")  # no upstream this time: no stale comparison is kept
+    assert rc == 0 and not (world.fork / CAND / "accuracy.json").exists()
     world.script["Reviewer"] = answers.NOT_JSON
     rc, rec = world.draft("--refresh")
     assert rc == 1 and rec["steps"][-1]["outcome"] == "model-output-unparseable"

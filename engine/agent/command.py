@@ -122,6 +122,10 @@ def cmd_draft(args: argparse.Namespace) -> int:
         for r in rec.reviews:
             print(f"  review {r.step}: {r.verdict} by {r.model} "
                   f"({'cross-family' if r.cross_family else 'same family'})")  # fmt: skip
+        acc = skeleton.parent / "accuracy.json"
+        if acc.is_file() and rec.stage == "decide":
+            summary = json.loads(acc.read_text(encoding="utf-8")).get("summary", "")
+            print(f"  accuracy vs upstream: {summary}")
         for code in rec.decision.reasons:
             print(f"  deny: {code}")
         print(f"  record: {skeleton.parent / 'draft.json'}")

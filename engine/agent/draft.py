@@ -181,6 +181,7 @@ class _Run:
         """With a grounded upstream patch: verify it too and compare (accuracy.json)."""
         up = self.opts.upstream
         if not up or not up.get("patch") or not up.get("grounded"):
+            self.folder.remove("accuracy.json")  # an earlier draft's comparison is not this one's
             return
         from engine.agent.accuracy import accuracy
         from engine.candidate import load_candidate

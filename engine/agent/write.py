@@ -56,12 +56,22 @@ class Folder:
             self.written.append(target)
         return target
 
+    def remove(self, rel: str) -> None:
+        """Drop a stale file of an earlier draft (restored by `rollback`)."""
+        target = self.path / rel
+        if target.is_file():
+            if target not in self.written:
+                self.before[target] = target.read_bytes()
+                self.written.append(target)
+            target.unlink()
+
     def rollback(self) -> None:
         if self.created:
             shutil.rmtree(self.path, ignore_errors=True)
             return
         for p in self.written:
             if p in self.before:
+                p.parent.mkdir(parents=True, exist_ok=True)
                 p.write_bytes(self.before[p])
             else:
                 p.unlink(missing_ok=True)
