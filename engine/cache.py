@@ -58,7 +58,15 @@ class CachedResult(BaseModel):
 class Index:
     def __init__(self, state_dir: Path, *, wait: float = 0) -> None:
         self.state_dir = state_dir
-        state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(
+                f"cannot use {state_dir} as the state directory: {exc.strerror or exc}",
+                key="--state-dir",
+                hint="pass --state-dir a directory trace may create and write "
+                "(default ROOT/.trace)",
+            ) from None
         self._lock_fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         if not _flock(self._lock_fd, wait):
             os.close(self._lock_fd)
@@ -160,8 +168,7 @@ class Index:
 
     # ---- GC roots ----
     def _gcroot_dir(self) -> Path:
-        state_id = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:16]
-        base = GCROOTS_BASE / getpass.getuser() / "trace" / state_id
+        base = gcroot_folder(self.state_dir)
         try:
             base.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -243,6 +250,12 @@ class Index:
             self.db.execute("BEGIN")
             self.db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in dropped])
         return dropped
+
+
+def gcroot_folder(state_dir: Path) -> Path:
+    """This user's GC-root folder of a state directory (one per resolved state path)."""
+    state_id = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:16]
+    return GCROOTS_BASE / getpass.getuser() / "trace" / state_id
 
 
 def _exists(path: Path) -> bool | None:

@@ -46,11 +46,49 @@ def add_state_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+class nothing_written_on_bad_input:
+    """Bad input exits 2 having written nothing: if this command created the state directory
+    (and its GC-root folder) and then fails with an exit-2 error, both are removed again."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.existed = state.exists()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, t: Any, exc: BaseException | None, tb: Any) -> None:
+        from engine.errors import TraceError
+
+        if self.existed or not isinstance(exc, TraceError) or exc.exit_code != 2:
+            return
+        import shutil
+
+        from engine.cache import gcroot_folder
+
+        folder = gcroot_folder(self.state)
+        if folder.is_dir() and {p.name for p in folder.iterdir()} <= {".state-dir"}:
+            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(self.state, ignore_errors=True)
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("run", help="build a graph; unchanged steps are answered from the cache")
     p.add_argument("graph", type=Path, help="pipeline TOML file")
     add_state_args(p)
-    p.add_argument("-j", "--jobs", type=int, default=None, help="parallel builds (nix -j)")
+    p.add_argument(
+        "-j", "--jobs", type=positive_int, default=None, help="parallel builds (nix -j), >= 1"
+    )
     p.add_argument("--json", action="store_true", help="print the run result as JSON")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     p.add_argument(
@@ -64,6 +102,12 @@ def register(sub: Any) -> None:
     p.add_argument("graph", type=Path)
     add_state_args(p)
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--no-eval",
+        action="store_true",
+        help="do not evaluate the dirty steps with nix-instantiate (by default plan does, so a "
+        "graph that does not evaluate exits 2 with the step and template to blame)",
+    )
     p.set_defaults(handler=cmd_plan)
 
     p = sub.add_parser(
@@ -124,7 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         before: list[fastpath.Entry] | None = fastpath.stamp(graph.reads)
     except OSError:
         before = None
-    with Index(state, wait=args.wait) as index:
+    with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
         hasher.flush(index.db)
         with Progress(enabled=not args.quiet and not args.json) as progress:
             result = run_graph(graph, index, jobs=args.jobs, reporter=progress)
@@ -151,7 +195,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if r.log_tail:
                     print("  " + r.log_tail.replace("\n", "\n  "), file=sys.stderr)
             elif r.status == "skipped":
-                print(f"skipped {r.id}: a step it needs failed", file=sys.stderr)
+                why = (r.log_tail or "a step it needs failed").removeprefix("skipped: ")
+                print(f"skipped {r.id}: {why}", file=sys.stderr)
         for line in warnings(result):
             print(line, file=sys.stderr)
     return 0 if result.ok else 1
@@ -170,16 +215,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from engine.cache import Index
     from engine.graph import load_graph
     from engine.hashing import StatCache
-    from engine.run import plan, render_expression
+    from engine.nix import Nix
+    from engine.run import evaluate, plan, render_expression
 
     state = _state_dir(args)
     hasher = StatCache.read_only(state / "state.db")
     graph = load_graph(args.graph, root=_root(args), hasher=hasher)
-    with Index(state, wait=args.wait) as index:
+    with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
         hasher.flush(index.db)
         p, _ = plan(graph, index)
-        if p.dirty:  # a template that does not render is bad input, found before any build
+        if p.dirty and args.no_eval:  # a template that does not render is bad input
             render_expression(graph, p, p.dirty)
+        elif p.dirty:  # ... and so is a graph that does not evaluate
+            evaluate(graph, p, p.dirty, Nix(graph.nix), state, index)
     if args.json:
         print(
             json.dumps(

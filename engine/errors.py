@@ -2,7 +2,8 @@
 
 Every error says what went wrong, where (file, key, line when known) and what to do about it.
 The CLI maps each class to a documented exit code: 2 for bad input or usage, 1 for a failed step,
-3 for a busy state directory.
+3 for a busy state directory, 4 when Nix itself failed (not a step's build: interrupted, killed,
+out of disk, a bad option).
 """
 
 from __future__ import annotations
@@ -62,9 +63,10 @@ class BusyError(TraceError):
 
 
 class NixError(TraceError):
-    """The nix CLI failed in a way that is not a step's own build failure."""
+    """The nix CLI failed in a way that is not a step's own build failure (interrupted, killed,
+    out of disk space, not installed): exit 4, with what Nix said."""
 
-    exit_code = 1
+    exit_code = 4
 
 
 class StepFailed(TraceError):

@@ -22,6 +22,8 @@ from engine.errors import InputError
 from engine.hashing import StatCache, digest_bytes, tree_digest
 from engine.model import (
     FORBIDDEN_OPTIONS,
+    MAX_REPEAT,
+    MAX_STEPS,
     Graph,
     InputRef,
     Kind,
@@ -111,14 +113,19 @@ class _File:
 
 
 def _read_file(path: Path) -> _File:
+    if path.is_dir():
+        raise InputError(
+            "is a directory, not a pipeline file", file=path, hint="name the .toml file itself"
+        )
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise InputError("file not found", file=path, hint="check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", file=path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", file=path) from None
+    text = _decode(data, path)
     try:
-        data = tomli.loads(text)
+        raw = tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
         msg = str(exc.msg) if hasattr(exc, "msg") else str(exc)
         raise InputError(
@@ -127,25 +134,51 @@ def _read_file(path: Path) -> _File:
             line=getattr(exc, "lineno", None),
             hint="fix the TOML syntax at that line",
         ) from None
-    try:
-        spec = PipelineFile.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = [str(p) for p in err["loc"]]
-        # pydantic adds union member names to locations; keep only real keys
-        keys = [
-            p
-            for p in loc
-            if p not in {"str", "VarRef", "int", "function-after[_ids(), dict[str,KindSpec]]"}
-        ]
-        keys = [k for k in keys if not k.startswith("function-")]
-        hint = "see `trace schema` for the accepted keys and types"
-        if err["type"] == "extra_forbidden":
-            hint = f"remove or rename '{keys[-1]}'; " + hint
+    except RecursionError:
         raise InputError(
-            err["msg"], file=path, key=".".join(keys) or None, line=find_line(text, keys), hint=hint
+            "TOML nested too deeply to read",
+            file=path,
+            hint="pipeline files need only a few levels of tables and arrays; flatten it",
         ) from None
+    try:
+        spec = PipelineFile.model_validate(raw)
+    except ValidationError as exc:
+        raise _validation_error(exc, path, text, raw) from None
     return _File(path, text, spec)
+
+
+def _validation_error(exc: ValidationError, path: Path, text: str, raw: Any) -> InputError:
+    err = exc.errors()[0]
+    # pydantic adds union members and validators to locations; keep the keys the file has
+    keys: list[str] = []
+    cur: Any = raw
+    for part in err["loc"]:
+        if isinstance(cur, Mapping) and str(part) in cur:
+            keys.append(str(part))
+            cur = cur[str(part)]
+        elif isinstance(cur, list) and isinstance(part, int) and part < len(cur):
+            cur = cur[part]
+    hint = "see `trace schema` for the accepted keys and types"
+    line = find_line(text, keys)
+    msg = str(err["msg"])
+    if err["type"] == "extra_forbidden":
+        hint = f"remove or rename '{err['loc'][-1]}'; " + hint
+    elif err["type"] == "value_error" and keys in (["steps"], ["kinds"]):
+        m = re.search(r"'([^']*)' is not a valid name", msg)
+        if m:  # the line of the offending [steps.<name>] / [kinds.<name>] header
+            name = m.group(1)
+            keys.append(name)
+            for i, ln in enumerate(text.splitlines(), 1):
+                if name in ln and (ln.lstrip().startswith("[") or "=" in ln):
+                    line = i
+                    break
+        msg = msg.removeprefix("Value error, ")
+        hint = "rename it (step and kind names are used in ids, store names and keys)"
+    elif err["type"] in ("int_type", "bool_type", "string_type", "float_type"):
+        hint = (
+            f"write it as {err['type'].removesuffix('_type')} (no quotes around numbers); " + hint
+        )
+    return InputError(msg, file=path, key=".".join(keys) or None, line=line, hint=hint)
 
 
 def _load_files(entry: Path) -> list[_File]:
@@ -168,6 +201,14 @@ def _load_files(entry: Path) -> list[_File]:
         f = _read_file(path)
         for inc in f.spec.include:
             target = resolve_ref(inc, path.parent)
+            if target.is_dir():
+                raise InputError(
+                    f"included file '{inc}' is a directory ({target}), not a pipeline file",
+                    file=path,
+                    key="include",
+                    line=f.line("include"),
+                    hint="name the .toml file itself",
+                )
             if not target.is_file():
                 raise InputError(
                     f"included file '{inc}' does not exist",
@@ -279,6 +320,23 @@ def _check_type(value: Any, spec: ParamSpec) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+def _unrepresentable(value: Any) -> str | None:
+    """Why Nix cannot hold a (type-checked) param value exactly, or None."""
+    import math
+    import sys
+
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, str) and "\0" in v:
+            return "contains a NUL character, which Nix strings cannot hold"
+        if isinstance(v, float) and not math.isfinite(v):
+            return f"is {v}, which Nix numbers cannot be"
+        if isinstance(v, float) and v != 0 and abs(v) < sys.float_info.min:
+            return f"is the subnormal float {v!r}, which Nix cannot read"
+        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
+            return "does not fit Nix's 64-bit integers"
+    return None
+
+
 def _resolve_params(
     step_id: str, step: StepSpec, kind: Kind, kind_name: str, f: _File, r: _Resolver
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -317,6 +375,15 @@ def _resolve_params(
                 key=".".join(key),
                 line=f.line(*key) or f.line("steps", step_id),
                 hint=f"kind '{kind_name}' declares {name} as type '{spec.type}'",
+            )
+        bad = _unrepresentable(raw)
+        if bad:
+            raise InputError(
+                f"parameter '{name}' {bad}",
+                file=f.path,
+                key=".".join(key),
+                line=f.line(*key) or f.line("steps", step_id),
+                hint="pass a value Nix can hold exactly (builds must see the value as written)",
             )
         if spec.type == "path":
             ref = r.path(raw, f, *key)
@@ -373,10 +440,28 @@ def load_graph(
     """
     entry = entry.resolve()
     root = (root or Path.cwd()).resolve()
-    hasher = hasher or StatCache()
     files = _load_files(entry)
-    r = _Resolver(root, context or {}, hasher)
+    r = _Resolver(root, context or {}, hasher or StatCache())
+    kinds = _load_kinds(files)
+    specs = _collect_steps(files, kinds, entry)
+    expansions, repeated = _expand_repeats(specs, r)
+    nix, package_set = _resolve_nix(files, r)
+    steps = _build_steps(specs, kinds, expansions, repeated, r)
+    return Graph(
+        root=root,
+        entry=entry,
+        files=tuple(f.path for f in files),
+        kinds=kinds,
+        steps=steps,
+        order=_order(steps, specs),
+        nix=nix,
+        package_set=package_set,
+        variant=variant,
+        reads=_reads(files, kinds, r, package_set, nix.package_set_exclude),
+    )
 
+
+def _load_kinds(files: list[_File]) -> dict[str, Kind]:
     kinds: dict[str, Kind] = {}
     kind_files: dict[str, _File] = {}
     for f in files:
@@ -389,18 +474,6 @@ def load_graph(
                     line=f.line("kinds", name),
                     hint="rename one of them",
                 )
-            tpath = resolve_ref(ks.template, f.path.parent)
-            if not tpath.is_file():
-                raise InputError(
-                    f"template '{ks.template}' does not exist (looked for {tpath})",
-                    file=f.path,
-                    key=f"kinds.{name}.template",
-                    line=f.line("kinds", name, "template"),
-                    hint="create the template or fix the path (relative to this file)",
-                )
-            # Compiled (and syntax-checked) on first render, before anything is built: a
-            # changed template changes the key of every step that uses it.
-            text = tpath.read_text(encoding="utf-8")
             for pname, pspec in ks.params.items():
                 if pspec.default is not None and not _check_type(pspec.default, pspec):
                     raise InputError(
@@ -410,6 +483,7 @@ def load_graph(
                         line=f.line("kinds", name, "params", pname),
                         hint="fix the default or the declared type",
                     )
+            tpath, text = _read_template(ks.template, f, name)
             kinds[name] = Kind(
                 name=name,
                 template_path=tpath,
@@ -420,7 +494,51 @@ def load_graph(
                 source=f.path,
             )
             kind_files[name] = f
+    return kinds
 
+
+def _read_template(value: str, f: _File, kind: str) -> tuple[Path, str]:
+    """A kind's template text (compiled and linted on load, before anything is built: a changed
+    template changes the key of every step that uses it)."""
+    from engine.templatelint import lint_template
+
+    tpath = resolve_ref(value, f.path.parent)
+    where = {"file": f.path, "key": f"kinds.{kind}.template", "line": f.line("kinds", kind)}
+    if tpath.is_dir():
+        raise InputError(
+            f"template '{value}' is a directory ({tpath}), not a file",
+            hint="name the template file itself (e.g. templates/step.nix.j2)",
+            **where,  # type: ignore[arg-type]
+        )
+    if not tpath.is_file():
+        raise InputError(
+            f"template '{value}' does not exist (looked for {tpath})",
+            hint="create the template or fix the path (relative to this file)",
+            **where,  # type: ignore[arg-type]
+        )
+    text = _decode(tpath.read_bytes(), tpath)
+    lint_template(text, tpath)
+    return tpath, text
+
+
+def _decode(data: bytes, path: Path) -> str:
+    """UTF-8 text without a leading byte-order mark; bad bytes are an InputError with the line."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(
+            f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}",
+            file=path,
+            line=line,
+            hint="save the file as UTF-8",
+        ) from None
+    return text.removeprefix("\ufeff")
+
+
+def _collect_steps(
+    files: list[_File], kinds: dict[str, Kind], entry: Path
+) -> dict[str, tuple[StepSpec, _File]]:
     specs: dict[str, tuple[StepSpec, _File]] = {}
     for f in files:
         for sid, ss in f.spec.steps.items():
@@ -441,35 +559,70 @@ def load_graph(
                     hint=_suggest(ss.kind, list(kinds), "kind under [kinds.<name>]"),
                 )
             specs[sid] = (ss, f)
+    if not specs:
+        raise InputError(
+            "the graph has no steps (nothing to build)",
+            file=entry,
+            key="steps",
+            hint="declare at least one [steps.<id>] with a kind, here or in an included file",
+        )
+    return specs
 
-    # repeat expansion
+
+def _expand_repeats(
+    specs: dict[str, tuple[StepSpec, _File]], r: _Resolver
+) -> tuple[dict[str, tuple[str, ...]], set[str]]:
+    """step id -> the ids it expands to (id@1..id@N when `repeat` is set); the repeated ids."""
     expansions: dict[str, tuple[str, ...]] = {}
-    repeats: dict[str, int | None] = {}
+    repeated: set[str] = set()
+    total = 0
     for sid, (ss, f) in specs.items():
         rep: Any = ss.repeat
         if isinstance(rep, VarRef):
             rep = r.var(rep, f, "steps", sid, "repeat")
-        if not isinstance(rep, int) or isinstance(rep, bool) or rep < 1:
+        if not isinstance(rep, int) or isinstance(rep, bool) or not 1 <= rep <= MAX_REPEAT:
             raise InputError(
-                f"repeat must be a positive integer, got {rep!r}",
+                f"repeat must be an integer from 1 to {MAX_REPEAT}, got {rep!r}",
                 file=f.path,
                 key=f"steps.{sid}.repeat",
                 line=f.line("steps", sid, "repeat"),
-                hint="set repeat = 1 or more",
+                hint=f"set repeat = 1 .. {MAX_REPEAT}",
             )
-        explicit = "repeat" in ss.model_fields_set
-        repeats[sid] = rep if explicit else None
-        expansions[sid] = tuple(f"{sid}@{i}" for i in range(1, rep + 1)) if explicit else (sid,)
+        total += rep
+        if total > MAX_STEPS:
+            raise InputError(
+                f"the graph expands to more than {MAX_STEPS} steps",
+                file=f.path,
+                key=f"steps.{sid}.repeat",
+                line=f.line("steps", sid, "repeat") or f.line("steps", sid),
+                hint="split the graph or lower the repeats",
+            )
+        if "repeat" in ss.model_fields_set:
+            repeated.add(sid)
+            expansions[sid] = tuple(f"{sid}@{i}" for i in range(1, rep + 1))
+        else:
+            expansions[sid] = (sid,)
+    return expansions, repeated
 
-    package_set: InputRef | None = None
+
+def _resolve_nix(files: list[_File], r: _Resolver) -> tuple[NixSettings, InputRef | None]:
     nix = _merge_nix(files)
-    if nix.package_set is not None:
-        owner = next(f for f in reversed(files) if f.spec.nix and f.spec.nix.package_set)
-        ps = nix.package_set
-        value = r.var(ps, owner, "nix", "package_set") if isinstance(ps, VarRef) else ps
-        package_set = r.package_set(str(value), nix.package_set_exclude, owner)
-        nix = nix.model_copy(update={"package_set": str(package_set.path)})
+    if nix.package_set is None:
+        return nix, None
+    owner = next(f for f in reversed(files) if f.spec.nix and f.spec.nix.package_set)
+    ps = nix.package_set
+    value = r.var(ps, owner, "nix", "package_set") if isinstance(ps, VarRef) else ps
+    package_set = r.package_set(str(value), nix.package_set_exclude, owner)
+    return nix.model_copy(update={"package_set": str(package_set.path)}), package_set
 
+
+def _build_steps(
+    specs: dict[str, tuple[StepSpec, _File]],
+    kinds: dict[str, Kind],
+    expansions: dict[str, tuple[str, ...]],
+    repeated: set[str],
+    r: _Resolver,
+) -> dict[str, Step]:
     steps: dict[str, Step] = {}
     for sid, (ss, f) in specs.items():
         kind = kinds[ss.kind]
@@ -491,6 +644,7 @@ def load_graph(
             inputs[iname] = r.path(str(value), f, "steps", sid, "inputs", iname)
         needs_base = {n: expansions[n] for n in ss.needs}
         needs = tuple(x for n in ss.needs for x in expansions[n])
+        line = f.header_line("steps", sid)
         for idx, xid in enumerate(expansions[sid], 1):
             # model_construct: every field comes from validated models, so skip re-validation
             steps[xid] = Step.model_construct(
@@ -502,15 +656,18 @@ def load_graph(
                 inputs=inputs,
                 params=params,
                 path_params=key_params,
-                repeat_index=idx if repeats[sid] is not None else None,
+                repeat_index=idx if sid in repeated else None,
                 check=kind.check if ss.check is None else ss.check,
                 source=f.path,
-                line=f.header_line("steps", sid),
+                line=line,
             )
+    return steps
 
+
+def _order(steps: dict[str, Step], specs: dict[str, tuple[StepSpec, _File]]) -> tuple[str, ...]:
     sorter = graphlib.TopologicalSorter({s.id: s.needs for s in steps.values()})
     try:
-        order = tuple(sorter.static_order())
+        return tuple(sorter.static_order())
     except graphlib.CycleError as exc:
         cycle = [steps[c].base_id for c in exc.args[1]]
         first = specs[cycle[0]][1]
@@ -521,19 +678,6 @@ def load_graph(
             line=first.line("steps", cycle[0], "needs"),
             hint="a step cannot need itself, directly or through others; remove one of these needs",
         ) from None
-
-    return Graph(
-        root=root,
-        entry=entry,
-        files=tuple(f.path for f in files),
-        kinds=kinds,
-        steps=steps,
-        order=order,
-        nix=nix,
-        package_set=package_set,
-        variant=variant,
-        reads=_reads(files, kinds, r, package_set, nix.package_set_exclude),
-    )
 
 
 def _reads(

@@ -9,32 +9,43 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 ParamType = Literal["string", "int", "bool", "float", "path", "strings", "paths"]
 ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
+# Documented limits (README, "Pipeline files"): past them a file is refused, not half-loaded.
+MAX_REPEAT = 10_000
+MAX_STEPS = 1_000_000
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class VarRef(Strict):
+class FileModel(Strict):
+    """A model of what a file says: types are strict (`repeat = true` or `jobs = "2"` are
+    refused, not converted)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class VarRef(FileModel):
     """`{ var = "candidate.package" }`: a value from the run's context (e.g. a candidate)."""
 
     var: str = Field(description="Dotted name of a context value, e.g. candidate.patches.")
 
 
-class ParamSpec(Strict):
+class ParamSpec(FileModel):
     type: ParamType = Field(description="string, int, bool, float, path, strings or paths.")
     default: Any = Field(default=None, description="Value used when a step does not set it.")
     required: bool = Field(default=False, description="A step must set it (no default).")
     description: str = ""
 
 
-class KindSpec(Strict):
+class KindSpec(FileModel):
     template: str = Field(description="jinja2 template rendering a Nix expression (.nix.j2).")
     description: str = ""
     params: dict[str, ParamSpec] = Field(default_factory=dict)
@@ -44,7 +55,7 @@ class KindSpec(Strict):
     )
 
 
-class StepSpec(Strict):
+class StepSpec(FileModel):
     kind: str = Field(description="Name of a declared kind.")
     needs: list[str] = Field(default_factory=list, description="Ids of steps this one uses.")
     inputs: dict[str, str | VarRef] = Field(
@@ -52,15 +63,16 @@ class StepSpec(Strict):
         description="Files or trees the step reads, by name (path relative to this file).",
     )
     params: dict[str, Any] = Field(default_factory=dict)
-    repeat: int | VarRef = Field(
+    repeat: Annotated[int, Field(ge=1, le=MAX_REPEAT)] | VarRef = Field(
         default=1,
-        description="Run as N independent steps id@1..id@N (e.g. repeated reproducer runs).",
+        description=f"Run as N independent steps id@1..id@N (1 to {MAX_REPEAT}), e.g. repeated "
+        "reproducer runs.",
     )
     check: bool | None = Field(default=None, description="Override the kind's `check`.")
     description: str = ""
 
 
-class NixSettings(Strict):
+class NixSettings(FileModel):
     package_set: str | VarRef | None = Field(
         default=None,
         description="Directory (or .nix file) of the package set; templates get "
@@ -78,7 +90,9 @@ class NixSettings(Strict):
         description="Extra `--option`s (not the sandbox ones: trace always builds sandboxed; "
         "use extra_sandbox_paths for paths the sandbox needs).",
     )
-    jobs: int | None = Field(default=None, description="Parallel builds (`-j`).")
+    jobs: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="Parallel builds (`-j`), 1 or more; unset: one per core."
+    )
 
 
 # Settings a pipeline may not pass as `[nix] options`: verdicts come only from sandboxed builds,
@@ -106,7 +120,7 @@ FORBIDDEN_OPTIONS = frozenset(
 )
 
 
-class PipelineFile(Strict):
+class PipelineFile(FileModel):
     """One TOML file as written."""
 
     version: Literal[1] = 1

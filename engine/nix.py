@@ -2,6 +2,11 @@
 
 Every call adds the graph's Nix settings as `--option`s. Output parsing is limited to the few
 stable messages Nix prints for build starts, builder failures and `--check` differences.
+
+Store paths go to Nix on its command line in batches of at most ARGV_BUDGET bytes, so a graph of
+any size stays under the kernel's argument limit. `nix-store --realise` exits 100-107 when builds
+failed (the steps' own failures); any other non-zero status (bad options, interrupted, killed, out
+of disk) is Nix's own failure, reported by the caller as such with Nix's stderr.
 """
 
 from __future__ import annotations
@@ -22,6 +27,35 @@ _OUT = re.compile(r'^Derive\(\[\("out","(/nix/store/[^"]+)"')
 
 
 ENFORCED = ("--option", "sandbox", "true", "--option", "substituters", "")
+ARGV_BUDGET = 256 * 1024  # bytes of store paths per nix-store call (Linux allows ~2 MB in all)
+BUILD_FAILURE_CODES = range(100, 108)  # 100 + bits: 1 timeout, 2 hash mismatch, 4 --check differs
+
+
+def batches(paths: Sequence[str], budget: int | None = None) -> list[list[str]]:
+    """`paths` in order, cut into runs whose total length (with separators) fits the budget."""
+    budget = ARGV_BUDGET if budget is None else budget
+    out: list[list[str]] = []
+    size = 0
+    for p in paths:
+        if not out or size + len(p) + 1 > budget:
+            out.append([])
+            size = 0
+        out[-1].append(p)
+        size += len(p) + 1
+    return out
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """Log text safe for a terminal: control characters (ESC, NUL, CR, C1 ...) made visible."""
+
+    def visible(m: re.Match[str]) -> str:
+        c = ord(m.group(0))
+        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+    return _UNPRINTABLE.sub(visible, text)
 
 
 @dataclass
@@ -30,6 +64,22 @@ class RealiseReport:
     built: set[str] = field(default_factory=set)
     failed: set[str] = field(default_factory=set)
     stderr_tail: list[str] = field(default_factory=list)
+
+    @property
+    def nix_failed(self) -> bool:
+        """Nix itself failed (not only builds): bad options, interrupted, killed, out of disk."""
+        return self.returncode != 0 and self.returncode not in BUILD_FAILURE_CODES
+
+    def nix_error(self, what: str) -> NixError:
+        rc = self.returncode
+        how = f"was killed by signal {-rc}" if rc < 0 else f"failed with exit status {rc}"
+        tail = "\n    ".join(printable(ln) for ln in self.stderr_tail[-20:]) or "(no output)"
+        return NixError(
+            f"{what} {how}: Nix itself failed, not a step's build "
+            f"(interrupted, killed, out of disk space, or bad options). Nix said:\n    {tail}",
+            hint="fix what Nix reports (free disk space, [nix] options, -j) and run again; "
+            "steps already built are kept",
+        )
 
 
 def output_of(drv: str) -> str:
@@ -61,10 +111,14 @@ class Nix:
         return [*args, *ENFORCED]
 
     def _cmd(self, name: str):  # type: ignore[no-untyped-def]
+        import shutil
+
         from plumbum import local
 
+        # looked up on the PATH of now (plumbum's own environment is a copy made at import)
+        path = shutil.which(name)
         try:
-            return local[name]
+            return local[path or name]
         except Exception as exc:  # plumbum's CommandNotFound
             raise NixError(
                 f"'{name}' not found on PATH",
@@ -84,7 +138,28 @@ class Nix:
         on_event: Callable[[str, str], None] | None = None,
         check: bool = False,
     ) -> RealiseReport:
-        """Build (or `--check`) derivations in one invocation with --keep-going."""
+        """Build (or `--check`) derivations with --keep-going, in as few calls as argv allows.
+
+        Stops at the first call in which Nix itself failed (see RealiseReport.nix_failed)."""
+        report = RealiseReport(returncode=0)
+        for batch in batches(drvs):
+            part = self._realise(batch, on_event=on_event, check=check)
+            report.built |= part.built
+            report.failed |= part.failed
+            report.stderr_tail = part.stderr_tail
+            if part.returncode != 0 and (report.returncode == 0 or part.nix_failed):
+                report.returncode = part.returncode
+            if part.nix_failed:
+                break
+        return report
+
+    def _realise(
+        self,
+        drvs: Sequence[str],
+        *,
+        on_event: Callable[[str, str], None] | None = None,
+        check: bool = False,
+    ) -> RealiseReport:
         cmd = self._cmd("nix-store")
         args = ["--realise", *drvs, "--keep-going", *self.option_args()]
         # unset: one build per core (Nix's own default is a single build at a time)
@@ -116,20 +191,21 @@ class Nix:
 
     def invalid(self, paths: Sequence[str]) -> set[str]:
         """The paths that are not valid store paths (failed builds may leave unregistered dirs)."""
-        if not paths:
-            return set()
-        rc, out, err = self._cmd("nix-store").run(
-            ["--check-validity", "--print-invalid", *paths], retcode=None
-        )
-        if rc != 0:
-            raise NixError(f"nix-store --check-validity failed: {str(err).strip()}")
-        return set(str(out).split())
+        found: set[str] = set()
+        for batch in batches(paths):
+            rc, out, err = self._cmd("nix-store").run(
+                ["--check-validity", "--print-invalid", *batch], retcode=None
+            )
+            if rc != 0:
+                raise NixError(f"nix-store --check-validity failed: {printable(str(err).strip())}")
+            found |= set(str(out).split())
+        return found
 
     def read_log(self, drv: str, lines: int = 25) -> str:
         rc, out, _ = self._cmd("nix-store").run(["--read-log", drv], retcode=None)
         if rc != 0:
             return ""
-        return "\n".join(str(out).splitlines()[-lines:])
+        return printable("\n".join(str(out).splitlines()[-lines:]))
 
     def version(self) -> str:
         return str(self._cmd("nix").run(["--version"])[1]).strip()

@@ -68,5 +68,6 @@ class Progress:
             return
         if self._live is not None:
             self._live.update(self._table())
-        elif state not in ("queued", "cached"):
+        elif state not in ("queued", "cached", "failed", "skipped"):
+            # failed and skipped steps are reported once, with their log, when the run ends
             print(f"{state:>16}  {step_id}", file=sys.stderr, flush=True)

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from engine import __version__
 from engine.cache import CachedResult, Index
-from engine.errors import InputError
+from engine.errors import InputError, NixError
 from engine.hashing import digest_bytes, key_digest
 from engine.model import Graph, InputRef, Step
 from engine.render import NixExpr, nix_path, nix_string, render
@@ -355,17 +355,11 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
         return run
 
     nix = Nix(graph.nix, jobs)
-    text, owner = render_expression(graph, p, dirty)
-    expr_file = state_dir / "build" / f"{digest_bytes(text.encode())[:32]}.nix"
-    _write_atomic(expr_file, text)
-    index.prune_build_files(keep=KEEP_BUILD_FILES)  # the newest, for reading after a failure
     for sid in dirty:
         report(sid, "queued")
-    rc, drvs, err = nix.instantiate(expr_file)
+    _, drvs = evaluate(graph, p, dirty, nix, state_dir, index)
     run.evaluated = True
     run.nix_calls += 1
-    if rc != 0 or len(drvs) != len(dirty):
-        raise _eval_error(err, owner, graph, expr_file)
     drv_of = dict(zip(dirty, drvs, strict=True))
     step_of = {d: s for s, d in drv_of.items()}
     out_of = {s: output_of(d) for s, d in drv_of.items()}
@@ -377,10 +371,11 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
 
     rep = nix.realise([drv_of[s] for s in dirty], on_event=on_event)
     run.nix_calls += 1
+    if rep.nix_failed:  # whatever did build is kept in the store: the next run reuses it
+        raise rep.nix_error("nix-store --realise")
     built, failed_drvs = rep.built, rep.failed
     invalid = nix.invalid([out_of[s] for s in dirty])
 
-    new: list[CachedResult] = []
     failed_steps: set[str] = set()
     for sid in dirty:
         sp = p.steps[sid]
@@ -398,7 +393,7 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
             )
             report(sid, status)
         else:
-            upstream_failed = any(n in failed_steps for n in graph.steps[sid].needs)
+            upstream_failed = [n for n in graph.steps[sid].needs if n in failed_steps]
             if upstream_failed and drv not in failed_drvs:
                 res = StepResult(
                     id=sid,
@@ -406,7 +401,7 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
                     status="skipped",
                     drv=drv,
                     reasons=sp.reasons,
-                    log_tail="skipped: a step it needs failed",
+                    log_tail=f"skipped: needs {', '.join(upstream_failed)}, which did not build",
                 )
                 report(sid, "skipped")
             else:
@@ -429,6 +424,9 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
     if checks:
         rep = nix.realise([drv_of[s] for s in checks], check=True)
         run.nix_calls += 1
+        if rep.nix_failed:
+            index.record(new_results(results, dirty), last, p.graph)
+            raise rep.nix_error("nix-store --realise --check")
         # A failed --check that names no derivation (e.g. a rebuild that itself failed) proves
         # nothing reproducible: none of the checked steps counts as deterministic then.
         unexplained = rep.returncode != 0 and not rep.failed
@@ -436,6 +434,14 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
             results[sid].deterministic = drv_of[sid] not in rep.failed and not unexplained
             report(sid, "checked" if results[sid].deterministic else "nondeterministic")
 
+    index.record(new_results(results, dirty), last, p.graph)
+    run.steps = {sid: results[sid] for sid in p.order}
+    return run
+
+
+def new_results(results: dict[str, StepResult], dirty: list[str]) -> list[CachedResult]:
+    """The results of this run's builds worth caching (built or reused, with an output)."""
+    new: list[CachedResult] = []
     for sid in dirty:
         r = results[sid]
         if r.status in ("built", "reused") and r.out and r.drv:
@@ -449,33 +455,40 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
                     deterministic=r.deterministic,
                 )
             )
-    index.record(new, last, p.graph)
-    run.steps = {sid: results[sid] for sid in p.order}
-    return run
+    return new
 
 
-def _eval_error(err: str, owner: dict[int, str], graph: Graph, expr_file: Path) -> InputError:
-    import re
+def evaluate(
+    graph: Graph, p: Plan, dirty: list[str], nix: Any, state_dir: Path, index: Index | None = None
+) -> tuple[Path, list[str]]:
+    """Render the dirty steps into one file and instantiate it: (file, one .drv per step).
 
-    sid = None
-    for m in re.finditer(re.escape(str(expr_file)) + r":(\d+):", err):
-        sid = owner.get(int(m.group(1)))
-        if sid:
-            break
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    msg = "\n    ".join(lines[-12:]) if lines else "nix-instantiate failed"
-    if sid:
-        step = graph.steps[sid]
-        return InputError(
-            f"step '{sid}' does not evaluate:\n    {msg}",
-            file=step.source,
-            key=f"steps.{step.base_id}",
-            line=step.line,
-            hint=f"check its template {graph.kinds[step.kind].template_path} and params; "
-            f"the generated Nix is in {expr_file}",
-        )
-    return InputError(
-        f"the graph does not evaluate:\n    {msg}",
-        file=expr_file,
-        hint="check [nix] package_set and the templates",
+    An evaluation error is bad input (exit 2) blamed on a step and its template; a failure of Nix
+    itself is a NixError (exit 4)."""
+    from engine import blame
+
+    text, owner = render_expression(graph, p, dirty)
+    expr_file = state_dir / "build" / f"{digest_bytes(text.encode())[:32]}.nix"
+    _write_atomic(expr_file, text)
+    if index is not None:
+        index.prune_build_files(keep=KEEP_BUILD_FILES)  # the newest, to read after a failure
+    rc, drvs, err = nix.instantiate(expr_file)
+    if rc == 0 and len(drvs) == len(dirty):
+        return expr_file, drvs
+    failure = blame.nix_failure(rc, err, "nix-instantiate")
+    if failure is not None:
+        raise failure
+    if rc == 0:
+        raise NixError(f"nix-instantiate printed {len(drvs)} derivations for {len(dirty)} steps")
+
+    def run_file(path: Path) -> tuple[int, str]:
+        code, _, e = nix.instantiate(path)
+        return code, e
+
+    evaluator = blame.scratch_evaluator(
+        lambda prefix: render_expression(graph, p, prefix)[0], run_file, expr_file.parent
     )
+    starts: dict[str, int] = {}
+    for line, sid in owner.items():
+        starts[sid] = min(line, starts.get(sid, line))
+    raise blame.blame(graph, dirty, err, owner, starts, expr_file, evaluator)

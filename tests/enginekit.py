@@ -15,6 +15,7 @@ pkgs.runCommand {{ step.id | store_name }} {
   sleep = {{ params.sleep }};
   files = {{ inputs.values() | list }};
   upstream = {{ needs.values() | list }};
+  stepid = {{ step.id }};
 } ''
   mkdir $out
   sleep $sleep
@@ -22,7 +23,7 @@ pkgs.runCommand {{ step.id | store_name }} {
   for f in $files; do if [ -d $f ]; then ls $f >> $out/text; else cat $f >> $out/text; fi; done
   for u in $upstream; do cat $u/text >> $out/text; done
   {% if params.fail %}
-  echo "failing on purpose: {{ step.id }}" >&2
+  echo "failing on purpose: $stepid" >&2
   exit 7
   {% endif %}
 ''

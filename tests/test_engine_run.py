@@ -336,8 +336,8 @@ def test_gc_cli_forgets_deleted_graphs_and_sweeps_orphaned_state(
     import shutil
 
     shutil.rmtree(tmp_path / "q")
-    removed = sweep_orphans()
-    assert q_roots in removed and not q_roots.exists()
+    sweep_orphans()  # (another test session's sweep at exit may have removed it first)
+    assert not q_roots.exists()
     assert folder.exists() and folder.is_relative_to(GCROOTS_BASE)
 
 
