@@ -201,21 +201,21 @@ def _load_files(entry: Path) -> list[_File]:
         f = _read_file(path)
         for inc in f.spec.include:
             target = resolve_ref(inc, path.parent)
-            if target.is_dir():
-                raise InputError(
-                    f"included file '{inc}' is a directory ({target}), not a pipeline file",
-                    file=path,
-                    key="include",
-                    line=f.line("include"),
-                    hint="name the .toml file itself",
-                )
             if not target.is_file():
+                is_dir = target.is_dir()
                 raise InputError(
-                    f"included file '{inc}' does not exist",
+                    f"included file '{inc}' "
+                    + (
+                        f"is a directory ({target}), not a pipeline file"
+                        if is_dir
+                        else "does not exist"
+                    ),
                     file=path,
                     key="include",
                     line=f.line("include"),
-                    hint="fix the path (relative to this file)",
+                    hint="name the .toml file itself"
+                    if is_dir
+                    else "fix the path (relative to this file)",
                 )
             visit(target, (*stack, path))
         files.append(f)
