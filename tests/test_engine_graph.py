@@ -233,3 +233,15 @@ def test_nix_calls_end_with_the_enforced_settings() -> None:
     args = Nix(NixSettings(options={"cores": "1"}, extra_sandbox_paths=["/usr"])).option_args()
     assert args[:3] == ["--option", "cores", "1"]
     assert args[-6:] == ["--option", "sandbox", "true", "--option", "substituters", ""]
+
+
+def test_a_utf8_byte_order_mark_is_ignored(tmp_path: Path) -> None:
+    """Editors on Windows write one; it used to give "Invalid statement" (graph) or reach Nix
+    (template)."""
+    graph = make_project(tmp_path, '[steps.a]\nkind = "text"\n')
+    graph.write_bytes(b"\xef\xbb\xbf" + graph.read_bytes())
+    tmpl = tmp_path / "templates" / "text.nix.j2"
+    tmpl.write_bytes(b"\xef\xbb\xbf" + tmpl.read_bytes())
+    g = load_graph(graph, root=tmp_path)
+    assert list(g.steps) == ["a"]
+    assert not g.kinds["text"].template_text.startswith("\ufeff")
