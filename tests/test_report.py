@@ -270,18 +270,25 @@ def test_trace_graph_svg_and_html(capsys: pytest.CaptureFixture[str]) -> None:
 def test_accuracy_record_is_shown_when_the_bundle_has_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    accuracy = {"human_fix": "a1b2c3d", "verdict": "equivalent", "same_files": True}
-    entries = records(monkeypatch, extra=[json_entry("accuracy.json", "other", accuracy)])
+    accuracy = {
+        "schema": "trace.accuracy/v1",
+        "summary": "model passes, upstream passes; line overlap 0.5",
+        "human_fix": "a1b2c3d",
+        "diff": "--- upstream\n+++ model\n@@ -1 +1 @@\n-if (n > 15)\n+if (n >= 16)\n",
+    }
+    entries = records(monkeypatch, extra=[json_entry("agent/accuracy.json", "accuracy", accuracy)])
     bundle, identity = signed(tmp_path, entries)
     rc, page, _ = report(bundle, identity, tmp_path / "acc.html")
     assert rc == 0
-    assert 'data-section="accuracy"' in page and "equivalent" in page and "a1b2c3d" in page
+    assert 'data-section="accuracy"' in page and "a1b2c3d" in page
+    assert '<p id="accuracy-summary"><strong>model passes, upstream passes' in page
+    assert "+if (n &gt;= 16)" in page
     from engine.report.findings import write_findings
     from tests.test_bundle_verify import load_identity_policy, verify_bundle
 
     policy = load_identity_policy(identity)
     index = write_findings(tmp_path / "f", [bundle], lambda b: verify_bundle(b, policy))
-    assert "verdict: equivalent" in index.read_text()
+    assert "model passes, upstream passes; line overlap 0.5" in index.read_text()
 
 
 GARBAGE: dict[str, str] = {

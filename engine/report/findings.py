@@ -49,7 +49,9 @@ def _dict(v: Any) -> dict[str, Any]:
 def _accuracy(view_docs: Iterable[Any]) -> str:
     for doc in view_docs:
         d = _dict(doc)
-        for key in ("verdict", "summary", "score", "similarity"):
+        if "summary" in d:  # trace.accuracy/v1 (engine.roles.compare)
+            return str(d["summary"])
+        for key in ("verdict", "score", "similarity"):
             if key in d:
                 return f"{key}: {d[key]}"
         if d:

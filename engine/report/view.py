@@ -284,7 +284,11 @@ def build_view(b: LoadedBundle) -> ReportView:
                 id="accuracy",
                 title="Accuracy against the human fix",
                 links=links(*(a.path for a in accuracy)),
-                data={"docs": [(a, a.doc) for a in accuracy]},
+                data={
+                    "docs": [
+                        (a, a.doc, diff_rows(str(_dict(a.doc).get("diff") or ""))) for a in accuracy
+                    ]
+                },
             )
         )
     candidate = str(signing.get("candidate") or verify.get("candidate") or "unknown candidate")
