@@ -28,6 +28,7 @@ from engine.report.layout import layered
 from engine.signing.keys import keygen
 from tests.test_bundle_verify import fake, keyless_bundle  # noqa: F401  (fixtures)
 from tests.test_policy_signing import applied, gate
+from tests.test_policy_signing import gates_doc as base_gates
 
 SURVIVOR_DIFF = (
     "--- a/cparse.c\n+++ b/cparse.c\n@@ -3 +3 @@\n-#define KEY_MAX 64\n+#define KEY_MAX 65\n"
@@ -37,10 +38,7 @@ HOSTILE = '<script>document.title="pwned"</script><img src=x onerror="alert(1)">
 
 def wrong_fix_gates() -> dict[str, dict[str, Any]]:
     """The wrong fix's records: no mutant of its one changed constant is killed."""
-    docs = {
-        name: gate(name, score=1.0, details={"policy": applied(name)})
-        for name in ("scope", "coverage")
-    }
+    docs = base_gates()  # every gate the shipped policy requires, passing
     docs["mutation"] = gate(
         "mutation",
         passed=False,
@@ -57,10 +55,7 @@ def wrong_fix_gates() -> dict[str, dict[str, Any]]:
 
 
 def coverage_gates() -> dict[str, dict[str, Any]]:
-    docs = {
-        name: gate(name, score=score, details={"policy": applied(name)})
-        for name, score in (("scope", 1.0), ("mutation", 0.9))
-    }
+    docs = base_gates()
     docs["coverage"] = gate(
         "coverage",
         score=1.0,
