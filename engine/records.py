@@ -23,6 +23,15 @@ class Sanitizer(Record):
     kind: str = Field(description="e.g. heap-buffer-overflow")
 
 
+class Stdin(Record):
+    """What a target got on stdin (a file or a pipe), as the harness recorded it."""
+
+    complete: bool = Field(description="false: more than 64 KiB, or never reached EOF")
+    size: int | None = None
+    sha256: str | None = None
+    b64: str | None = Field(default=None, description="the bytes, base64")
+
+
 class Invocation(Record):
     """One call of the package's own program, or one python process that ran the package's
     modules, as trace's harness saw it end: the target ran it, not the reproducer's account."""
@@ -43,6 +52,9 @@ class Invocation(Record):
     )
     stdout_tail: str = ""
     stderr_tail: str = ""
+    stdin: Stdin | None = Field(
+        default=None, description="stdin as the target got it, when a file or a pipe"
+    )
     ended: Literal["killed-by-harness", "timed-out", "broken-pipe"] | None = Field(
         default=None,
         description="None: the target ended on its own. killed-by-harness: still running when "

@@ -16,11 +16,13 @@ CANDIDATES = FORK / "trace" / "candidates"
 PIPELINE = REPO / "tests" / "fixtures" / "gates" / "pipeline.toml"
 
 
-def run_candidate(name: str, state: Path) -> RunResult:
-    """The fixture fork's candidate `name` through the verify pipeline and every gate (the
-    shipped signing policy's thresholds)."""
-    cand = load_candidate(CANDIDATES / name / "candidate.toml")
-    graph = load_graph(PIPELINE, root=REPO, context=verify_context(cand, FORK))
+def run_candidate(name: str | Path, state: Path) -> RunResult:
+    """The fixture fork's candidate `name` (or the candidate file at a path, anywhere) through
+    the verify pipeline and every gate (the shipped signing policy's thresholds)."""
+    path = name if isinstance(name, Path) else CANDIDATES / name / "candidate.toml"
+    cand = load_candidate(path)
+    root = REPO if path.is_relative_to(REPO) else Path("/")  # inputs outside the repo
+    graph = load_graph(PIPELINE, root=root, context=verify_context(cand, FORK))
     return run_graph(graph, state)
 
 

@@ -9,11 +9,12 @@ run builds nothing: the variants are derivations.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.gatekit import outcome, run_candidate
+from tests.gatekit import CANDIDATES, outcome, run_candidate
 
 ASAN = {"tool": "AddressSanitizer", "kind": "heap-buffer-overflow"}
 
@@ -70,3 +71,22 @@ def test_the_wrong_constant_fix_is_also_denied_by_its_variants(state: Path) -> N
     assert gate["reasons"] == ["variant-still-fails"]
     lengths = sorted(r["description"].rsplit(" ", 2)[-2] for r in gate["details"]["still_failing"])
     assert lengths == ["104", "80"]  # keys past the new 64-byte buffer, none below it
+
+
+def test_a_poc_on_stdin_is_varied_through_stdin(state: Path, tmp_path: Path) -> None:
+    """The harness records the target's stdin (here a file); the variants vary it and feed
+    each variant's bytes on stdin again."""
+    cand = tmp_path / "cand"
+    shutil.copytree(CANDIDATES / "cparse-poc-special-case", cand)
+    (cand / "repro.sh").write_text('"$TARGET/bin/cparse" /dev/stdin < long-key.conf\n')
+    result = run_candidate(cand / "candidate.toml", state)
+    pre = outcome(result, "pre-fix-run@1")["invocations"][0]
+    assert pre["stdin"]["complete"] and pre["stdin"]["size"] == 57
+    gate = outcome(result, "gate-variants")
+    assert gate["reasons"] == ["variant-still-fails"]
+    assert gate["details"]["poc"]["invocations"][0]["stdin"] is True
+    first = gate["details"]["still_failing"][0]
+    assert first["description"].startswith("stdin:0: run of b'k' at 10: 40 -> 41 bytes")
+    step = result.steps[f"variant-post@{first['index']}"]
+    script = (Path(step.out) / "variant" / "repro.sh").read_text().splitlines()[-1]
+    assert script == "\"$TARGET/bin/cparse\" '/dev/stdin' < stdin-0.bin"

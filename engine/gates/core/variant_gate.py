@@ -55,10 +55,12 @@ def budget_and_seed(policy: dict[str, Any]) -> tuple[int, int]:
 
 
 def poc_invocations(record: dict[str, Any]) -> list[Invocation]:
-    """The PoC's target invocations as the harness recorded them (stdin when it was)."""
+    """The PoC's target invocations as the harness recorded them: target, arguments, and
+    stdin when the harness recorded it whole (a file or a pipe up to 64 KiB)."""
     out = []
     for inv in record.get("invocations") or []:
-        raw = inv.get("stdin_b64")
+        rec = inv.get("stdin") if isinstance(inv.get("stdin"), dict) else {}
+        raw = rec.get("b64") if rec.get("complete") else None
         stdin = base64.b64decode(raw) if isinstance(raw, str) and raw else None
         out.append(
             Invocation(

@@ -7,6 +7,7 @@ ignore what they do not know); `engine/records.py` `Invocation` types it engine-
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -14,6 +15,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -25,6 +27,81 @@ from capture import COLLECT_GRACE, INVOCATION_TAIL_CHARS, Capture, normalise, si
 SANITIZER_RE = re.compile(r"ERROR: (\w+Sanitizer): ([A-Za-z][\w-]*)")
 AUDIT_VAR = "TRACE_TARGET_LOG"
 DROPPED_ENV = ("LD_", "PYTHON", "DYLD_")
+STDIN_CAP = 1 << 16  # stdin bytes a record holds (the PoC's input, for the variants gate)
+
+
+class Stdin:
+    """What a target got on stdin, for the record. A regular file (`< file`) is read with
+    pread: the target gets the very descriptor, its offset untouched. A pipe is copied through
+    a pipe of the harness; once the target stops reading, the rest is still drained (up to
+    STDIN_CAP, then the writer's end is closed as a real pipe's would be), so what is recorded
+    does not depend on when the target exited. A terminal or /dev/null passes through
+    unrecorded. Past STDIN_CAP bytes only `complete: false` is recorded (no partial bytes)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd  # what the target gets
+        self.data: bytes | None = None
+        self.over = False
+        self.thread: threading.Thread | None = None
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            with contextlib.suppress(OSError):
+                self.data = os.pread(fd, STDIN_CAP + 1, os.lseek(fd, 0, os.SEEK_CUR))
+                self.over = len(self.data) > STDIN_CAP
+        elif stat.S_ISFIFO(mode):
+            r, w = os.pipe()
+            self.fd = r
+            self.thread = threading.Thread(target=self._copy, args=(os.dup(fd), w), daemon=True)
+
+    def _copy(self, src: int, dest: int | None) -> None:
+        kept: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                chunk = os.read(src, 65536)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size <= STDIN_CAP:
+                    kept.append(chunk)
+                view = memoryview(chunk)
+                try:
+                    while dest is not None and view:
+                        view = view[os.write(dest, view) :]
+                except OSError:  # the target stopped reading: drain what is left, up to the cap
+                    os.close(dest)
+                    dest = None
+                if dest is None and size > STDIN_CAP:
+                    break
+        except OSError:
+            pass
+        finally:
+            os.close(src)
+            if dest is not None:
+                os.close(dest)
+        self.over = size > STDIN_CAP
+        self.data = b"".join(kept)
+
+    def start(self) -> None:
+        if self.thread is not None:
+            self.thread.start()
+            os.close(self.fd)  # the target holds its own copy now
+
+    def record(self) -> dict[str, Any] | None:
+        if self.thread is not None:
+            self.thread.join(COLLECT_GRACE)
+            if self.thread.is_alive():
+                return {"complete": False, "size": None, "sha256": None, "b64": None}
+        if self.data is None:
+            return None
+        if self.over:
+            return {"complete": False, "size": None, "sha256": None, "b64": None}
+        return {
+            "complete": True,
+            "size": len(self.data),
+            "sha256": hashlib.sha256(self.data).hexdigest(),
+            "b64": base64.b64encode(self.data).decode(),
+        }
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes:
@@ -105,12 +182,13 @@ class Harness:
             log = os.path.join(self.private, f"audit-{seq}.jsonl")
             out, err = Capture(), Capture()
             broken = threading.Event()
+            stdin = Stdin(fds[0])
             proc = subprocess.Popen(
                 [str(req["argv0"]), *[str(a) for a in req["args"]]],
                 executable=real,
                 cwd=str(req["cwd"]),
                 env=self._env({str(k): str(v) for k, v in req["env"].items()}, log),
-                stdin=fds[0],
+                stdin=stdin.fd,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
@@ -134,6 +212,7 @@ class Harness:
             ]
             proc.stdout.close()
             proc.stderr.close()
+            stdin.start()
             for t in tees:
                 t.start()
             rc = proc.wait()
@@ -158,6 +237,7 @@ class Harness:
                     "opened": opened,
                     "stdout": out.value(),
                     "stderr": err.value(),
+                    "stdin": stdin.record(),
                 }
                 with self.lock:
                     self.entries.append((seq, entry))
