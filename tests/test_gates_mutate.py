@@ -77,6 +77,7 @@ def test_fixture_fixes_have_exactly_these_mutants() -> None:
         ("m001", 15, "relational '>=' -> '>'"),
         ("m002", 15, "negate if condition"),
         ("m003", 17, "constant 0 -> 1"),
+        ("m004", 17, "remove early return"),  # the guard's return: falls through to the overflow
     ]
     assert [d for _, _, d in ids("pager-last-page")] == [
         "arithmetic '+' -> '-'",
@@ -92,7 +93,7 @@ def test_generation_is_deterministic_and_patches_differ_in_one_line() -> None:
     text = (ROOT / "gates" / "cparse-ptr" / "fix.patch").read_text()
     first, second = generate([text]), generate([text])
     assert first == second
-    assert [m.id for m in first] == ["m001", "m002", "m003", "m004"]
+    assert [m.id for m in first] == ["m001", "m002", "m003", "m004", "m005"]
     for m in first:
         (mutated,) = m.patches
         changed = [
@@ -106,7 +107,7 @@ def test_series_mutants_replace_only_their_own_patch() -> None:
     a = (ROOT / "gates" / "cparse-fix.patch").read_text()
     b = (ROOT / "gates" / "pager-fix.patch").read_text()
     mutants = generate([a, b])
-    assert [m.patch_index for m in mutants] == [0] * 5 + [1] * 6
+    assert [m.patch_index for m in mutants] == [0] * 6 + [1] * 6
     assert all(m.patches[1 - m.patch_index] == (b, a)[m.patch_index] for m in mutants)
 
 
@@ -136,3 +137,59 @@ def test_trace_mutants_lists_what_the_gate_builds(capsys: pytest.CaptureFixture[
     ]
     assert main(["mutants", str(cand)]) == 0
     assert capsys.readouterr().out.endswith("2 mutant(s) of TRACE-2026-0001-cparse-wrong-fix\n")
+
+
+def _mutants(path: str, old: list[str], new: list[str]) -> list[tuple[str, str, str | None]]:
+    """Mutants of a one-hunk patch that adds `new` after the context `old`."""
+    body = "".join(f" {ln}\n" for ln in old) + "".join(f"+{ln}\n" for ln in new)
+    head = f"--- a/{path}\n+++ b/{path}\n@@ -1,{len(old)} +1,{len(old) + len(new)} @@\n"
+    return [(m.operator, m.mutated.strip(), m.effect) for m in generate([head + body])]
+
+
+def test_docstring_and_block_comment_lines_are_never_mutated() -> None:
+    # issue 10: four of a real fix's ten mutants replaced docstring lines with `pass`
+    py = _mutants(
+        "pkg/x.py",
+        ["def f(a):"],
+        [
+            '    """Return a + 1 when a < 2.',
+            "    The rest - of the doc, x = 3",
+            '    """',
+            "    return a",
+        ],
+    )
+    assert py == [("return", "return None", None)]
+    c = _mutants(
+        "x.c", ["int f(int a) {"], ["    /* a < 2", "       b = a + 1; */", "    return a;"]
+    )
+    assert c == [("return", "return 0;", None)]
+
+
+def test_boundary_operators_drop_clauses_and_early_returns() -> None:
+    got = _mutants(
+        "x.c",
+        ["int f(const char *s, int n) {"],
+        ["    if (n > 0 && s[0] == 'x')", "        return 1;"],
+    )
+    ops = [(op, text) for op, text, _ in got]
+    assert ("relational", "if (n >= 0 && s[0] == 'x')") in ops
+    assert ("clause", "if (s[0] == 'x')") in ops
+    assert ("clause", "if (n > 0)") in ops
+    assert ("early-return", ";") in ops
+    py = [(op, t) for op, t, _ in _mutants("m.py", ["def f(a, b):"], ["    if a and b or a > 2:"])]
+    assert [t for op, t in py if op == "clause"] == [
+        "if b or a > 2:",
+        "if a or a > 2:",
+        "if a and b:",
+    ]
+
+
+def test_only_raising_an_allocation_size_is_marked_over_allocates() -> None:
+    got = _mutants("x.c", ["void f(size_t n) {"], ["    char *k = malloc(n + 1);"])
+    assert got == [
+        ("arithmetic", "char *k = malloc(n - 1);", None),
+        ("constant", "char *k = malloc(n + 2);", "over-allocates"),
+        ("constant", "char *k = malloc(n + 0);", None),
+    ]
+    # the same constant outside an allocation is an ordinary mutant
+    assert {e for _, _, e in _mutants("x.c", ["void f(int n) {"], ["    g(n + 1);"])} == {None}

@@ -29,17 +29,37 @@ def policy(min_score: float | None) -> str:
     return json.dumps({"name": "test-signing", "version": "1.0", "thresholds": thresholds})
 
 
-def run_record(**kw: Any) -> dict[str, Any]:
-    return {"schema": "trace.run/v1", "side": "post", "run": 1, "target_ran": True, **kw}
+JUDGE = str(REPO / "templates" / "verify" / "gate.py")
 
 
-def mutant_dirs(tmp: Path, patch: Path, records: list[dict[str, Any]]) -> list[str]:
-    """What the mutant-run steps leave behind: mutant.json (from the real writer) + a record."""
+def run_record(exit_code: int | None = 0, script: int = 0, **kw: Any) -> dict[str, Any]:
+    """A run whose one target invocation ended with `exit_code` (and `kw`: signal, sanitizer),
+    while the reproducer script itself exited `script`."""
+    inv = {"target": "bin/cparse", "exit_code": exit_code, "signal": None, "sanitizer": None}
+    inv.update(kw)
+    return {
+        "schema": "trace.run/v1",
+        "side": "post",
+        "run": 1,
+        "build": "ok",
+        "target_ran": True,
+        "invocations": [inv],
+        "exit_code": script,
+    }
+
+
+def mutant_dirs(
+    tmp: Path, patch: Path, records: list[dict[str, Any]], checks: list[str] | None = None
+) -> list[str]:
+    """What the mutant-run steps leave behind: mutant.json (from the real writer), check.json
+    (what equiv.check_mutant said: `run` unless given) and a run record."""
     dirs = []
     for i, rec in enumerate(records, 1):
         d = tmp / f"m{i}"
         write_mutant({"patches": [str(patch)], "index": i}, str(d))
         (d / "outcome.json").write_text(json.dumps(rec))
+        status = checks[i - 1] if checks else "run"
+        (d / "check.json").write_text(json.dumps({"status": status, "why": f"test: {status}"}))
         dirs.append(str(d))
     return dirs
 
@@ -53,7 +73,7 @@ def post_dir(tmp: Path, rec: dict[str, Any]) -> str:
 
 def test_mutation_counts_score_and_survivors(tmp_path: Path) -> None:
     runs = [
-        run_record(exit_code=0),  # m001 survives
+        run_record(0),  # m001 survives
         {
             "schema": "trace.run/v1",
             "side": "post",
@@ -61,50 +81,111 @@ def test_mutation_counts_score_and_survivors(tmp_path: Path) -> None:
             "build": "failed",
             "target_ran": False,
         },
-        run_record(exit_code=1, sanitizer={"tool": "AddressSanitizer", "kind": "x"}),  # killed
-        run_record(exit_code=None, signal="SIGKILL"),  # a timeout kills too
+        run_record(1, sanitizer={"tool": "AddressSanitizer", "kind": "x"}),  # killed
+        run_record(None, signal="SIGKILL"),  # the target killed by a signal: killed
+        run_record(1),  # the target's own exit 1: killed
     ]
     cfg = {
         "patches": [str(PTR)],
         "policy": policy(0.7),
         "mutant_runs": mutant_dirs(tmp_path, PTR, runs),
-        "post_runs": [post_dir(tmp_path, run_record(exit_code=0))],
+        "post_runs": [post_dir(tmp_path, run_record(0))],
+        "judge": JUDGE,
     }
     rec = mutation_gate(cfg)
     GateRecord.model_validate(rec)
     d = rec["details"]
-    assert (d["killed"], d["survived"], d["did_not_build"]) == (2, 1, 1)
-    assert rec["score"] == 0.666667
-    assert (rec["passed"], rec["reasons"]) == (False, ["mutation-score-below-threshold"])
+    assert (d["killed"], d["survived"], d["stillborn"]) == (3, 1, 1)
+    assert rec["score"] == 0.75
     assert [s["id"] for s in d["survivors"]] == ["m001"]
     assert "+    if ((size_t)(eq - line) > KEY_MAX)" in d["survivors"][0]["diff"]
-    assert mutation_gate({**cfg, "policy": policy(0.6)})["passed"] is True
+    # the survivor's diff is in the summary the verify table shows
+    assert "survivor m001" in d["summary"] and "> KEY_MAX)" in d["summary"]
+    assert (rec["passed"], rec["reasons"]) == (True, [])
+    strict = mutation_gate({**cfg, "policy": policy(0.8)})
+    assert (strict["passed"], strict["reasons"]) == (False, ["mutation-score-below-threshold"])
+
+
+def test_the_reproducer_scripts_own_exit_kills_no_mutant(tmp_path: Path) -> None:
+    """Issue 10: the mutation gate judged the reproducer script's exit while the expectation
+    gate judged the targets. A script that exits 1 while every target exited 0 kills nothing;
+    a target that fails kills even when the script exits 0."""
+    runs = [run_record(0, script=1)] * 4 + [run_record(1, script=0)]
+    cfg = {
+        "patches": [str(PTR)],
+        "policy": policy(0.5),
+        "mutant_runs": mutant_dirs(tmp_path, PTR, runs),
+        "post_runs": [post_dir(tmp_path, run_record(0))],
+        "judge": JUDGE,
+    }
+    d = mutation_gate(cfg)["details"]
+    assert [r["status"] for r in d["results"]] == ["survived"] * 4 + ["killed"]
+
+
+def test_stillborn_equivalent_not_code_and_unobservable_count_nowhere(tmp_path: Path) -> None:
+    patch = tmp_path / "alloc.patch"
+    patch.write_text(
+        "--- a/x.c\n+++ b/x.c\n@@ -1,1 +1,2 @@\n int f(size_t n) {\n+    char *k = malloc(n + 1);\n"
+    )
+    # m001 n - 1 (killed), m002 n + 2 (over-allocates: survives), m003 n + 0 (killed)
+    runs = [run_record(1), run_record(0), run_record(1)]
+    cfg = {
+        "patches": [str(patch)],
+        "policy": policy(0.8),
+        "mutant_runs": mutant_dirs(tmp_path, patch, runs),
+        "post_runs": [post_dir(tmp_path, run_record(0))],
+        "judge": JUDGE,
+    }
+    rec = mutation_gate(cfg)
+    d = rec["details"]
+    assert [r["status"] for r in d["results"]] == ["killed", "unobservable", "killed"]
+    assert (rec["score"], rec["passed"], d["survivors"]) == (1.0, True, [])
+    assert [u["id"] for u in d["unobservable"]] == ["m002"]
+    # the same runs with the check saying stillborn / equivalent / not-code
+    for status in ("stillborn", "equivalent", "not-code"):
+        other = tmp_path / status
+        other.mkdir()
+        dirs = mutant_dirs(other, patch, runs, [status, "run", "run"])
+        r = mutation_gate({**cfg, "mutant_runs": dirs})
+        assert r["details"]["results"][0]["status"] == status
+        assert (r["details"]["killed"], r["score"]) == (1, 1.0)
+    # nothing left to judge: not measurable, and the record says why
+    none = tmp_path / "none"
+    none.mkdir()
+    dirs = mutant_dirs(none, patch, runs, ["equivalent", "run", "stillborn"])
+    r = mutation_gate({**cfg, "mutant_runs": dirs})
+    assert (r["measurable"], r["reasons"]) == (False, ["mutation-not-measurable"])
+    assert r["details"]["rules"] == ["mutation.none-judged"]
+    assert "no mutant could be judged" in r["details"]["summary"]
 
 
 def test_mutation_is_not_measurable_when_the_post_fix_fails(tmp_path: Path) -> None:
     cfg = {
         "patches": [str(PTR)],
         "policy": policy(0.5),
-        "mutant_runs": mutant_dirs(tmp_path, PTR, [run_record(exit_code=1)] * 4),
-        "post_runs": [post_dir(tmp_path, run_record(exit_code=1))],
+        "mutant_runs": mutant_dirs(tmp_path, PTR, [run_record(1)] * 5),
+        "post_runs": [post_dir(tmp_path, run_record(1))],
+        "judge": JUDGE,
     }
     rec = mutation_gate(cfg)
     assert (rec["passed"], rec["measurable"], rec["score"]) == (False, False, None)
     assert rec["reasons"] == ["mutation-not-measurable"]
     assert rec["details"]["rules"] == ["mutation.post-fix-fails"]
+    assert "already fails" in rec["details"]["summary"]
 
 
 def test_mutation_rejects_runs_that_do_not_match_the_patch(tmp_path: Path) -> None:
     cfg = {
         "patches": [str(PTR)],
         "policy": policy(0.5),
-        "mutant_runs": mutant_dirs(tmp_path, PTR, [run_record(exit_code=1)] * 3),  # one missing
-        "post_runs": [post_dir(tmp_path, run_record(exit_code=0))],
+        "mutant_runs": mutant_dirs(tmp_path, PTR, [run_record(1)] * 4),  # one missing
+        "post_runs": [post_dir(tmp_path, run_record(0))],
+        "judge": JUDGE,
     }
     try:
         mutation_gate(cfg)
     except ValueError as exc:
-        assert "m004" in str(exc)
+        assert "m005" in str(exc)
     else:
         raise AssertionError("a missing mutant run must not be scored")
 
@@ -194,15 +275,16 @@ def test_sandbox_code_imports_only_the_standard_library() -> None:
 
 
 def test_gates_apply_the_policy_they_are_given_and_say_so(tmp_path: Path) -> None:
-    runs = [run_record(exit_code=0)] * 2 + [run_record(exit_code=1)] * 2  # score 0.5
+    runs = [run_record(0)] * 2 + [run_record(1)] * 2 + [run_record(0)]  # score 0.4
     cfg = {
         "patches": [str(PTR)],
         "policy": policy(0.8),
         "mutant_runs": mutant_dirs(tmp_path, PTR, runs),
-        "post_runs": [post_dir(tmp_path, run_record(exit_code=0))],
+        "post_runs": [post_dir(tmp_path, run_record(0))],
+        "judge": JUDGE,
     }
     strict = mutation_gate(cfg)
-    assert (strict["score"], strict["passed"]) == (0.5, False)
+    assert (strict["score"], strict["passed"]) == (0.4, False)
     assert strict["details"]["policy"] == {
         "name": "test-signing",
         "version": "1.0",
@@ -210,7 +292,7 @@ def test_gates_apply_the_policy_they_are_given_and_say_so(tmp_path: Path) -> Non
     }
     # a policy without min_score sets no threshold: the same runs pass, the score stays
     lenient = mutation_gate({**cfg, "policy": policy(None)})
-    assert (lenient["score"], lenient["passed"], lenient["reasons"]) == (0.5, True, [])
+    assert (lenient["score"], lenient["passed"], lenient["reasons"]) == (0.4, True, [])
     assert lenient["details"]["policy"]["thresholds"] == {}
     # a gate that is not told its policy refuses to judge
     try:

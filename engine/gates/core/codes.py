@@ -80,6 +80,13 @@ RULES: dict[str, tuple[str, str, str]] = {
         "the patch deletes a test (a test file or test function)",
         "keep the test",
     ),
+    "scope.fix-matches-poc-literal": (
+        "fix-matches-poc-literal",
+        "the patch compares against a literal lifted from the reproducer or its data (the PoC's "
+        "string, its exact length): it may recognise the PoC instead of fixing the bug",
+        "fix the faulty code for every input; a reviewer who confirms the comparison is "
+        "legitimate may waive this reason for this candidate",
+    ),
     # mutation testing
     "mutation.score-below-threshold": (
         "mutation-score-below-threshold",
@@ -88,13 +95,19 @@ RULES: dict[str, tuple[str, str, str]] = {
     ),
     "mutation.no-mutants": (
         "mutation-not-measurable",
-        "no mutant could be made of the patch's added lines (not measurable)",
+        "no mutant generated: the patch adds no mutable code line (not measurable)",
         "review the patch by hand; the mutation gate cannot judge it",
     ),
     "mutation.none-built": (
         "mutation-not-measurable",
-        "no mutant built, so no mutant could be judged (not measurable)",
+        "no mutant built: every mutant was stillborn (did not apply, compile or import)",
         "check that the post-fix build works; the mutation gate cannot judge it",
+    ),
+    "mutation.none-judged": (
+        "mutation-not-measurable",
+        "no mutant could be judged: every built mutant was equivalent to the fix (TCE), "
+        "changed no code, or is unobservable (only over-allocates)",
+        "review the patch by hand; its mutants say nothing about the reproducer",
     ),
     "mutation.post-fix-fails": (
         "mutation-not-measurable",
@@ -114,9 +127,16 @@ RULES: dict[str, tuple[str, str, str]] = {
     ),
     "coverage.file-not-measured": (
         "coverage-not-measurable",
-        "a changed file with executable changed lines reported no coverage: its lines are "
-        "unknown, so the share is not measurable (not a pass)",
+        "a changed file with executable changed lines matched no file the coverage data "
+        "reports: its lines are unknown, so the share is not measurable (not a pass)",
         "build that file with coverage (is it compiled/installed and run?), or review it by hand",
+    ),
+    "coverage.path-not-mapped": (
+        "coverage-not-measurable",
+        "a changed file could not be matched to any file the build installed, by path or by "
+        "content, so its lines are unknown (not a pass)",
+        "check where the package installs that file (src/ layout, site-packages, build "
+        "directory); the gate record lists the files coverage reported",
     ),
     "coverage.no-executable-lines": (
         "coverage-not-measurable",

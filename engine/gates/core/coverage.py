@@ -33,8 +33,9 @@ from types import CodeType, ModuleType
 from typing import Any
 
 from .applied import applied_policy, threshold
-from .codes import CODES, code_of
+from .codes import CODES, RULES, code_of
 from .diff import parse_series
+from .landing import landed, load_landing
 from .lang import Lang, code_only, is_test_path, language
 
 # Appended to the harness's sitecustomize (a str.format template: braces doubled).
@@ -125,16 +126,48 @@ def python_executable_lines(source: str, filename: str = "<patched>") -> set[int
 
 
 def match_path(patch_path: str, candidates: list[str]) -> str | None:
-    """The coverage path that names the patch's file: equal, or one is a path suffix of the
-    other (installed `lib/python/pager/__init__.py` vs source `pager/__init__.py`); the longest
-    common suffix wins, ties by name."""
-    best: tuple[int, str] | None = None
+    """The coverage path that names the patch's file: equal, or the one sharing the longest
+    path suffix with it (at least the file name: installed `lib/python3.12/site-packages/pager/
+    __init__.py` for the source `src/pager/__init__.py`); a tie between several is no match
+    (two `__init__.py` are not told apart by name: `find_by_content` tells them apart)."""
+    if patch_path in candidates:
+        return patch_path
+    want = patch_path.split("/")
+    best: list[str] = []
+    best_len = 0
     for c in candidates:
-        if c == patch_path or c.endswith("/" + patch_path) or patch_path.endswith("/" + c):
-            score = min(len(c), len(patch_path))
-            if best is None or (score, c) > best:
-                best = (score, c)
-    return best[1] if best else None
+        have = c.split("/")
+        n = 0
+        while n < min(len(want), len(have)) and want[-1 - n] == have[-1 - n]:
+            n += 1
+        if n > best_len:
+            best, best_len = [c], n
+        elif n == best_len and n:
+            best.append(c)
+    return best[0] if len(best) == 1 else None
+
+
+def find_by_content(patched: str, root: str, names: list[str]) -> str | None:
+    """The file under `root` (relative paths `names`) whose bytes equal the patched source
+    file `patched` (the patched-source step's copy): how a renamed or relocated install is
+    found. The same name first; then any file of the same extension."""
+    try:
+        with open(patched, "rb") as fh:
+            want = fh.read()
+    except OSError:
+        return None
+    base = os.path.basename(patched)
+    ext = os.path.splitext(base)[1]
+    ordered = [n for n in names if os.path.basename(n) == base]
+    ordered += [n for n in names if n.endswith(ext) and os.path.basename(n) != base]
+    for rel in ordered:
+        path = os.path.join(root, rel)
+        if os.path.getsize(path) != len(want):
+            continue
+        with open(path, "rb") as fh:
+            if fh.read() == want:
+                return rel
+    return None
 
 
 # ---- the run ----
@@ -192,8 +225,8 @@ def _gcov(gcov: str, target: str, build_top: str) -> dict[str, dict[str, set[int
 
 
 def _python(
-    target: str, tmp: str, wanted: list[str]
-) -> tuple[dict[str, dict[str, set[int]]], bool]:
+    target: str, tmp: str, wanted: list[str], patched: str | None
+) -> tuple[dict[str, dict[str, set[int]]], bool, dict[str, str]]:
     files: dict[str, dict[str, set[int]]] = {}
     traced = False
     for dump in sorted(glob.glob(os.path.join(tmp, "trace-coverage", "py-*.json"))):
@@ -202,19 +235,26 @@ def _python(
             for rel, lines in json.load(fh).items():
                 files.setdefault(rel, {"executable": set(), "executed": set()})
                 files[rel]["executed"].update(int(x) for x in lines)
-    # executable lines of the package's own copies of the changed Python files
+    # executable lines of the package's own copies of the changed Python files: found by
+    # content (the patched-source step's copy), else by path suffix
     installed = []
     for root, _dirs, names in os.walk(target):
         for n in names:
             if n.endswith(".py"):
                 installed.append(os.path.relpath(os.path.join(root, n), target))
+    installed.sort()
+    sources: dict[str, str] = {}
     for path in wanted:
-        rel = match_path(path, sorted(installed))
+        rel = None
+        if patched:
+            rel = find_by_content(os.path.join(patched, path), target, installed)
+        rel = rel or match_path(path, installed)
         if rel is None:
             continue
+        sources[path] = rel
         entry = files.setdefault(rel, {"executable": set(), "executed": set()})
         entry["executable"] = python_executable_lines(_read(os.path.join(target, rel)), rel)
-    return files, traced
+    return files, traced, sources
 
 
 def run(cfg: dict[str, Any]) -> int:
@@ -245,6 +285,7 @@ def run(cfg: dict[str, Any]) -> int:
     wanted = list(changed_lines(patches))
     files: dict[str, dict[str, set[int]]] = {}
     tools: list[str] = []
+    sources: dict[str, str] = {}
     if not build_failed:
         search = env.get("PATH", "") + ":/usr/bin:/bin"  # the fixture: host gcov via sandbox paths
         gcov = shutil.which(cfg.get("gcov") or "gcov", path=search) or "gcov"
@@ -252,7 +293,8 @@ def run(cfg: dict[str, Any]) -> int:
         if c_files:
             tools.append("gcov")
             files.update(c_files)
-        py_files, traced = _python(target, tmp, [p for p in wanted if language(p) == "python"])
+        py_wanted = [p for p in wanted if language(p) == "python"]
+        py_files, traced, sources = _python(target, tmp, py_wanted, cfg.get("patched"))
         if traced:
             tools.append("python-settrace")
             files.update(py_files)
@@ -260,6 +302,7 @@ def run(cfg: dict[str, Any]) -> int:
         "schema": "trace.coverage/v1",
         "build": "failed" if build_failed else "ok",
         "tools": tools,
+        "sources": sources,
         "files": {
             k: {"executable": sorted(v["executable"]), "executed": sorted(v["executed"])}
             for k, v in sorted(files.items())
@@ -278,24 +321,37 @@ def run(cfg: dict[str, Any]) -> int:
 
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg: patches, policy (the signing policy's name, version and min_score; no min_score: no
-    threshold), coverage (path to a coverage.json)."""
+    threshold), coverage (path to a coverage.json), landing (the patched-source step's
+    landing.json: where each added line landed; absent: the hunk headers' numbers)."""
     policy = applied_policy(cfg)
     min_score = threshold(policy, "min_score")
     with open(cfg["coverage"], encoding="utf-8") as fh:
         cov: dict[str, Any] = json.load(fh)
-    changed = changed_text([_read(p) for p in cfg["patches"]])
+    landing = load_landing(cfg.get("landing"))
+    stated = changed_text([_read(p) for p in cfg["patches"]])
+    changed = {
+        path: {landed(landing, path, n): t for n, t in text.items()}
+        for path, text in stated.items()
+    }
+    sources: dict[str, str] = cov.get("sources") or {}
+    reported = sorted(cov["files"])
     per_file: list[dict[str, Any]] = []
     measured = covered = 0
     unmeasured: list[str] = []
+    unmapped: list[str] = []
     for path, text in changed.items():
         lines = list(text)
-        src = match_path(path, sorted(cov["files"]))
-        if src is None:
+        moved = {n: m for n, m in zip(stated[path], lines, strict=True) if n != m}
+        src = sources.get(path) or match_path(path, reported)
+        if src is None or src not in cov["files"]:
             code = [n for n, t in text.items() if may_execute(t, language(path))]
-            if code:
+            if code and language(path) == "python" and "python-settrace" in cov.get("tools", []):
+                unmapped.append(path)
+            elif code:
                 unmeasured.append(path)
             per_file.append(
                 {"file": path, "changed": lines, "measurable": False, "may_execute": code}
+                | ({"moved": moved} if moved else {})
             )
             continue
         data = cov["files"][src]
@@ -307,17 +363,21 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             {
                 "file": path,
                 "coverage_file": src,
+                "mapped_by": "content" if sources.get(path) == src else "path",
                 "changed": lines,
                 "executable": executable,
                 "covered": hit,
                 "missed": [n for n in executable if n not in hit],
                 "measurable": True,
             }
+            | ({"moved": moved} if moved else {})
         )
     rules: list[str] = []
     no_data = cov.get("build") == "failed" or not cov.get("tools")
     if no_data:
         rules.append("coverage.not-measurable")
+    elif unmapped:
+        rules.append("coverage.path-not-mapped")
     elif unmeasured:
         rules.append("coverage.file-not-measured")
     elif not measured:
@@ -326,6 +386,13 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     if not rules and share is not None and min_score is not None and share < min_score:
         rules.append("coverage.below-threshold")
     measurable = not rules or rules == ["coverage.below-threshold"]
+    summary = f"{covered} of {measured} executable changed line(s) run"
+    if any("moved" in f for f in per_file):
+        summary += " (lines where the patch landed, not its hunk headers)"
+    if rules and rules[0] != "coverage.below-threshold":
+        summary += f"; {RULES[rules[0]][1]}"
+    if unmapped or unmeasured:
+        summary += f": {', '.join(unmapped + unmeasured)}; reported: {', '.join(reported[:10])}"
     return {
         "schema": "trace.gate/v1",
         "gate": "coverage",
@@ -334,6 +401,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         "score": share if measurable else None,
         "reasons": sorted({code_of(r) for r in rules}, key=CODES.index),
         "details": {
+            "summary": summary,
             "rules": rules,
             "tools": cov.get("tools", []),
             "threshold": min_score,
@@ -343,5 +411,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             "covered_lines": covered,
             "files": per_file,
             "unmeasured_files": unmeasured,
+            "unmapped_files": unmapped,
+            "reported_files": reported[:50],
         },
     }

@@ -35,35 +35,75 @@ def is_header(path: str) -> bool:
 
 def classify(line: str, lang: Lang) -> str:
     """One letter per character: 'c' code, 's' inside a string literal, 'm' inside a comment."""
-    out = ["c"] * len(line)
+    return classify_text(line, lang)[0]
+
+
+def classify_text(text: str, lang: Lang, state: str = "") -> tuple[str, str]:
+    """`classify` over several lines at once, carrying what spans lines: a C block comment, a
+    Python triple-quoted string (a docstring's inner lines are string, not code). `state` is
+    what was open when `text` starts ('' none, '/*', or the open triple quote); returns the
+    kinds (newlines count as code) and the state open at the end."""
+    out = ["c"] * len(text)
     i = 0
-    n = len(line)
+    n = len(text)
+    if state:
+        close = "*/" if state == "/*" else state
+        end = text.find(close)
+        stop = n if end < 0 else end + len(close)
+        out[:stop] = ["m" if state == "/*" else "s"] * stop
+        if end < 0:
+            return "".join(out), state
+        i = stop
     while i < n:
-        c = line[i]
-        if lang == "c" and line.startswith("//", i):
-            out[i:] = ["m"] * (n - i)
-            break
-        if lang == "c" and line.startswith("/*", i):
-            end = line.find("*/", i + 2)
+        c = text[i]
+        eol = text.find("\n", i)
+        eol = n if eol < 0 else eol
+        if lang == "c" and text.startswith("//", i):
+            out[i:eol] = ["m"] * (eol - i)
+            i = eol
+            continue
+        if lang == "c" and text.startswith("/*", i):
+            end = text.find("*/", i + 2)
             stop = n if end < 0 else end + 2
             out[i:stop] = ["m"] * (stop - i)
+            if end < 0:
+                return "".join(out), "/*"
             i = stop
             continue
-        if lang in ("python", "shell") and c == "#" and (lang == "python" or _word_start(line, i)):
-            out[i:] = ["m"] * (n - i)
-            break
+        if lang in ("python", "shell") and c == "#" and (lang == "python" or _word_start(text, i)):
+            out[i:eol] = ["m"] * (eol - i)
+            i = eol
+            continue
         if c in "\"'" and lang != "other":
-            quote = c * 3 if lang == "python" and line.startswith(c * 3, i) else c
+            triple = lang == "python" and text.startswith(c * 3, i)
+            quote = c * 3 if triple else c
             j = i + len(quote)
             escapes = not (lang == "shell" and c == "'")
-            while j < n and not line.startswith(quote, j):
-                j += 2 if escapes and line[j] == "\\" else 1
-            stop = min(n, j + len(quote))
+            limit = n if triple or lang == "shell" else eol
+            while j < limit and not text.startswith(quote, j):
+                j += 2 if escapes and text[j] == "\\" else 1
+            stop = min(limit, j + len(quote)) if j < limit else limit
             out[i:stop] = ["s"] * (stop - i)
+            if triple and j >= n:
+                return "".join(out), quote
             i = stop
             continue
         i += 1
-    return "".join(out)
+    for k, ch in enumerate(text):
+        if ch == "\n":
+            out[k] = "c"
+    return "".join(out), ""
+
+
+def classify_lines(lines: list[str], lang: Lang, state: str = "") -> list[str]:
+    """`classify_text` of consecutive lines (a hunk's new side), one kinds string per line."""
+    kinds, _ = classify_text("\n".join(lines), lang, state)
+    out: list[str] = []
+    pos = 0
+    for ln in lines:
+        out.append(kinds[pos : pos + len(ln)])
+        pos += len(ln) + 1
+    return out
 
 
 def _word_start(line: str, i: int) -> bool:
@@ -75,9 +115,10 @@ def code_mask(line: str, lang: Lang) -> list[bool]:
     return [k == "c" for k in classify(line, lang)]
 
 
-def code_only(line: str, lang: Lang) -> str:
-    """The line with strings and comments blanked to spaces (same length, same columns)."""
-    kinds = classify(line, lang)
+def code_only(line: str, lang: Lang, kinds: str | None = None) -> str:
+    """The line with strings and comments blanked to spaces (same length, same columns);
+    `kinds`: the line's classification when known from its neighbours (`classify_lines`)."""
+    kinds = classify(line, lang) if kinds is None else kinds
     return "".join(ch if k == "c" else " " for ch, k in zip(line, kinds, strict=True))
 
 

@@ -1,7 +1,10 @@
 """Entry point inside the Nix sandbox: `python3 -B -m trace_gates.main GATE OUT`.
 
-`python3 -B -m trace_gates.main mutant OUTDIR` writes one mutant's patch series instead, and
-`python3 -B -m trace_gates.main coverage-run` is the coverage variant's reproducer run, and
+`python3 -B -m trace_gates.main mutant OUTDIR` writes one mutant's patch series instead,
+`python3 -B -m trace_gates.main mutant-check OUTDIR` decides whether a built mutant is worth a
+run (stillborn, equivalent, not code: engine/gates/core/equiv.py), `python3 -B -m
+trace_gates.main patched-source SRC OUT` records where the patch landed (landing.py),
+`python3 -B -m trace_gates.main coverage-run` is the coverage variant's reproducer run,
 `python3 -B -m trace_gates.main variant-plan OUTDIR` writes the variants gate's plan, and
 `python3 -B -m trace_gates.main tests-record OUT` one side's package-test record.
 
@@ -38,7 +41,10 @@ def scope_gate(cfg: dict[str, Any]) -> dict[str, Any]:
         max_hunks=bound(applied, "max_hunks"),
         max_lines=bound(applied, "max_lines"),
     )
-    record = scope_evaluate([_read(p) for p in cfg["patches"]], policy)
+    from .poc import collect
+
+    poc = collect(cfg.get("script"), list(cfg.get("data") or []))
+    record = scope_evaluate([_read(p) for p in cfg["patches"]], policy, poc)
     details = record["details"]
     assert isinstance(details, dict)
     details["policy"] = applied
@@ -101,6 +107,16 @@ def main(argv: list[str]) -> int:
         from .regression import tests_record
 
         write_json(argv[1], tests_record(json.loads(os.environ["TRACE_GATE_CONFIG"])))
+        return 0
+    if len(argv) == 2 and argv[0] == "mutant-check":
+        from .equiv import check_mutant
+
+        write_json(argv[1], check_mutant(json.loads(os.environ["TRACE_GATE_CONFIG"])))
+        return 0
+    if len(argv) == 3 and argv[0] == "patched-source":
+        from .landing import write_patched_source
+
+        write_patched_source(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1], argv[2])
         return 0
     if argv == ["coverage-run"]:
         from .coverage import run

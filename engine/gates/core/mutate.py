@@ -9,9 +9,20 @@ or a logger are left alone, as PIT's `avoidCallsTo` does for logging):
    ``+=``↔``-=``
 3. ``constant``    a decimal integer literal n becomes n+1 and (when n ≥ 1) n-1
 4. ``negate``      the condition of ``if``/``while`` (C) or ``if``/``elif``/``while`` (Python)
-5. ``delete``      a whole statement becomes an empty one (``;`` in C, ``pass`` in Python)
-6. ``return``      ``return e`` becomes ``return 0`` (``return 1`` when e is 0) in C;
+5. ``clause``      one clause of a condition dropped (``a && b`` becomes ``a`` and ``b``;
+   ``and``/``or`` in Python)
+6. ``delete``      a whole statement becomes an empty one (``;`` in C, ``pass`` in Python)
+7. ``early-return`` a ``return`` inside a conditional block removed (``;`` / ``pass``)
+8. ``return``      ``return e`` becomes ``return 0`` (``return 1`` when e is 0) in C;
    ``return None`` (``True``↔``False``) in Python
+
+Only code is mutated: the hunk's lines are read together (`lang.classify_lines`), so a line
+inside a block comment or a docstring is neither read nor mutated, nor is any string literal or
+comment on a code line. A C mutant that only makes an allocation larger (a constant raised, or
+``-`` made ``+``, inside the size argument of ``malloc``/``calloc``/``realloc``/``alloca``…) is
+marked ``effect = "over-allocates"``: no sanitizer or output oracle can tell a larger buffer
+apart, so the mutation gate does not count such a mutant when it survives (it is listed as
+``unobservable``).
 
 A mutant keeps the line count of its patch, so the patch still applies with its own context and
 line numbers stay comparable. Identical mutated lines are generated once. Ids are ``m001``… in
@@ -25,9 +36,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .diff import FileDiff, Line, parse_series
-from .lang import Lang, brackets_balanced, code_only, indent_of, is_test_path, language
+from .lang import (
+    Lang,
+    brackets_balanced,
+    classify_lines,
+    code_only,
+    indent_of,
+    is_test_path,
+    language,
+)
 
-OPERATORS = ("relational", "arithmetic", "constant", "negate", "delete", "return")
+OPERATORS = (
+    "relational",
+    "arithmetic",
+    "constant",
+    "negate",
+    "clause",
+    "delete",
+    "early-return",
+    "return",
+)
 
 _REL = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "=="}
 _REL_RE = re.compile(r"<<=|>>=|<<|>>|->|=>|<=|>=|==|!=|<|>|=")
@@ -75,6 +103,7 @@ class Mutant:
     description: str
     patch_index: int  # which patch of the series carries the mutated line
     patches: tuple[str, ...]  # the whole series, with that one patch mutated
+    effect: str | None = None  # "over-allocates": unobservable when it survives
 
     def review_diff(self) -> str:
         """A tiny diff a reviewer can read: the candidate's line against the mutant's."""
@@ -94,6 +123,7 @@ class Mutant:
             "line": self.line,
             "description": self.description,
             "diff": self.review_diff(),
+            "effect": self.effect,
         }
 
 
@@ -103,6 +133,7 @@ class _Edit:
     column: int
     mutated: str
     description: str
+    effect: str | None = None
 
 
 def _prev_code(code: str, i: int) -> str:
@@ -293,11 +324,118 @@ def _return(text: str, code: str, lang: Lang) -> Iterator[_Edit]:
     yield _Edit("return", m.start(2), mutated, f"return {expr.strip()} -> return {new}")
 
 
-def line_edits(text: str, lang: Lang) -> list[_Edit]:
-    """Every distinct mutation of one line, in operator order then column order."""
+def _split_clauses(code: str, lo: int, hi: int, lang: Lang) -> list[tuple[int, int]]:
+    """Spans of the top-level clauses of the condition code[lo:hi] joined by &&/|| (C) or
+    and/or (Python); with the operator spans between them, alternating clause, op, clause..."""
+    ops = re.compile(r"&&|\|\|") if lang == "c" else re.compile(r"\b(?:and|or)\b")
+    spans: list[tuple[int, int]] = []
+    depth = 0
+    start = lo
+    k = lo
+    while k < hi:
+        ch = code[k]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0:
+            m = ops.match(code, k)
+            if m and (lang == "c" or (code[k - 1 : k] in (" ", ")") and code[m.end()] in " (")):
+                spans.append((start, k))
+                spans.append((k, m.end()))
+                start = k = m.end()
+                continue
+        k += 1
+    spans.append((start, hi))
+    return spans
+
+
+def _clause(text: str, code: str, lang: Lang) -> Iterator[_Edit]:
+    conds: list[tuple[int, int]] = []
+    if lang == "c":
+        for m in re.finditer(r"\b(?:if|while)\s*\(", code):
+            close = _matching_paren(code, m.end() - 1)
+            if close > 0:
+                conds.append((m.end(), close))
+    else:
+        pm = re.match(r"^\s*(?:if|elif|while)\s+", code)
+        colon = code.rstrip().rfind(":")
+        if pm and colon > pm.end():
+            conds.append((pm.end(), colon))
+    for lo, hi in conds:
+        spans = _split_clauses(code, lo, hi, lang)
+        clauses = spans[0::2]
+        if len(clauses) < 2:
+            continue
+        for k, (a, b) in enumerate(clauses):
+            keep = list(spans)
+            # drop clause k with the operator before it (the one after it for the first)
+            drop = [2 * k, 2 * k - 1] if k else [0, 1]
+            kept = [keep[j] for j in range(len(keep)) if j not in drop]
+            body = "".join(text[x:y] for x, y in kept).strip()
+            lead = text[lo : lo + len(text[lo:hi]) - len(text[lo:hi].lstrip())]
+            tail = text[lo:hi][len(text[lo:hi].rstrip()) :]
+            mutated = text[:lo] + lead + body + tail + text[hi:]
+            clause = " ".join(text[a:b].split())
+            yield _Edit("clause", a, mutated, f"drop clause '{clause}'")
+
+
+_CONTROL = re.compile(r"^(?:\}\s*)?(?:if|else|elif|for|while|case|default|except|try|do)\b")
+
+
+def _early_return(text: str, code: str, lang: Lang, before: list[str]) -> Iterator[_Edit]:
+    """`return ...` inside a conditional block (the nearest less-indented line above it in the
+    hunk opens an if/else/loop/case): removed, so control falls through."""
+    stripped = code.strip()
+    if not re.match(r"^return\b", stripped) or (lang == "c" and not stripped.endswith(";")):
+        return
+    width = len(indent_of(text))
+    for prev in reversed(before):
+        if not prev.strip():
+            continue
+        if len(indent_of(prev)) < width:
+            if _CONTROL.match(prev.strip()):
+                empty = ";" if lang == "c" else "pass"
+                yield _Edit("early-return", width, indent_of(text) + empty, "remove early return")
+            return
+
+
+_ALLOC_RE = re.compile(
+    r"\b(?:malloc|calloc|realloc|reallocarray|alloca|xmalloc|xcalloc|xrealloc|xzalloc|"
+    r"g_malloc0?|g_new0?|kmalloc|kzalloc|kcalloc)\s*\("
+)
+
+
+def _alloc_spans(code: str) -> list[tuple[int, int]]:
+    """The argument spans of allocation calls on a C line."""
+    out = []
+    for m in _ALLOC_RE.finditer(code):
+        close = _matching_paren(code, m.end() - 1)
+        if close > 0:
+            out.append((m.end(), close))
+    return out
+
+
+def _over_allocates(edit: _Edit, code: str) -> bool:
+    """Does this C edit only make an allocation larger (a raised constant, `-` made `+`)?"""
+    inside = any(lo <= edit.column < hi for lo, hi in _alloc_spans(code))
+    if not inside:
+        return False
+    if edit.operator == "constant":
+        m = re.match(r"constant (\d+) -> (\d+)$", edit.description)
+        return m is not None and int(m.group(2)) > int(m.group(1))
+    return edit.operator == "arithmetic" and edit.description == "arithmetic '-' -> '+'"
+
+
+def line_edits(
+    text: str, lang: Lang, kinds: str | None = None, before: list[str] | None = None
+) -> list[_Edit]:
+    """Every distinct mutation of one line, in operator order then column order. `kinds`: the
+    line's classification read with its hunk (`lang.classify_lines`); `before`: the hunk's
+    new-side lines above it (for `early-return`)."""
     if lang not in ("c", "python"):
         return []
-    code = code_only(text, lang)
+    code = code_only(text, lang, kinds)
     if _skip_line(code.strip(), lang):
         return []
     groups = [
@@ -305,7 +443,9 @@ def line_edits(text: str, lang: Lang) -> list[_Edit]:
         _arithmetic(text, code, lang),
         _constant(text, code),
         _negate(text, code, lang),
+        _clause(text, code, lang),
         _delete(text, code, lang),
+        _early_return(text, code, lang, before or []),
         _return(text, code, lang),
     ]
     seen = {text}
@@ -314,6 +454,8 @@ def line_edits(text: str, lang: Lang) -> list[_Edit]:
         for edit in sorted(group, key=lambda e: e.column):
             if edit.mutated not in seen:
                 seen.add(edit.mutated)
+                if lang == "c" and _over_allocates(edit, code):
+                    edit = _Edit(**{**edit.__dict__, "effect": "over-allocates"})
                 out.append(edit)
     return out
 
@@ -336,9 +478,15 @@ def generate(patches: list[str], *, strip: int = 1) -> list[Mutant]:
     split = [p.split("\n") for p in patches]
     for f in mutable_files(series.files):
         lang = language(f.path)
-        for ln in f.added:
-            for edit in line_edits(ln.text, lang):
-                out.append(_make(len(out) + 1, f, ln, edit, patches, split))
+        for h in f.hunks:
+            new_side = [ln for ln in h.lines if ln.kind != "-"]
+            texts = [ln.text for ln in new_side]
+            kinds = classify_lines(texts, lang)
+            for k, ln in enumerate(new_side):
+                if ln.kind != "+":
+                    continue
+                for edit in line_edits(ln.text, lang, kinds[k], texts[:k]):
+                    out.append(_make(len(out) + 1, f, ln, edit, patches, split))
     return out
 
 
@@ -360,4 +508,5 @@ def _make(
         description=edit.description,
         patch_index=f.patch,
         patches=tuple(series),
+        effect=edit.effect,
     )

@@ -2,20 +2,28 @@
 
 `write_mutant` runs once per mutant, in its own derivation: it writes the mutated patch series
 (`p0.patch`, `p1.patch`, ...) and `mutant.json` (id, operator, location, reviewer diff) into a
-directory the mutant build applies. `evaluate` reads every mutant's run record: killed when the
-reproducer fails on the mutant (exit code, signal or sanitizer report; a timeout is a kill),
-survived when it passes, did-not-build when the mutant does not compile or apply. Score =
-killed / (killed + survived). The unmutated post-fix runs must pass, or kills mean nothing.
+directory the mutant build applies. The mutant-run step then checks the built mutant
+(`equiv.check_mutant`: stillborn, equivalent by TCE or AST, not code) and runs the reproducer
+only against the others. `evaluate` reads every mutant's records: killed when a TARGET
+invocation failed on the mutant, judged by the one rule that judges the post-fix runs
+(`oracle_failed`: the expectation gate's own `failed`, loaded from templates/verify/gate.py; the
+reproducer script's exit is never a kill), survived otherwise; a survivor that only
+over-allocates is unobservable. Score = killed / (killed + survived); stillborn, equivalent,
+not-code and unobservable mutants are counted nowhere, and each is listed with why. The
+unmutated post-fix runs must pass that same rule, or kills mean nothing.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+from types import ModuleType
 from typing import Any
 
 from .applied import applied_policy, threshold
 from .codes import CODES, code_of
+from .landing import landed, load_landing
 from .mutate import Mutant, generate
 
 
@@ -49,13 +57,23 @@ def write_mutant(cfg: dict[str, Any], out: str) -> None:
         fh.write("\n")
 
 
-def run_failed(record: dict[str, Any]) -> bool:
-    """The reproducer failed on this build (the same rule as trace.run/v1's `failed`)."""
-    return (
-        record.get("exit_code") not in (0, None)
-        or record.get("signal") is not None
-        or record.get("sanitizer") is not None
-    )
+def load_judge(path: str) -> ModuleType:
+    """The expectation gate's rules (templates/verify/gate.py), loaded from the file the
+    pipeline gives this gate: mutants are judged by the very function that judges post-fix."""
+    spec = importlib.util.spec_from_file_location("trace_verify_gate", path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load the post-fix judge {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def oracle_failed(judge: ModuleType, record: dict[str, Any]) -> bool:
+    """THE rule for "this build still fails", for the unmutated post-fix runs and every mutant:
+    a target invocation failed as the harness recorded it (exit code, signal, its own sanitizer
+    report; what the expectation gate calls `failed`). The reproducer script's own exit never
+    counts: a reproducer that exits 1 while every target behaved kills nothing."""
+    return bool(judge.failed(record))
 
 
 def _load(path: str) -> dict[str, Any]:
@@ -66,17 +84,54 @@ def _load(path: str) -> dict[str, Any]:
     return data
 
 
-def classify(meta: dict[str, Any], record: dict[str, Any]) -> str:
+def classify(
+    meta: dict[str, Any], check: dict[str, Any], record: dict[str, Any], judge: ModuleType
+) -> tuple[str, str]:
+    """(status, why) of one mutant: stillborn, equivalent, not-code (none counted), killed,
+    survived, or unobservable (survived, but only over-allocates: not counted)."""
     if record.get("build") == "failed":
-        return "did-not-build"
-    return "killed" if run_failed(record) else "survived"
+        return "stillborn", str(check.get("why") or "the mutant does not build")
+    status = str(check.get("status") or "run")
+    if status in ("stillborn", "equivalent", "not-code"):
+        return status, str(check.get("why") or "")
+    if not record.get("target_ran"):
+        return "stillborn", "the reproducer never ran the mutant's programs (does it import?)"
+    if oracle_failed(judge, record):
+        return "killed", str(judge.describe(record))
+    if meta.get("effect") == "over-allocates":
+        return "unobservable", "survived, but it only makes an allocation larger: no oracle sees it"
+    return "survived", str(judge.describe(record))
+
+
+STATUSES = ("killed", "survived", "unobservable", "equivalent", "stillborn", "not-code")
+
+_WHY = {
+    "mutation.no-mutants": "no mutant generated: the patch adds no mutable code line",
+    "mutation.post-fix-fails": "the unmutated post-fix build already fails its oracles",
+    "mutation.none-built": "no mutant built: every mutant was stillborn",
+    "mutation.none-judged": "no mutant could be judged: every built mutant was equivalent, "
+    "not code or unobservable",
+}
+
+
+def _summary(counts: dict[str, int], rules: list[str], results: list[dict[str, Any]]) -> str:
+    parts = [f"{counts[s]} {s}" for s in STATUSES if counts.get(s)]
+    text = ", ".join(parts) or "no mutants"
+    text += "".join(f"; {_WHY[r]}" for r in rules if r in _WHY)
+    for r in results:
+        if r["status"] == "survived":
+            text += f"\nsurvivor {r['id']} ({r['description']}):\n{r['diff'].rstrip()}"
+    return text
 
 
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg: patches, policy (the signing policy's name, version and min_score; no min_score: no
-    threshold), mutant_runs (dirs with mutant.json + outcome.json), post_runs."""
+    threshold), mutant_runs (dirs with mutant.json, check.json and outcome.json), post_runs,
+    judge (templates/verify/gate.py), landing (the patched-source step's landing.json)."""
     policy = applied_policy(cfg)
     min_score = threshold(policy, "min_score")
+    judge = load_judge(cfg["judge"])
+    landing = load_landing(cfg.get("landing"))
     expected = generate([_read(p) for p in cfg["patches"]])
     results: list[dict[str, Any]] = []
     for run_dir in cfg["mutant_runs"]:
@@ -84,17 +139,27 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         if meta.get("id") is None:
             continue  # the placeholder step of a patch without mutants
         record = _load(os.path.join(run_dir, "outcome.json"))
-        results.append({**meta, "status": classify(meta, record)})
+        check_path = os.path.join(run_dir, "check.json")
+        check = _load(check_path) if os.path.exists(check_path) else {}
+        status, why = classify(meta, check, record, judge)
+        line = landed(landing, str(meta["file"]), int(meta["line"]))
+        diff = str(meta["diff"])
+        if line != meta["line"]:
+            diff = diff.replace(f"line {meta['line']})", f"line {line})")
+            diff = diff.replace(f"@@ -{meta['line']} +{meta['line']} @@", f"@@ -{line} +{line} @@")
+        results.append(
+            {**meta, "line": line, "stated_line": meta["line"], "diff": diff}
+            | {"status": status, "why": why}
+        )
     results.sort(key=lambda r: str(r["id"]))
     ids = [r["id"] for r in results]
     want = [m.id for m in expected]
     if ids != want:
         raise ValueError(f"mutant runs {ids} do not match the patch's mutants {want}")
     post = [_load(os.path.join(d, "outcome.json")) for d in cfg["post_runs"]]
-    post_fails = [r for r in post if run_failed(r) or r.get("build") == "failed"]
+    post_fails = [r for r in post if r.get("build") == "failed" or oracle_failed(judge, r)]
 
-    counts = {s: sum(1 for r in results if r["status"] == s) for s in ("killed", "survived")}
-    counts["did_not_build"] = sum(1 for r in results if r["status"] == "did-not-build")
+    counts = {s: sum(1 for r in results if r["status"] == s) for s in STATUSES}
     judged = counts["killed"] + counts["survived"]
     score = round(counts["killed"] / judged, 6) if judged else None
     rules: list[str] = []
@@ -102,12 +167,15 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         rules.append("mutation.no-mutants")
     elif post_fails or not post:
         rules.append("mutation.post-fix-fails")
-    elif not judged:
+    elif not any(r["status"] != "stillborn" for r in results):
         rules.append("mutation.none-built")
+    elif not judged:
+        rules.append("mutation.none-judged")
     elif score is not None and min_score is not None and score < min_score:
         rules.append("mutation.score-below-threshold")
     measurable = not rules or rules == ["mutation.score-below-threshold"]
     reasons = sorted({code_of(r) for r in rules}, key=CODES.index)
+    keys = ("id", "operator", "file", "line", "stated_line", "description", "effect")
     return {
         "schema": "trace.gate/v1",
         "gate": "mutation",
@@ -116,21 +184,30 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         "score": score if measurable else None,
         "reasons": reasons,
         "details": {
+            "summary": _summary(counts, rules, results),
             "rules": rules,
             "mutants": len(expected),
             **counts,
+            # kept under its old name for readers of earlier records: the stillborn mutants
+            "did_not_build": counts["stillborn"],
             "threshold": min_score,
             "policy": policy,
+            "judge": "target invocations (the expectation gate's `failed`)",
             "post_fix_runs": len(post),
             "post_fix_failed": len(post_fails),
             "results": [
-                {k: r[k] for k in ("id", "operator", "file", "line", "description", "status")}
+                {k: r.get(k) for k in keys} | {"status": r["status"], "why": r["why"]}
                 for r in results
             ],
             "survivors": [
                 {"id": r["id"], "description": r["description"], "diff": r["diff"]}
                 for r in results
                 if r["status"] == "survived"
+            ],
+            "unobservable": [
+                {"id": r["id"], "description": r["description"], "diff": r["diff"]}
+                for r in results
+                if r["status"] == "unobservable"
             ],
         },
     }

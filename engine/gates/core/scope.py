@@ -19,6 +19,8 @@ from .checks import removed_checks, statements
 from .codes import CODES, code_of
 from .diff import FileDiff, Patch, canonical, parse_series
 from .lang import Lang, is_header, is_test_path, language
+from .poc import PocFacts
+from .poc import findings as poc_findings
 
 # Source files of the common languages, and nix expressions; not build-system, CI or docs files.
 DEFAULT_SCOPE: tuple[str, ...] = (
@@ -318,14 +320,21 @@ def _check_weakened(f: FileDiff, ctx: _Ctx) -> None:
 # ---- the gate ----
 
 
-def evaluate(patches: list[str], policy: ScopePolicy) -> dict[str, object]:
-    """The scope gate's GateRecord (as a JSON-ready dict) for a patch series."""
+def evaluate(
+    patches: list[str], policy: ScopePolicy, poc: PocFacts | None = None
+) -> dict[str, object]:
+    """The scope gate's GateRecord (as a JSON-ready dict) for a patch series; `poc`: what
+    identifies the reproducer's input (poc.collect), for `scope.fix-matches-poc-literal`."""
     series = parse_series(patches)
-    return evaluate_parsed(series, policy)
+    return evaluate_parsed(series, policy, poc)
 
 
-def evaluate_parsed(series: Patch, policy: ScopePolicy) -> dict[str, object]:
+def evaluate_parsed(
+    series: Patch, policy: ScopePolicy, poc: PocFacts | None = None
+) -> dict[str, object]:
     ctx = _Ctx()
+    for path, line, message in poc_findings(series, poc) if poc is not None else []:
+        ctx.add("scope.fix-matches-poc-literal", path, line, message)
     globs = policy.scope or policy.default_scope
     changed = 0
     changed_in_scope = 0
@@ -375,6 +384,11 @@ def evaluate_parsed(series: Patch, policy: ScopePolicy) -> dict[str, object]:
                 "max_lines": policy.max_lines,
             },
             "findings": [x.as_dict() for x in ctx.findings],
+            "summary": "; ".join(
+                f"{x.file}:{x.line}: {x.message}" if x.line else f"{x.file or 'patch'}: {x.message}"
+                for x in ctx.findings
+            )
+            or f"{summary['files']} file(s), {summary['hunks']} hunk(s), {lines} line(s) changed",
             "canonical_diff_sha256": hashlib.sha256(canon.encode()).hexdigest(),
         },
     }

@@ -1,0 +1,100 @@
+"""Where a patch landed (engine/gates/core/landing.py) and whether a built mutant is worth a run
+(engine/gates/core/equiv.py): explicit files, no nix. The nix tests build both for real."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from engine.gates.core.diff import parse
+from engine.gates.core.equiv import check_mutant, python_check, tree_diff
+from engine.gates.core.landing import landed, locate, locate_file
+from engine.gates.core.mutation import write_mutant
+
+REPO = Path(__file__).resolve().parent.parent
+CPARSE = REPO / "tests" / "fixtures" / "fork" / "pkgs" / "cparse" / "src" / "cparse.c"
+FIX = REPO / "tests" / "fixtures" / "fork" / "trace" / "candidates" / "cparse-key-overflow"
+
+
+def patched_cparse(tmp: Path) -> Path:
+    """cparse.c with the real fix applied (its four lines after line 14)."""
+    lines = CPARSE.read_text().split("\n")
+    added = [ln[1:] for ln in (FIX / "fix.patch").read_text().splitlines() if ln[:2] == "+ "]
+    out = tmp / "files" / "cparse.c"
+    out.parent.mkdir(parents=True)
+    out.write_text("\n".join(lines[:14] + added + lines[14:]))
+    return out
+
+
+def test_a_stale_hunk_header_is_located_where_the_patch_landed(tmp_path: Path) -> None:
+    """Issue 9 item 3: the header says line 10, patch applied it 2 lines further (as busybox and
+    GNU patch do): the added lines are 15..18 in the patched tree, not 13..16."""
+    good = (FIX / "fix.patch").read_text()
+    stale = good.replace("@@ -12,6 +12,10 @@", "@@ -10,6 +10,10 @@")
+    assert stale != good
+    patched_cparse(tmp_path)
+    where = locate([stale], str(tmp_path / "files"))
+    assert where["cparse.c"]["offsets"] == [2]
+    assert {landed(where, "cparse.c", n) for n in (13, 14, 15, 16)} == {15, 16, 17, 18}
+    assert locate([good], str(tmp_path / "files"))["cparse.c"]["offsets"] == [0]
+
+
+def test_hunks_found_by_added_lines_alone_and_not_at_all() -> None:
+    diff = parse("--- a/f.c\n+++ b/f.c\n@@ -1,2 +1,3 @@\n a\n+b\n c\n")
+    (f,) = diff.files
+    # the context changed (fuzz): the added line alone is found
+    assert locate_file(f, ["x", "y", "z", "b", "q"])["lines"] == {2: 4}
+    # found nowhere: the header's numbers stay, and the hunk is reported
+    gone = locate_file(f, ["x", "y"])
+    assert (gone["lines"], gone["unlocated"]) == ({2: 2}, [1])
+
+
+def test_tree_diff_ignores_each_sides_own_store_path(tmp_path: Path) -> None:
+    a = tmp_path / "nix" / "aaaa-pkg-mutant-1"
+    b = tmp_path / "nix" / "bbbb-pkg"
+    for root in (a, b):
+        (root / "bin").mkdir(parents=True)
+        (root / "bin" / "tool").write_bytes(b"\x7fELF rpath=" + str(root).encode() + b"/lib")
+        os.symlink("tool", root / "bin" / "alias")
+    assert tree_diff(str(a), str(b)) == []  # identical programs: TCE says equivalent
+    (a / "bin" / "tool").write_bytes(b"\x7fELF other code")
+    assert tree_diff(str(a), str(b)) == ["bin/tool"]
+    (b / "share").mkdir()
+    (b / "share" / "x").write_text("only in the fix")
+    assert tree_diff(str(a), str(b)) == ["bin/tool", "share/x"]
+
+
+def test_python_mutants_stillborn_equivalent_or_not_code() -> None:
+    patched = 'def f(a):\n    """Doc: a < b."""\n    return a + 1\n'
+    assert python_check(patched.replace("a + 1", "a +"), patched, "m.py") == (
+        "stillborn",
+        "m.py: does not compile (SyntaxError, line 3)",
+    )
+    same = patched.replace("a + 1", "a  +  1  # spaced")
+    assert python_check(same, patched, "m.py") == (
+        "equivalent",
+        "m.py: same AST as the patched file",
+    )
+    doc = patched.replace("Doc: a < b.", "Doc: a <= b.")
+    assert python_check(doc, patched, "m.py") == (
+        "not-code",
+        "m.py: only a docstring or bare string differs",
+    )
+    assert python_check(patched.replace("a + 1", "a - 1"), patched, "m.py") is None
+
+
+def test_check_mutant_on_built_trees(tmp_path: Path) -> None:
+    patch = tmp_path / "fix.patch"
+    patch.write_text((FIX / "fix.patch").read_text())
+    mdir = tmp_path / "mutant"
+    write_mutant({"patches": [str(patch)], "index": 1}, str(mdir))
+    post, mut = tmp_path / "post", tmp_path / "mut"
+    for root, body in ((post, b"fix"), (mut, b"fix")):
+        (root / "bin").mkdir(parents=True)
+        (root / "bin" / "cparse").write_bytes(body)
+    cfg = {"target": str(mut), "post": str(post), "mutant": str(mdir)}
+    assert check_mutant(cfg)["status"] == "equivalent"
+    (mut / "bin" / "cparse").write_bytes(b"mutated")
+    assert check_mutant(cfg)["status"] == "run"
+    (mut / ".trace-build-failed").write_text("1\n")
+    assert check_mutant(cfg) == {"status": "stillborn", "why": "the mutant does not build (exit 1)"}
