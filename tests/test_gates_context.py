@@ -32,7 +32,7 @@ def applied(ctx: dict[str, Any], gate: str) -> dict[str, Any]:
 
 def test_the_shipped_policy_by_default() -> None:
     ctx = gate_context(load_candidate(PTR))
-    assert ctx["mutation"]["mutants"] == 4 and ctx["mutation"]["steps"] == 4
+    assert ctx["mutation"]["mutants"] == 5 and ctx["mutation"]["steps"] == 5
     assert applied(ctx, "scope") == {
         "name": "trace-signing",
         "version": "1.0.0",

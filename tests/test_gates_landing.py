@@ -98,3 +98,50 @@ def test_check_mutant_on_built_trees(tmp_path: Path) -> None:
     assert check_mutant(cfg)["status"] == "run"
     (mut / ".trace-build-failed").write_text("1\n")
     assert check_mutant(cfg) == {"status": "stillborn", "why": "the mutant does not build (exit 1)"}
+
+
+def test_changed_files_map_to_installed_files_by_path_or_content(tmp_path: Path) -> None:
+    """Issue 10: the patch's `src/<pkg>/x.py` is installed as `lib/python3.X/site-packages/<pkg>/
+    x.py`; a renamed install is found by its bytes; two equally good names are no match."""
+    from engine.gates.core.coverage import find_by_content, match_path
+
+    installed = [
+        "lib/python3.11/site-packages/textcols/__init__.py",
+        "lib/python3.11/site-packages/textcols/layout.py",
+    ]
+    assert match_path("src/textcols/layout.py", installed) == installed[1]
+    assert match_path("src/other/__init__.py", installed) == installed[0]  # the name alone
+    two = ["lib/a/__init__.py", "lib/b/__init__.py"]
+    assert match_path("src/c/__init__.py", two) is None
+    # by content: the patched file's copy equals an installed file under another name
+    root = tmp_path / "out"
+    (root / "lib" / "vendored").mkdir(parents=True)
+    (root / "lib" / "vendored" / "_layout_impl.py").write_text("X = 1\n")
+    (root / "lib" / "vendored" / "other.py").write_text("X = 2\n")
+    patched = tmp_path / "files" / "src" / "textcols" / "layout.py"
+    patched.parent.mkdir(parents=True)
+    patched.write_text("X = 1\n")
+    names = ["lib/vendored/_layout_impl.py", "lib/vendored/other.py"]
+    assert find_by_content(str(patched), str(root), names) == "lib/vendored/_layout_impl.py"
+    patched.write_text("X = 3\n")
+    assert find_by_content(str(patched), str(root), names) is None
+
+
+def test_an_unmapped_python_file_says_so(tmp_path: Path) -> None:
+    import json
+
+    from engine.gates.core.coverage import evaluate
+
+    patch = tmp_path / "fix.patch"
+    patch.write_text(
+        "--- a/src/pkg/x.py\n+++ b/src/pkg/x.py\n@@ -1,1 +1,2 @@\n a = 1\n+b = a + 1\n"
+    )
+    cov = tmp_path / "coverage.json"
+    files = {"lib/python/other/y.py": {"executable": [1], "executed": [1]}}
+    doc = {"build": "ok", "tools": ["python-settrace"], "files": files, "sources": {}}
+    cov.write_text(json.dumps(doc))
+    policy = json.dumps({"name": "p", "version": "1", "thresholds": {"min_score": 0.8}})
+    rec = evaluate({"patches": [str(patch)], "policy": policy, "coverage": str(cov)})
+    assert rec["details"]["rules"] == ["coverage.path-not-mapped"]
+    assert "src/pkg/x.py" in rec["details"]["summary"]
+    assert "cannot report" not in rec["details"]["summary"]

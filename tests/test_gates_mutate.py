@@ -136,7 +136,12 @@ def test_trace_mutants_lists_what_the_gate_builds(capsys: pytest.CaptureFixture[
         ("m002", "constant 64 -> 63"),
     ]
     assert main(["mutants", str(cand)]) == 0
-    assert capsys.readouterr().out.endswith("2 mutant(s) of TRACE-2026-0001-cparse-wrong-fix\n")
+    assert "2 mutant(s) of TRACE-2026-0001-cparse-wrong-fix\n" in capsys.readouterr().out
+    alloc = CANDIDATES / "cparse-alloc-fix" / "candidate.toml"
+    assert main(["mutants", str(alloc)]) == 0
+    assert "(m002 only enlarges an allocation: unobservable if it survives)" in (
+        capsys.readouterr().out
+    )
 
 
 def _mutants(path: str, old: list[str], new: list[str]) -> list[tuple[str, str, str | None]]:

@@ -1,7 +1,8 @@
 """`trace mutants CANDIDATE`: the mutants the mutation gate will build, as reviewer diffs.
 
 The same generator the sandbox runs (engine.gates.core.mutate), so what this prints is what the
-`mutant-run@N` steps build: mutant N here is step `mutant-run@N`.
+`mutant-run@N` steps build: mutant N here is step `mutant-run@N`. Which of them are stillborn or
+equivalent (TCE) is known only once they are built: `trace verify` reports it.
 """
 
 from __future__ import annotations
@@ -46,5 +47,11 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         return 0
     for m in mutants:
         print(m.review_diff())
+        if m.effect == "over-allocates":
+            print(f"({m.id} only enlarges an allocation: unobservable if it survives)\n")
     print(f"{len(mutants)} mutant(s) of {cand.spec.id}")
+    print(
+        "line numbers are the hunk headers'; `trace verify` builds each mutant, drops the "
+        "stillborn and the equivalent (TCE) ones, and reports where the patch landed"
+    )
     return 0

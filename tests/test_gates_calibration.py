@@ -1,0 +1,160 @@
+"""The shipped signing policy, calibrated on the fixture fork in both directions (issue 10).
+
+Every candidate of tests/fixtures/fork is verified with real builds (every gate runs) and decided
+with the shipped policy; the table below is the calibration: correct fixes are ALLOWed (among
+them a C fix whose only surviving mutant over-allocates, a patch with a stale hunk header, and a
+src-layout Python package), and every plausible wrong fix is DENIED with the reasons that say
+why. Reasons are exact: a new deny on a correct fix, or a wrong fix let through, fails here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+FORK = REPO / "tests" / "fixtures" / "fork"
+CANDIDATES = FORK / "trace" / "candidates"
+
+pytestmark = pytest.mark.nix
+
+# fixture | expected decision | reason codes (policy/reasons.toml)
+CALIBRATION: list[tuple[str, str, set[str]]] = [
+    # correct fixes: ALLOW
+    ("cparse-key-overflow", "allow", set()),
+    ("cparse-stale-header", "allow", set()),  # its hunk header is 2 lines off
+    ("cparse-alloc-fix", "allow", set()),  # its one survivor only over-allocates
+    ("pager-last-page", "allow", set()),
+    ("textcols-zero-width", "allow", set()),  # src/ layout, installed to site-packages
+    # plausible wrong fixes and broken evidence: DENY
+    ("cparse-wrong-fix", "deny", {"mutation-score-below-threshold", "coverage-not-measurable"}),
+    ("cparse-poc-length", "deny", {"fix-matches-poc-literal"}),  # skips the PoC's 47-byte line
+    # the reproducer trips another bug: post-fix still fails, so no mutant can be judged
+    (
+        "cparse-other-failure",
+        "deny",
+        {
+            "pre-fix-wrong-failure",
+            "post-fix-still-fails",
+            "mutation-not-measurable",
+            "coverage-below-threshold",
+        },
+    ),
+    # a shell package: no mutant, no coverage tool; and its build differs on rebuild
+    (
+        "stamp-release",
+        "deny",
+        {"nondeterministic", "mutation-not-measurable", "coverage-not-measurable"},
+    ),
+    ("racy-lost-update", "deny", {"flaky", "coverage-not-measurable"}),
+]
+
+
+def test_the_table_covers_every_fixture_candidate() -> None:
+    assert sorted(name for name, _, _ in CALIBRATION) == sorted(
+        p.name for p in CANDIDATES.iterdir() if (p / "candidate.toml").is_file()
+    )
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("calibration")
+
+
+def trace(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def verified(state: Path, capsys: pytest.CaptureFixture[str], name: str) -> dict[str, Any]:
+    cand = str(CANDIDATES / name / "candidate.toml")
+    code, out, err = trace(capsys, "verify", cand, "--state-dir", str(state), "-q")
+    assert code in (0, 1), out + err
+    code, out, err = trace(capsys, "decide", cand, "--state-dir", str(state), "--json")
+    assert code in (0, 1), out + err
+    decision: dict[str, Any] = json.loads(out)
+    return decision
+
+
+@pytest.mark.parametrize(("name", "expected", "reasons"), CALIBRATION)
+def test_calibration(
+    state: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    expected: str,
+    reasons: set[str],
+) -> None:
+    decision = verified(state, capsys, name)
+    got = {r["code"] for r in decision["reasons"]}
+    assert (decision["decision"], got) == (expected, reasons), decision["reasons"]
+
+
+def gate(state: Path, name: str, gate_name: str) -> dict[str, Any]:
+    """A gate record as `trace bundle` would carry it: from the verify result file."""
+    cand = (CANDIDATES / name / "candidate.toml").read_text()
+    cid = cand.split('"')[1]
+    result = json.loads((state / "verify" / f"{cid}.json").read_text())
+    record: dict[str, Any] = result["gates"][gate_name]
+    return record
+
+
+def test_a_stale_hunk_header_measures_where_the_patch_landed(state: Path) -> None:
+    """Issue 9 item 3: the header says 13..16, the patch landed on 15..18 (as with the fresh
+    patch); coverage and mutation read the landed lines and agree with the fresh patch."""
+    stale_cov = gate(state, "cparse-stale-header", "coverage")
+    fresh_cov = gate(state, "cparse-key-overflow", "coverage")
+    (stale,), (fresh,) = stale_cov["details"]["files"], fresh_cov["details"]["files"]
+    assert stale["moved"] == {"13": 15, "14": 16, "15": 17, "16": 18} or stale["moved"] == {
+        13: 15,
+        14: 16,
+        15: 17,
+        16: 18,
+    }
+    assert (stale["executable"], stale["covered"]) == (fresh["executable"], fresh["covered"])
+    assert stale["covered"] and set(stale["covered"]) <= {15, 16, 17, 18}
+    assert stale_cov["score"] == fresh_cov["score"] == 1.0
+    mutation = gate(state, "cparse-stale-header", "mutation")
+    lines = [(r["line"], r["stated_line"]) for r in mutation["details"]["results"]]
+    assert lines == [(15, 13), (15, 13), (17, 15), (17, 15)]
+    assert mutation["score"] == gate(state, "cparse-key-overflow", "mutation")["score"] == 1.0
+
+
+def test_an_over_allocating_survivor_is_listed_not_counted(state: Path) -> None:
+    mutation = gate(state, "cparse-alloc-fix", "mutation")
+    d = mutation["details"]
+    assert [(r["id"], r["status"]) for r in d["results"]] == [
+        ("m001", "killed"),  # malloc(klen - 1): ASan
+        ("m002", "unobservable"),  # malloc(klen + 2): a larger buffer, no oracle sees it
+        ("m003", "killed"),  # malloc(klen + 0): the NUL lands past the buffer
+    ]
+    assert "+    char *key = malloc(klen + 2);" in d["unobservable"][0]["diff"]
+    assert (mutation["score"], d["survivors"]) == (1.0, [])
+
+
+def test_the_src_layout_package_maps_coverage_and_skips_docstrings(state: Path) -> None:
+    coverage = gate(state, "textcols-zero-width", "coverage")
+    (f,) = coverage["details"]["files"]
+    assert f["file"] == "src/textcols/layout.py"
+    assert f["coverage_file"].endswith("/site-packages/textcols/layout.py")
+    assert coverage["score"] == 1.0
+    mutation = gate(state, "textcols-zero-width", "mutation")
+    d = mutation["details"]
+    # no mutant in the docstring the fix adds (lines 7-11), every mutant killed
+    assert not {r["line"] for r in d["results"]} & set(range(7, 12))
+    assert (d["killed"], d["survived"], mutation["score"]) == (17, 0, 1.0)
+
+
+def test_the_poc_special_case_is_seen_by_scope_only(state: Path) -> None:
+    """The symptom-hiding fix passes every claim, mutation and coverage: only scope sees it."""
+    scope = gate(state, "cparse-poc-length", "scope")
+    assert scope["reasons"] == ["fix-matches-poc-literal"]
+    (finding,) = scope["details"]["findings"]
+    assert (finding["file"], finding["line"]) == ("cparse.c", 52)
+    assert gate(state, "cparse-poc-length", "mutation")["passed"] is True
+    assert gate(state, "cparse-poc-length", "coverage")["passed"] is True
