@@ -22,14 +22,12 @@ Two halves, both run in the sandbox:
 from __future__ import annotations
 
 import glob
-import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
-from types import CodeType, ModuleType
+from types import CodeType
 from typing import Any
 
 from .applied import applied_policy, threshold
@@ -37,6 +35,7 @@ from .codes import CODES, RULES, code_of
 from .diff import parse_series
 from .landing import landed, load_landing
 from .lang import Lang, code_only, is_test_path, language
+from .modules import load_module
 
 # Appended to the harness's sitecustomize (a str.format template: braces doubled).
 PY_TRACER = """
@@ -173,19 +172,6 @@ def find_by_content(patched: str, root: str, names: list[str]) -> str | None:
 # ---- the run ----
 
 
-def _load_harness(path: str) -> ModuleType:
-    """The harness is a directory of modules run as `python3 DIR` (DIR/__main__.py)."""
-    if os.path.isdir(path):
-        sys.path.insert(0, path)
-        path = os.path.join(path, "__main__.py")
-    spec = importlib.util.spec_from_file_location("trace_harness", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot load the reproducer harness {path}")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _gcov(gcov: str, target: str, build_top: str) -> dict[str, dict[str, set[int]]]:
     """Line coverage of every .gcda the run wrote, with the .gcno notes the build saved."""
     notes = os.path.join(target, "share", "trace-coverage")
@@ -270,7 +256,7 @@ def run(cfg: dict[str, Any]) -> int:
         record = {"schema": "trace.run/v1", "side": "post", "run": 1, "build": "failed"}
         record["target_ran"] = False
     else:
-        harness = _load_harness(env["harness"])
+        harness = load_module("trace_harness", env["harness"], "the reproducer harness")
         hook = getattr(harness, "AUDIT_HOOK", None)
         if not isinstance(hook, str) or "_PKG" not in hook:
             raise RuntimeError("the reproducer harness has no AUDIT_HOOK template with _PKG")

@@ -15,7 +15,6 @@ unmutated post-fix runs must pass that same rule, or kills mean nothing.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from types import ModuleType
@@ -24,6 +23,7 @@ from typing import Any
 from .applied import applied_policy, threshold
 from .codes import CODES, code_of
 from .landing import landed, load_landing
+from .modules import load_module
 from .mutate import Mutant, generate
 
 
@@ -60,12 +60,7 @@ def write_mutant(cfg: dict[str, Any], out: str) -> None:
 def load_judge(path: str) -> ModuleType:
     """The expectation gate's rules (templates/verify/gate.py), loaded from the file the
     pipeline gives this gate: mutants are judged by the very function that judges post-fix."""
-    spec = importlib.util.spec_from_file_location("trace_verify_gate", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot load the post-fix judge {path}")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module("trace_verify_gate", path, "the post-fix judge")
 
 
 def oracle_failed(judge: ModuleType, record: dict[str, Any]) -> bool:
