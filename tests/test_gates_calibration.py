@@ -158,3 +158,15 @@ def test_the_poc_special_case_is_seen_by_scope_only(state: Path) -> None:
     assert (finding["file"], finding["line"]) == ("cparse.c", 52)
     assert gate(state, "cparse-poc-length", "mutation")["passed"] is True
     assert gate(state, "cparse-poc-length", "coverage")["passed"] is True
+
+
+def test_decide_says_why_mutation_is_not_measurable(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mutation-not-measurable` names its cause (here: the post-fix build already fails), in
+    the decision as in the gate record, not always "none could be generated"."""
+    decision = verified(state, capsys, "cparse-other-failure")
+    (reason,) = [r for r in decision["reasons"] if r["code"] == "mutation-not-measurable"]
+    assert any("post-fix build already fails" in d for d in reason["details"]), reason
+    record = gate(state, "cparse-other-failure", "mutation")
+    assert record["details"]["rules"] == ["mutation.post-fix-fails"]

@@ -145,3 +145,25 @@ def test_an_unmapped_python_file_says_so(tmp_path: Path) -> None:
     assert rec["details"]["rules"] == ["coverage.path-not-mapped"]
     assert "src/pkg/x.py" in rec["details"]["summary"]
     assert "cannot report" not in rec["details"]["summary"]
+
+
+def test_a_python_mutant_that_does_not_import_is_stillborn(tmp_path: Path) -> None:
+    from engine.gates.core.equiv import imports, module_of
+
+    site = "lib/python3.11/site-packages"
+    assert module_of(f"{site}/pkg/__init__.py") == (site, "pkg")
+    assert module_of("lib/python/pager/layout.py") == ("lib/python", "pager.layout")
+    assert module_of("share/doc/x.py") is None
+    post, mut = tmp_path / "post", tmp_path / "mut"
+    for root, body in ((post, "X = 1\n"), (mut, "X = undefined_name\n")):
+        (root / site / "pkg").mkdir(parents=True)
+        (root / site / "pkg" / "__init__.py").write_text(body)
+    assert imports(str(post), f"{site}/pkg/__init__.py") == (True, "")
+    ok, why = imports(str(mut), f"{site}/pkg/__init__.py")
+    assert not ok and "NameError" in why
+    patch = tmp_path / "fix.patch"
+    patch.write_text((FIX / "fix.patch").read_text())
+    mdir = tmp_path / "mutant"
+    write_mutant({"patches": [str(patch)], "index": 1}, str(mdir))
+    got = check_mutant({"target": str(mut), "post": str(post), "mutant": str(mdir)})
+    assert got["status"] == "stillborn" and "does not import" in got["why"]

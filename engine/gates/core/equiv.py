@@ -4,7 +4,10 @@ Runs in the mutant-run step, after the mutant's build, before its run, with the 
 beside it:
 
 * ``stillborn``: the mutant does not build (applies or compiles), or a mutated Python file does
-  not compile. It is no mutant: counted nowhere (it says nothing about the reproducer).
+  not compile, or does not import while the patched one does (its module imported alone, in a
+  fresh interpreter, from each build's own site directory; a module that cannot be imported
+  alone on either side is left to the run). It is no mutant: counted nowhere (it says nothing
+  about the reproducer).
 * ``equivalent``: Trivial Compiler Equivalence (Papadakis et al., ICSE 2015): the mutant's build
   output is byte-identical to the post-fix build's (each side's own store path replaced by one
   placeholder), so the compiler made the same program; for Python, where the installed files are
@@ -20,7 +23,11 @@ from __future__ import annotations
 import ast
 import json
 import os
+import subprocess
+import sys
 from typing import Any
+
+IMPORT_TIMEOUT = 30
 
 PLACEHOLDER = b"/nix/store/00000000000000000000000000000000-trace-self"
 
@@ -88,6 +95,45 @@ def python_check(mutated: str, patched: str, name: str) -> tuple[str, str] | Non
     return None
 
 
+def module_of(rel: str) -> tuple[str, str] | None:
+    """(site directory, module name) of an installed Python file: `lib/python3.11/site-packages/
+    pkg/x.py` -> (`lib/python3.11/site-packages`, `pkg.x`); also `lib/python/...`."""
+    parts = rel.split("/")
+    for k, part in enumerate(parts[:-1]):
+        if part == "site-packages" or (part == "python" and k > 0 and parts[k - 1] == "lib"):
+            names = parts[k + 1 :]
+            names[-1] = names[-1][: -len(".py")]
+            if names[-1] == "__init__":
+                names.pop()
+            if names and all(n.isidentifier() for n in names):
+                return "/".join(parts[: k + 1]), ".".join(names)
+    return None
+
+
+def imports(root: str, rel: str) -> tuple[bool, str]:
+    """Does the module of installed file `rel` import, alone, from build `root`?"""
+    where = module_of(rel)
+    if where is None:
+        return True, ""
+    site, name = where
+    code = (
+        "import importlib, sys; sys.path.insert(0, sys.argv[1]); "
+        "importlib.import_module(sys.argv[2])"
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-I", "-B", "-c", code, os.path.join(root, site), name],
+            capture_output=True,
+            timeout=IMPORT_TIMEOUT,
+            check=False,
+            cwd=os.environ.get("TMPDIR", "/tmp"),
+        )
+    except subprocess.TimeoutExpired:
+        return True, ""  # a slow import is the run's business
+    last = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+    return proc.returncode == 0, last[0][:200]
+
+
 def _changed_lines(mutated: str, patched: str) -> list[int]:
     a, b = mutated.split("\n"), patched.split("\n")
     if len(a) != len(b):
@@ -128,6 +174,12 @@ def check_mutant(cfg: dict[str, Any]) -> dict[str, Any]:
         for v in verdicts:
             if v is not None and v[0] == "stillborn":
                 return {**result, "status": v[0], "why": v[1]}
+        for rel, v in zip(sources, verdicts, strict=True):
+            if v is not None:
+                continue
+            ok, why = imports(target, rel)
+            if not ok and imports(cfg["post"], rel)[0]:
+                return {**result, "status": "stillborn", "why": f"{rel}: does not import ({why})"}
         if all(v is not None for v in verdicts):
             statuses = {v[0] for v in verdicts if v is not None}
             status = "not-code" if "not-code" in statuses else "equivalent"
