@@ -23,7 +23,8 @@ CANDIDATES = FORK / "trace" / "candidates"
 
 pytestmark = pytest.mark.nix
 
-# fixture | expected decision | reason codes (policy/reasons.toml)
+# fixture | expected decision | reason codes (policy/reasons.toml). A correct fix's codes are
+# exact (none); a wrong fix's are the codes that must catch it (other gates may add theirs).
 CALIBRATION: list[tuple[str, str, set[str]]] = [
     # correct fixes: ALLOW
     ("cparse-key-overflow", "allow", set()),
@@ -31,27 +32,15 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     ("cparse-alloc-fix", "allow", set()),  # its one survivor only over-allocates
     ("pager-last-page", "allow", set()),
     ("textcols-zero-width", "allow", set()),  # src/ layout, installed to site-packages
-    # plausible wrong fixes and broken evidence: DENY
-    ("cparse-wrong-fix", "deny", {"mutation-score-below-threshold", "coverage-not-measurable"}),
-    ("cparse-poc-length", "deny", {"fix-matches-poc-literal"}),  # skips the PoC's 47-byte line
-    # the reproducer trips another bug: post-fix still fails, so no mutant can be judged
-    (
-        "cparse-other-failure",
-        "deny",
-        {
-            "pre-fix-wrong-failure",
-            "post-fix-still-fails",
-            "mutation-not-measurable",
-            "coverage-below-threshold",
-        },
-    ),
-    # a shell package: no mutant, no coverage tool; and its build differs on rebuild
-    (
-        "stamp-release",
-        "deny",
-        {"nondeterministic", "mutation-not-measurable", "coverage-not-measurable"},
-    ),
-    ("racy-lost-update", "deny", {"flaky", "coverage-not-measurable"}),
+    # plausible wrong fixes: DENY, by the gates that see them
+    ("cparse-wrong-fix", "deny", {"mutation-score-below-threshold", "variant-still-fails"}),
+    # skips the PoC's 47-byte line: scope sees the literal, the variants a 41-byte key
+    ("cparse-poc-special-case", "deny", {"fix-matches-poc-literal", "variant-still-fails"}),
+    ("cparse-refuse-all", "deny", {"regression-introduced"}),
+    # broken evidence: DENY
+    ("cparse-other-failure", "deny", {"pre-fix-wrong-failure", "post-fix-still-fails"}),
+    ("stamp-release", "deny", {"nondeterministic"}),
+    ("racy-lost-update", "deny", {"flaky"}),
 ]
 
 
@@ -92,7 +81,11 @@ def test_calibration(
 ) -> None:
     decision = verified(state, capsys, name)
     got = {r["code"] for r in decision["reasons"]}
-    assert (decision["decision"], got) == (expected, reasons), decision["reasons"]
+    assert decision["decision"] == expected, decision["reasons"]
+    if expected == "allow":
+        assert got == set(), decision["reasons"]
+    else:
+        assert reasons <= got, decision["reasons"]
 
 
 def gate(state: Path, name: str, gate_name: str) -> dict[str, Any]:
@@ -150,14 +143,16 @@ def test_the_src_layout_package_maps_coverage_and_skips_docstrings(state: Path) 
     assert (d["killed"], d["survived"], mutation["score"]) == (17, 0, 1.0)
 
 
-def test_the_poc_special_case_is_seen_by_scope_only(state: Path) -> None:
-    """The symptom-hiding fix passes every claim, mutation and coverage: only scope sees it."""
-    scope = gate(state, "cparse-poc-length", "scope")
+def test_the_poc_special_case_is_seen_by_scope(state: Path) -> None:
+    """The symptom-hiding fix passes every claim, mutation and coverage; scope sees the PoC's
+    length in its comparison (and the variants gate a longer key)."""
+    scope = gate(state, "cparse-poc-special-case", "scope")
     assert scope["reasons"] == ["fix-matches-poc-literal"]
     (finding,) = scope["details"]["findings"]
     assert (finding["file"], finding["line"]) == ("cparse.c", 52)
-    assert gate(state, "cparse-poc-length", "mutation")["passed"] is True
-    assert gate(state, "cparse-poc-length", "coverage")["passed"] is True
+    # mutation and coverage cannot tell: every mutant changes which lines are skipped
+    assert gate(state, "cparse-poc-special-case", "mutation")["passed"] is True
+    assert gate(state, "cparse-poc-special-case", "coverage")["passed"] is True
 
 
 def test_decide_says_why_mutation_is_not_measurable(
