@@ -40,7 +40,9 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # broken evidence: DENY
     ("cparse-other-failure", "deny", {"pre-fix-wrong-failure", "post-fix-still-fails"}),
     ("stamp-release", "deny", {"nondeterministic"}),
-    ("racy-lost-update", "deny", {"flaky"}),
+    # a race: how often the runs disagree depends on the machine's load, so its row asks for
+    # the deny only (test_verify judges its flakiness); coverage cannot measure it either way
+    ("racy-lost-update", "deny", set()),
 ]
 
 

@@ -396,21 +396,22 @@ def edit(path: Path, old: str, new: str) -> None:
 
 
 def _real_mutation_record(tmp: Path, signing_file: Path) -> dict[str, Any]:
-    """The mutation gate's own record (engine/gates/core, as the sandbox runs it) for four
-    mutants of which two are killed (score 0.5), given the `policy` parameter that
-    engine.gates.context makes from `signing_file`."""
+    """The mutation gate's own record (engine/gates/core, as the sandbox runs it) for five
+    mutants of which two are killed and one is stillborn (score 0.5), given the `policy`
+    parameter that engine.gates.context makes from `signing_file`."""
     from engine.gates.context import gate_policies
     from engine.gates.core.mutation import evaluate
-    from tests.test_gates_records import PTR, mutant_dirs, post_dir, run_record
+    from tests.test_gates_records import JUDGE, PTR, mutant_dirs, post_dir, run_record
 
     tmp.mkdir()
-    runs = [run_record(exit_code=0)] * 2 + [run_record(exit_code=1)] * 2
+    runs = [run_record(0)] * 2 + [run_record(1)] * 3
     return evaluate(
         {
             "patches": [str(PTR)],
             "policy": gate_policies(signing_file)["mutation"],
-            "mutant_runs": mutant_dirs(tmp, PTR, runs),
-            "post_runs": [post_dir(tmp, run_record(exit_code=0))],
+            "mutant_runs": mutant_dirs(tmp, PTR, runs, ["run"] * 4 + ["stillborn"]),
+            "post_runs": [post_dir(tmp, run_record(0))],
+            "judge": JUDGE,
         }
     )
 
