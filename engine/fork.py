@@ -480,6 +480,7 @@ def verify_candidate(
     from engine.progress import Progress
     from engine.run import run_graph
     from engine.verify.command import project_root, verify_context
+    from engine.verify.trusted import from_store
     from engine.verify.verdict import judge
 
     candidate = load_candidate(file)
@@ -502,6 +503,7 @@ def verify_candidate(
         hasher.flush()
         with Progress(enabled=progress) as reporter:
             run = run_graph(graph, index, jobs=jobs, reporter=reporter)
+        run = from_store(graph, run, index, recheck=True)  # the index is never evidence
         verify = judge(candidate, graph, run)
         result = cfg.state / "verify" / f"{cid}.json"
         write_if_changed(result, (verify.model_dump_json(indent=2, by_alias=True) + "\n").encode())

@@ -24,6 +24,7 @@ _BUILDING = re.compile(r"^building '(/nix/store/[^']+\.drv)'")
 _FAILED = re.compile(r"builder for '(/nix/store/[^']+\.drv)' failed")
 _NONDET = re.compile(r"derivation '(/nix/store/[^']+\.drv)' may not be deterministic")
 _OUT = re.compile(r'^Derive\(\[\("out","(/nix/store/[^"]+)"')
+_MODIFIED = re.compile(r"path '(/nix/store/[^']+)' was modified!")
 
 
 ENFORCED = ("--option", "sandbox", "true", "--option", "substituters", "")
@@ -199,6 +200,18 @@ class Nix:
             if rc != 0:
                 raise NixError(f"nix-store --check-validity failed: {printable(str(err).strip())}")
             found |= set(str(out).split())
+        return found
+
+    def modified(self, paths: Sequence[str]) -> set[str]:
+        """The valid store paths whose contents no longer match the NAR hash Nix registered for
+        them (one `nix-store --verify-path`, which rehashes each path: keep the list to small
+        outputs). Raises NixError when a path is not valid: check validity first."""
+        if not paths:
+            return set()
+        rc, _, err = self._cmd("nix-store").run(["--verify-path", *paths], retcode=None)
+        found = set(_MODIFIED.findall(str(err)))
+        if rc != 0 and not found:
+            raise NixError(f"nix-store --verify-path failed: {str(err).strip()[-500:]}")
         return found
 
     def read_log(self, drv: str, lines: int = 25) -> str:

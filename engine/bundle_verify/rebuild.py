@@ -23,7 +23,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from engine.errors import NixError
 from engine.model import Graph
 
 How = Literal["built", "checked", "differs", "failed"]
@@ -48,18 +47,12 @@ def instantiate(
 ) -> tuple[dict[str, str], dict[str, str]]:
     """(step id -> key, step id -> .drv path) for `step_ids`, with one nix-instantiate."""
     from engine.cache import Index
-    from engine.nix import Nix
-    from engine.run import plan, render_expression
+    from engine.run import plan
+    from engine.verify.trusted import instantiate_steps
 
     with Index(work / "state") as index:  # empty: nothing answers from a cache
         p, _ = plan(graph, index)
-    text, _ = render_expression(graph, p, step_ids)
-    expr = work / "replay.nix"
-    expr.write_text(text, encoding="utf-8")
-    rc, drvs, err = Nix(graph.nix).instantiate(expr)
-    if rc != 0 or len(drvs) != len(step_ids):
-        tail = "\n".join(err.strip().splitlines()[-5:])
-        raise NixError(f"evaluating the replayed steps failed: {tail}", file=expr)
+    drvs = instantiate_steps(graph, p, step_ids, work / "replay.nix")
     return {s: p.steps[s].key for s in step_ids}, dict(zip(step_ids, drvs, strict=True))
 
 

@@ -4,10 +4,13 @@
 `cached_verify` loads the fork's verify graph for the candidate exactly as `trace verify` does,
 plans it against the cache index and refuses (InputError, exit 2) when any step is dirty: never
 verified, a failed build (failures are not cached), or an input changed since (a patch swapped
-after verify). Otherwise every step is answered from the index (no Nix evaluation, no build: a
-clean plan makes no nix call, and this is checked) and judged again with `judge`. A verify result
-JSON file is never the source of a verdict: given explicitly (`--result FILE`) it is only
-cross-checked against the judged result (`check_result_file`), and a difference is refused.
+after verify). Otherwise every step is answered from the index as a pointer only: the index never
+holds evidence, so `engine.verify.trusted.from_store` checks each row against the derivation the
+graph instantiates now and the store's valid, unmodified output, re-reads every outcome from the
+store and re-measures determinism with `--check`; then the run is judged again with `judge`. A
+verify result JSON file is never the source of a verdict: given explicitly (`--result FILE`) it
+is only cross-checked against the judged result (`check_result_file`), and a difference is
+refused.
 
 The graph is loaded with the signing policy that decides (`signing_policy`): its thresholds are
 the gate steps' `policy` parameters, so evidence verified under another policy leaves the gate
@@ -138,6 +141,7 @@ def cached_verify(
     from engine.cache import Index
     from engine.run import plan, run_graph
     from engine.verify.command import load_verify_graph
+    from engine.verify.trusted import from_store
     from engine.verify.verdict import judge
 
     with Index(state, wait=wait) as index:
@@ -148,11 +152,12 @@ def cached_verify(
                 planned, candidate, state
             )
         run = run_graph(graph, index)
-    if run.evaluated or run.nix_calls:
-        raise TraceError(
-            f"internal error: a clean plan made {run.nix_calls} nix call(s)",
-            hint="report this: the evidence must come from the cache index as planned",
-        )
+        if run.evaluated or run.nix_calls:
+            raise TraceError(
+                f"internal error: a clean plan made {run.nix_calls} nix call(s)",
+                hint="report this: a clean plan builds nothing",
+            )
+        run = from_store(graph, run, index, recheck=True)
     return graph, run, judge(candidate, graph, run)
 
 

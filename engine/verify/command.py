@@ -149,15 +149,19 @@ def build_verify(
     progress: bool = False,
     wait: float = 0,
     signing_policy: Path | None = None,
+    recheck: bool = False,
 ) -> tuple[Graph, RunResult, VerifyResult]:
     """`run_verify`, also returning the graph and the run the verdict was judged from.
 
-    `signing_policy`: whose thresholds the gates apply (None: the default by location)."""
+    `signing_policy`: whose thresholds the gates apply (None: the default by location). Steps
+    answered from the index are checked against and re-read from the store (`from_store`);
+    `recheck`: their determinism is measured again too (for a bundle)."""
     from engine.cache import Index
     from engine.candidate import load_candidate
     from engine.errors import UsageError
     from engine.progress import Progress
     from engine.run import run_graph
+    from engine.verify.trusted import from_store
     from engine.verify.verdict import judge
 
     candidate = load_candidate(candidate_file)
@@ -171,6 +175,7 @@ def build_verify(
         graph = load_verify_graph(candidate, fork, index, signing_policy)
         with Progress(enabled=progress) as reporter:
             result = run_graph(graph, index, jobs=jobs, reporter=reporter)
+        result = from_store(graph, result, index, recheck=recheck)
     return graph, result, judge(candidate, graph, result)
 
 
@@ -260,6 +265,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         progress=not args.quiet and not args.json,
         wait=args.wait,
         signing_policy=policy,
+        recheck=args.bundle is not None,
     )
     result = verified[2]
     text = result.model_dump_json(indent=2, by_alias=True) + "\n"

@@ -1,0 +1,127 @@
+"""The trust boundary: a verdict is judged from the Nix store, never from the state directory.
+
+The state directory (`.trace/state.db`) is a cache of pointers: key -> (drv, out, a copy of the
+outcome, the last `--check` result). Whoever can write it can write any row, so no row is ever
+evidence. `from_store` takes a run whose clean steps were answered from the index and replaces
+everything the verdict reads with what the store says, after checking, for those steps:
+
+1. *the derivation is the one the graph instantiates now*: the steps are rendered and evaluated
+   again with one `nix-instantiate`; the row's drv must be that derivation and its out the
+   derivation's own output path (read from the .drv; input-addressed, so no other derivation
+   has it);
+2. *the output is a valid store path* (one `nix-store --check-validity`) *and unmodified*: every
+   output that holds an `outcome.json` is rehashed against the NAR hash Nix registered when it
+   built it (one `nix-store --verify-path`; outcome outputs are small);
+3. *the outcome is the store's*: `$out/outcome.json` is read and compared with the row's copy;
+4. with `recheck`, *determinism is measured again*: the `check` steps answered from the index
+   are rebuilt once with `nix-store --realise --check`. Every path that decides or signs
+   rechecks; only a plain `trace verify` (never decided, never signed) shows the index's flag.
+
+Any difference is refused with a reason naming the step (`StateMismatch`, exit 2): the state
+directory was modified or is stale; deleting it loses nothing but time. Steps built or reused
+by this very run were instantiated now and read from the store already; they are not checked
+again. Cost on a clean run: three nix processes (~0.2 s) plus, with `recheck`, the check builds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine.errors import InputError, NixError
+
+if TYPE_CHECKING:
+    from engine.cache import Index
+    from engine.model import Graph
+    from engine.run import Plan, RunResult
+
+SHOWN = 4
+
+
+class StateMismatch(InputError):
+    """A state-directory row disagrees with the Nix store: the row is never believed."""
+
+
+def instantiate_steps(graph: Graph, planned: Plan, step_ids: list[str], expr: Path) -> list[str]:
+    """The .drv paths the graph instantiates now for `step_ids` (one `nix-instantiate`)."""
+    from engine.nix import Nix
+    from engine.run import render_expression
+
+    text, _ = render_expression(graph, planned, step_ids)
+    expr.parent.mkdir(parents=True, exist_ok=True)
+    expr.write_text(text, encoding="utf-8")
+    rc, drvs, err = Nix(graph.nix).instantiate(expr)
+    if rc != 0 or len(drvs) != len(step_ids):
+        tail = "\n".join(err.strip().splitlines()[-5:])
+        raise NixError(f"evaluating the steps again failed: {tail}", file=expr)
+    return drvs
+
+
+def _refuse(state: Path, problems: list[str]) -> StateMismatch:
+    shown = "; ".join(problems[:SHOWN]) + (" …" if len(problems) > SHOWN else "")
+    return StateMismatch(
+        f"the state directory does not match the Nix store ({shown}): its records are never "
+        "evidence, and these were modified or are stale",
+        file=state / "state.db",
+        hint=f"remove {state} (a cache: only build time is lost) and run `trace verify` again; "
+        "if you did not change it, someone else can write it: find out who",
+    )
+
+
+def from_store(graph: Graph, run: RunResult, index: Index, *, recheck: bool) -> RunResult:
+    """`run` with every index-answered step checked against, and re-read from, the store."""
+    from engine.hashing import digest_bytes
+    from engine.nix import Nix, output_of
+    from engine.run import plan, read_outcome
+
+    cached = [sid for sid, r in run.steps.items() if r.status == "cached"]
+    if not cached:
+        return run
+    planned, _ = plan(graph, index)
+    expr = index.state_dir / "build" / f"trusted-{digest_bytes(run.graph.encode())[:16]}.nix"
+    drvs = dict(zip(cached, instantiate_steps(graph, planned, cached, expr), strict=True))
+    problems: list[str] = []
+    for sid in cached:
+        row = run.steps[sid]
+        if row.drv != drvs[sid] or row.out != output_of(drvs[sid]):
+            problems.append(
+                f"step {sid}: recorded {row.drv} -> {row.out}, the graph instantiates {drvs[sid]}"
+            )
+    if problems:
+        raise _refuse(index.state_dir, problems)
+    nix = Nix(graph.nix)
+    outs = {sid: output_of(drvs[sid]) for sid in cached}
+    invalid = nix.invalid(list(outs.values()))
+    problems = [
+        f"step {sid}: {outs[sid]} is not a valid store path"
+        for sid in cached
+        if outs[sid] in invalid
+    ]
+    if problems:
+        raise _refuse(index.state_dir, problems)
+    with_outcome = [sid for sid in cached if (Path(outs[sid]) / "outcome.json").is_file()]
+    modified = nix.modified([outs[sid] for sid in with_outcome])
+    problems = [
+        f"step {sid}: {outs[sid]} was modified after Nix built it"
+        for sid in with_outcome
+        if outs[sid] in modified
+    ]
+    steps = dict(run.steps)
+    for sid in cached:
+        outcome = read_outcome(outs[sid])
+        if outcome != run.steps[sid].outcome:
+            problems.append(f"step {sid}: the recorded outcome is not the store's")
+        steps[sid] = run.steps[sid].model_copy(update={"outcome": outcome})
+    if problems:
+        raise _refuse(index.state_dir, problems)
+    calls = 3
+    checks = [sid for sid in cached if graph.steps[sid].check]
+    if recheck and checks:
+        report = nix.realise([drvs[s] for s in checks], check=True)
+        calls += 1
+        # as engine.run: a failed --check that names no derivation proves nothing reproducible
+        unexplained = report.returncode != 0 and not report.failed
+        for sid in checks:
+            fresh = drvs[sid] not in report.failed and not unexplained
+            steps[sid] = steps[sid].model_copy(update={"deterministic": fresh})
+    return run.model_copy(update={"steps": steps, "nix_calls": run.nix_calls + calls})
