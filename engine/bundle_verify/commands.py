@@ -40,7 +40,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--decision",
         type=Path,
-        help="the record `trace decide` wrote (default: decide in-process with the policies)",
+        help="cross-check: the record `trace decide` wrote must be what the policy decides now "
+        "(the bundle is always decided in-process)",
     )
     p.add_argument(
         "--gate",

@@ -13,10 +13,11 @@
    is refused as dirty), it decides, and the replay record pins it.
 2. Gate records: the run's gate steps' outcomes, the determinism record derived from the run,
    and `--gate` files (`gate_records`: a carried record that disagrees with the run's is refused).
-3. Decisions: the routing and signing decisions are computed in-process with engine.policy (as
-   `trace route` / `trace decide`), naming the bundle's own payload files as their evidence; or
-   `--decision` reads `trace decide`'s record, which must have been made from the very files
-   being bundled.
+3. Decisions: the routing and signing decisions are always computed in-process with
+   engine.policy (as `trace route` / `trace decide`), naming the bundle's own payload files as
+   their evidence. `--decision FILE` (`trace decide`'s record) is only a cross-check: a record
+   made from other files, under another policy, or that the policy does not reproduce now is
+   refused and nothing is written; nothing signs a decision the policy did not just make.
 4. The bundle is assembled (statement over every payload file) and, when signing was asked,
    signed ONLY if the signing decision allows. On a deny nothing is signed, the reasons are
    reported, and the UNSIGNED bundle is still written so a reviewer can read why (verify-bundle
@@ -147,6 +148,32 @@ def _sign(req: BundleRequest, statement: bytes) -> str:
 Verified = tuple[Graph, RunResult, VerifyResult]
 
 
+def _check_decision_record(
+    path: Path, decision: Decision, cid: str, bundled: dict[str, str], policy: Path, pin: str
+) -> None:
+    """Refuse a `--decision` record the policy does not reproduce now (its date aside): what is
+    bundled and signed is always the decision just made, never a file's."""
+    record = load_decision(path, candidate=cid, bundled=bundled)
+    if record.policy.digest != pin:
+        raise InputError(
+            f"the decision record was made under the signing policy {record.policy.path} "
+            f"({record.policy.name} {record.policy.version}), not {policy}",
+            file=path,
+            hint="pass the policy `trace decide --signing` used as --signing-policy",
+        )
+    given = record.model_dump(mode="json", exclude={"date"})
+    now = decision.model_dump(mode="json", exclude={"date"})
+    differ = sorted(k for k in given.keys() | now.keys() if given.get(k) != now.get(k))
+    if differ:
+        raise InputError(
+            f"the decision record is not what the signing policy decides now (differs at: "
+            f"{', '.join(differ)}; now {decision.decision.upper()}): nothing is bundled",
+            file=path,
+            hint="leave out --decision (the bundle is always decided in-process), or run "
+            "`trace decide` again with the same policies, waivers and --gate files",
+        )
+
+
 def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> BundleOutcome:
     """`verified`: the graph, run and judged result of a build this process just made (`trace
     verify --bundle`); otherwise they come from the cache index (`cached_verify`)."""
@@ -188,29 +215,20 @@ def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> Bund
         *gate_files,
     ]
     sources = evidence_sources(result, gates)
-    if req.decision is not None:
+    routing = route_candidate(candidate, req.routing_policy)
+    decision = signing_decision(
+        result,
+        gates,
+        routing,
+        sources,
+        policy=policy,
+        waivers=req.waivers,
+        today=req.today or dt.datetime.now(dt.UTC).date(),
+    )
+    if req.decision is not None:  # only ever a cross-check: the policy decides again, here
         bundled = {src.sha256: src.path for src in sources}
         bundled |= {hashlib.sha256(raw).hexdigest(): src for src, _, raw in extra}
-        decision = load_decision(req.decision, candidate=cid, bundled=bundled)
-        if decision.policy.digest != policy_pin.sha256:
-            raise InputError(
-                f"the decision record was made under the signing policy {decision.policy.path} "
-                f"({decision.policy.name} {decision.policy.version}), not {policy}",
-                file=req.decision,
-                hint="pass the policy `trace decide --signing` used as --signing-policy",
-            )
-        routing = decision.routing
-    else:
-        routing = route_candidate(candidate, req.routing_policy)
-        decision = signing_decision(
-            result,
-            gates,
-            routing,
-            sources,
-            policy=policy,
-            waivers=req.waivers,
-            today=req.today or dt.datetime.now(dt.UTC).date(),
-        )
+        _check_decision_record(req.decision, decision, cid, bundled, policy, policy_pin.sha256)
     assembled = assemble_evidence(
         candidate,
         graph,
