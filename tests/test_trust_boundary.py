@@ -131,7 +131,7 @@ def _assert_nothing_signed(world: World, tmp: Path) -> None:
 def test_forged_gate_rows_sign_nothing(fresh: World, tmp_path: Path) -> None:
     _forge_gates(fresh.db)
     _assert_nothing_signed(fresh, tmp_path)
-    rc, _, err = _run("decide", str(fresh.cand), "--fork", str(fresh.fork))
+    _, _, err = _run("decide", str(fresh.cand), "--fork", str(fresh.fork))
     assert "step gate-mutation: the recorded outcome is not the store's" in err, err
 
 

@@ -30,6 +30,7 @@ from engine.bundle_verify.signature import Check
 from engine.errors import TraceError
 from engine.evidence.bundle import OUTCOMES_DIR, REPLAY_PATH
 from engine.evidence.collect import VERIFY_RESULT_PATH
+from engine.evidence.redact import redact_value
 from engine.evidence.replay import FilePin, ReplayRecord, fork_pin, outcome_digest, pinned_path
 from engine.evidence.statement import Statement
 from engine.hashing import digest_json
@@ -110,7 +111,11 @@ def _judge_again(candidate: Any, graph: Any, run: RunResult, payload: Path) -> l
         bundled = VerifyResult.model_validate_json(path.read_bytes())
     except ValidationError as exc:
         return [f"{VERIFY_RESULT_PATH}: not a verify result ({str(exc).splitlines()[0]})"]
-    return _verdict_differences(verdict_view(bundled), verdict_view(judge(candidate, graph, run)))
+    # the bundled result was redacted before it was hashed: compare like with like
+    # (and redaction is idempotent, so the bundled side goes through it too: same shapes)
+    replayed, _ = redact_value(verdict_view(judge(candidate, graph, run)))
+    recorded, _ = redact_value(verdict_view(bundled))
+    return _verdict_differences(recorded, replayed)
 
 
 def _expected_failures(payload: Path) -> set[str]:

@@ -23,6 +23,7 @@ from engine.evidence.redact import (
     RedactionReport,
     RedactionRule,
     redact_entry,
+    redact_path,
     redact_value,
     rules_digest,
     rules_document,
@@ -86,9 +87,12 @@ def _redact_entries(
     rules: tuple[RedactionRule, ...],
     reports: dict[str, dict[str, int]],
 ) -> list[PayloadEntry]:
-    """Each entry's bytes redacted (paths are not: step ids and file names, never secrets)."""
+    """Each entry's name and bytes redacted (a secret may be a data file's name: the bundled
+    name, the statement's subject and index.json then say `[REDACTED:<rule>]`; two names that
+    redact alike get `~2`, `~3`, … appended)."""
     out: list[PayloadEntry] = []
     seen: set[str] = set()
+    taken: set[str] = set()
     for e in entries:
         if e.path in RESERVED:
             raise InputError(f"payload path '{e.path}' is reserved for the bundle itself")
@@ -96,8 +100,16 @@ def _redact_entries(
             raise InputError(f"payload path '{e.path}' appears twice", hint="rename one entry")
         seen.add(e.path)
         r, report = redact_entry(e, rules)
-        _count(reports, e.path, report.counts)
-        out.append(r)
+        path, counts = redact_path(e.path, rules)
+        base, n = path, 1
+        while path in taken or path in RESERVED:
+            n += 1
+            path = f"{base}~{n}"
+        taken.add(path)
+        _count(reports, path, report.counts)
+        if counts:
+            _count(reports, path, {f"{k} (name)": v for k, v in counts.items()})
+        out.append(r.model_copy(update={"path": path}) if path != e.path else r)
     return out
 
 

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from engine.errors import InputError
 from engine.evidence.payload import PayloadEntry
-from engine.evidence.redact import redact_entry
+from engine.evidence.redact import redact_entry, redact_path
 from engine.policy.evidence import Evidence, SourceRef
 from engine.policy.routing import RouteDecision
 from engine.policy.signing import Decision
@@ -35,9 +35,8 @@ PAYLOAD_PREFIX = "payload/"
 def payload_ref(entry: PayloadEntry) -> SourceRef:
     """Where a payload file will sit in the bundle, and the sha256 of its bundled bytes."""
     bundled, _ = redact_entry(entry)  # what assemble() stores (redaction is idempotent)
-    return SourceRef(
-        path=PAYLOAD_PREFIX + entry.path, sha256=hashlib.sha256(bundled.data).hexdigest()
-    )
+    path, _ = redact_path(entry.path)
+    return SourceRef(path=PAYLOAD_PREFIX + path, sha256=hashlib.sha256(bundled.data).hexdigest())
 
 
 def signing_decision(

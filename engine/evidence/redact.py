@@ -6,11 +6,15 @@ replaced by `[REDACTED:<rule id>]`. Rules run in order; earlier, more specific r
 (a JWT is reported as a JWT, not as a generic secret assignment). Binary payloads (not UTF-8) are
 left alone and must not carry secrets.
 
-What is redacted (the user-facing rules are in docs/evidence.md): every text payload file, the
-replay record (payload/replay.json and the copy of it the statement
-is built from), and every other string that goes into statement.json (candidate id, builder id,
-policy names). Digests are taken over the redacted bytes only: the statement's subjects, the
-decision's evidence references and model.json's `prompt_sha256` all name the bundled files.
+What is redacted (the user-facing rules are in docs/evidence.md): every payload file's name
+(`redact_path`: statement subjects and index.json never hold an unredacted name), every text
+payload file (a JSON file value by value, so it stays the same JSON: `redact_entry`), the replay
+record (payload/replay.json and the copy of it the statement is built from; its outcome pins are
+digests of the *redacted* outcomes, `engine.evidence.replay.outcome_digest`, so the pins, the
+bundled bytes and a replay's re-check all see the same bytes), and every other string that goes
+into statement.json (candidate id, builder id, policy names). Digests are taken over the redacted
+bytes only: the statement's subjects, the decision's evidence references and model.json's
+`prompt_sha256` all name the bundled files.
 
 Rules (change a rule only together with a new `REDACTION_VERSION`):
 
@@ -18,7 +22,9 @@ Rules (change a rule only together with a new `REDACTION_VERSION`):
 |---------------------|------------------------------------------------------------------------|
 | private-key         | PEM private key blocks (`-----BEGIN … PRIVATE KEY-----` … `END …`)     |
 | jwt                 | JSON Web Tokens (`eyJ….eyJ….sig`), e.g. OIDC identity tokens           |
-| github-token        | GitHub tokens (`ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_`, `github_pat_`)  |
+| pem-body            | PEM bodies whose BEGIN line is gone (3+ lines of 64 base64 characters) |
+| github-token        | GitHub tokens by prefix (`ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_`, …)    |
+| api-token           | `glpat-`, `xox?-`, `sk-`, `AIza`, `npm_`, `pypi-` tokens by prefix     |
 | aws-access-key      | AWS access key ids (`AKIA…`, `ASIA…`)                                  |
 | bearer              | the credential after `Authorization: Bearer` / `Basic`                 |
 | secret-assignment   | the value in `token=…`, `password: …`, `api_key = "…"` (8+ characters) |
@@ -35,9 +41,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from engine.evidence.payload import PayloadEntry
+from engine.evidence.payload import PayloadEntry, canonical_json
 
-REDACTION_VERSION = "trace.redaction/1"
+REDACTION_VERSION = "trace.redaction/2"
 
 
 class RedactionRule(BaseModel):
@@ -68,9 +74,24 @@ RULES: tuple[RedactionRule, ...] = (
         pattern=r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*",
     ),
     RedactionRule(
+        id="pem-body",
+        description="PEM bodies without their BEGIN line (3+ lines of 64 base64 characters, e.g. "
+        "a key whose header a tail cut off), with a partial first line and the END line",
+        pattern=r"(?m)^(?:[A-Za-z0-9+/]{1,63}\n)?(?:[A-Za-z0-9+/]{64}\n){3,}"
+        r"(?:[A-Za-z0-9+/]{0,63}={0,2}(?:\n|$))?(?:-----END [A-Z0-9 ]*-----)?",
+    ),
+    RedactionRule(
         id="github-token",
-        description="GitHub personal, OAuth, app and fine-grained tokens",
-        pattern=r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})\b",
+        description="GitHub personal, OAuth, app and fine-grained tokens, by prefix (any length)",
+        pattern=r"\b(?:gh[pousr]_[A-Za-z0-9]{8,}|github_pat_[A-Za-z0-9_]{8,})",
+    ),
+    RedactionRule(
+        id="api-token",
+        description="API tokens by their prefix: GitLab glpat-, Slack xox?-, OpenAI/Anthropic "
+        "sk-, Google AIza, npm npm_, PyPI pypi-",
+        pattern=r"\b(?:glpat-[A-Za-z0-9_-]{8,}|xox[abprs]-[A-Za-z0-9-]{8,}|"
+        r"sk-[A-Za-z0-9_-]{16,}|AIza[0-9A-Za-z_-]{20,}|npm_[A-Za-z0-9]{16,}|"
+        r"pypi-[A-Za-z0-9_-]{16,})",
     ),
     RedactionRule(
         id="aws-access-key",
@@ -92,8 +113,10 @@ RULES: tuple[RedactionRule, ...] = (
     ),
     RedactionRule(
         id="email",
-        description="e-mail addresses",
-        pattern=r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
+        description="e-mail addresses (a domain whose first label has a letter: a step's "
+        "outcome file `run@1.json` is not an address)",
+        pattern=r"\b[A-Za-z0-9._%+-]+@(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9-]+"
+        r"(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
     ),
 )
 
@@ -117,11 +140,36 @@ def redact_text(text: str, rules: tuple[RedactionRule, ...] = RULES) -> tuple[st
     return text, counts
 
 
+def redact_path(path: str, rules: tuple[RedactionRule, ...] = RULES) -> tuple[str, dict[str, int]]:
+    """A payload path with each name redacted (a secret used as a file name)."""
+    counts: dict[str, int] = {}
+    parts = []
+    for part in path.split("/"):
+        out, n = redact_text(part, rules)
+        parts.append(out.replace("/", "_"))
+        for rule_id, k in n.items():
+            counts[rule_id] = counts.get(rule_id, 0) + k
+    return "/".join(parts), counts
+
+
 def redact_entry(
     entry: PayloadEntry, rules: tuple[RedactionRule, ...] = RULES
 ) -> tuple[PayloadEntry, RedactionReport]:
+    """The entry's bytes redacted: JSON value by value (re-serialised canonically), other text
+    as text; binary left alone. The path is `redact_path`'s business (names can collide)."""
     if not entry.is_text:
         return entry, RedactionReport(path=entry.path, counts={})
+    if entry.media_type == "application/json":
+        try:
+            value = json.loads(entry.data)
+        except ValueError:
+            value = None
+        else:
+            redacted, counts = redact_value(value, rules)
+            data = canonical_json(redacted) if counts else entry.data
+            return entry.model_copy(update={"data": data}), RedactionReport(
+                path=entry.path, counts=counts
+            )
     text, counts = redact_text(entry.data.decode("utf-8"), rules)
     if not counts:
         return entry, RedactionReport(path=entry.path, counts={})

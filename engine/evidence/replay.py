@@ -112,7 +112,11 @@ class ReplayRecord(_Model):
 
 
 def outcome_digest(outcome: Any) -> str | None:
-    return None if outcome is None else digest_json(outcome)
+    """The digest a replay record pins for an outcome: of the outcome as bundled, redacted (so
+    pins, `payload/outcomes/` and a replay's rebuilt outcomes are compared as the same bytes)."""
+    from engine.evidence.redact import redact_value
+
+    return None if outcome is None else digest_json(redact_value(outcome)[0])
 
 
 def pin_name(path: Path, root: Path) -> str:
