@@ -173,7 +173,7 @@ def test_the_bundle_holds_every_claim_link_by_link(world: World) -> None:
     statement = json.loads((b / STATEMENT_FILE).read_bytes())
     versions = statement["predicate"]["buildDefinition"]["internalParameters"]["policy_versions"]
     assert versions == {
-        "redaction": "trace.redaction/1",
+        "redaction": "trace.redaction/2",
         "trace-critical-packages": "1.0.0",
         "trace-reasons": "1.0.0",
         "trace-routing": "1.0.0",

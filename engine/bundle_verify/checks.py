@@ -19,6 +19,14 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from pydantic import BaseModel, Field, ValidationError
 
 from engine.bundle_verify.identity import IdentityPolicy
+from engine.bundle_verify.safefs import (
+    MAX_STATEMENT,
+    Listing,
+    Unsafe,
+    read_regular,
+    unsafe_name,
+    walk,
+)
 from engine.bundle_verify.signature import Check, verify_signature
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
 from engine.evidence.bundle import ROOT_FILES
@@ -41,68 +49,56 @@ class BundleVerdict(BaseModel):
     checks: list[Check]
 
 
-def _payload_files(payload: Path) -> tuple[dict[str, Path], list[str]]:
-    """Regular files under payload/ by relative path, plus anything that is not a plain file."""
-    files: dict[str, Path] = {}
-    odd: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(payload):
-        for name in sorted(dirnames):
-            p = Path(dirpath, name)
-            if p.is_symlink():
-                odd.append(p.relative_to(payload).as_posix())
-        for name in filenames:
-            p = Path(dirpath, name)
-            rel = p.relative_to(payload).as_posix()
-            if stat.S_ISREG(p.lstat().st_mode):
-                files[rel] = p
-            else:
-                odd.append(rel)
-    return files, odd
-
-
 def _sha256(path: Path) -> str:
+    """sha256 of a regular file, opened without following links or blocking on a FIFO."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        while chunk := os.read(fd, 1 << 20):
             h.update(chunk)
+    finally:
+        os.close(fd)
     return h.hexdigest()
 
 
+def _fails(name: str, reason: str, details: list[str]) -> Check:
+    return Check(name=name, ok=False, reason=reason, detail=", ".join(details))
+
+
 def subject_checks(statement: Statement, payload: Path) -> list[Check]:
-    files, odd = _payload_files(payload) if payload.is_dir() else ({}, [])
-    subjects = {s.name: s.digest.get("sha256", "") for s in statement.subject}
+    listing = walk(payload)
     checks: list[Check] = []
-    missing = sorted(set(subjects) - set(files))
-    extra = sorted(set(files) - set(subjects)) + sorted(odd)
+    by_reason: dict[str, list[str]] = {}
+    for reason, detail in listing.problems:
+        by_reason.setdefault(reason, []).append(detail)
+    for reason, details in sorted(by_reason.items()):
+        checks.append(_fails("payload files readable", reason, details))
+    names = [s.name for s in statement.subject]
+    unsafe = [f"{n!r}: {why}" for n in names if (why := unsafe_name(n))]
+    if unsafe:
+        checks.append(_fails("subject names", "subject.unsafe-name", unsafe))
+    seen: set[str] = set()
+    dupes = sorted({n for n in names if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
+    if dupes:
+        checks.append(_fails("subject names", "subject.duplicate", dupes))
+    subjects = {
+        s.name: s.digest.get("sha256", "") for s in statement.subject if not unsafe_name(s.name)
+    }
+    files = {rel: path for rel, (path, _) in listing.files.items()}
+    missing = sorted(set(subjects) - set(files) - {d.split(" ")[0] for d in _odd(listing)})
+    # an empty directory no subject lies under (one a removed file left is reported as missing)
+    empty = [d for d in listing.extra_dirs if not any(n.startswith(d) for n in subjects)]
+    extra = sorted(set(files) - set(subjects)) + [f"{d} (empty directory)" for d in empty]
     changed = sorted(n for n in set(subjects) & set(files) if _sha256(files[n]) != subjects[n])
     if missing:
-        checks.append(
-            Check(
-                name="payload files present",
-                ok=False,
-                reason="subject.missing-file",
-                detail=", ".join(missing),
-            )
-        )
+        checks.append(_fails("payload files present", "subject.missing-file", missing))
     if extra:
-        checks.append(
-            Check(
-                name="no unlisted payload files",
-                ok=False,
-                reason="subject.extra-file",
-                detail=", ".join(extra),
-            )
-        )
+        checks.append(_fails("no unlisted payload files", "subject.extra-file", extra))
     if changed:
-        checks.append(
-            Check(
-                name="payload digests",
-                ok=False,
-                reason="subject.digest-mismatch",
-                detail=", ".join(changed),
-            )
-        )
-    if not (missing or extra or changed):
+        checks.append(_fails("payload digests", "subject.digest-mismatch", changed))
+    if not checks:
         checks.append(
             Check(
                 name="payload digests",
@@ -111,6 +107,11 @@ def subject_checks(statement: Statement, payload: Path) -> list[Check]:
             )
         )
     return checks
+
+
+def _odd(listing: Listing) -> list[str]:
+    """The entries reported as not regular or too large (not also reported as missing)."""
+    return [detail for _, detail in listing.problems]
 
 
 def policy_version_check(statement: Statement, policy: IdentityPolicy) -> Check:
@@ -225,11 +226,9 @@ def verify_bundle(
     statement_path = directory / STATEMENT_FILE
     payload = directory / PAYLOAD_DIR
     try:
-        on_disk = statement_path.read_bytes()
-    except OSError as exc:
-        checks.append(
-            Check(name="bundle layout", ok=False, reason="bundle.layout", detail=str(exc))
-        )
+        on_disk = read_regular(statement_path, MAX_STATEMENT)
+    except Unsafe as exc:
+        checks.append(Check(name="bundle layout", ok=False, reason=exc.reason, detail=exc.detail))
         return verdict()
     if not payload.is_dir() or payload.is_symlink():
         checks.append(
@@ -240,13 +239,19 @@ def verify_bundle(
 
     signed: bytes | None = None
     sig_path = directory / SIGNATURE_FILE
-    if not sig_path.is_file():
+    sig_raw: bytes | None = None
+    if not os.path.lexists(sig_path):
         checks.append(
             Check(name="signature", ok=False, reason="bundle.unsigned", detail=SIGNATURE_FILE)
         )
     else:
+        try:
+            sig_raw = read_regular(sig_path, MAX_STATEMENT)
+        except Unsafe as exc:
+            checks.append(Check(name="signature", ok=False, reason=exc.reason, detail=exc.detail))
+    if sig_raw is not None:
         result = verify_signature(
-            sig_path.read_text(encoding="utf-8", errors="replace"),
+            sig_raw.decode("utf-8", errors="replace"),
             policy,
             trust_config=trust_config,
             extra_keys=extra_keys,

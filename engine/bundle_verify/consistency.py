@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from engine.bundle_verify.safefs import unsafe_name
 from engine.bundle_verify.signature import Check
 from engine.evidence.bundle import MODEL_PATH, OUTCOMES_DIR, PROMPT_PATH, REPLAY_PATH
 from engine.evidence.statement import Statement
@@ -106,7 +109,9 @@ def _evidence_problems(b: Bundled) -> list[str]:
     for src in b.decision.evidence:
         rel = src.path.removeprefix(PAYLOAD_PREFIX)
         path = b.payload / rel
-        if not src.path.startswith(PAYLOAD_PREFIX) or not path.is_file():
+        if not src.path.startswith(PAYLOAD_PREFIX) or unsafe_name(rel):
+            problems.append(f"{src.path}: not a payload file name (confined to payload/)")
+        elif not stat.S_ISREG(os.lstat(path).st_mode if os.path.lexists(path) else 0):
             problems.append(f"{src.path}: not in the bundle")
         elif hashlib.sha256(path.read_bytes()).hexdigest() != src.sha256:
             problems.append(f"{src.path}: sha256 differs from the decision's {src.sha256[:12]}…")

@@ -82,6 +82,28 @@ REASONS: dict[str, tuple[str, str]] = {
         "payload/ holds a file the statement does not name",
         "a file was added after signing: remove it or do not trust the bundle",
     ),
+    "bundle.not-regular": (
+        "a bundle file is not a regular file (a symlink, FIFO, device or socket)",
+        "a bundle holds only regular files and directories: do not trust it, re-fetch it",
+    ),
+    "bundle.too-large": (
+        "a bundle file, or the payload as a whole, exceeds the verifier's size cap",
+        "a trace bundle is far smaller: do not trust it "
+        "(the caps are in engine/bundle_verify/safefs.py)",
+    ),
+    "bundle.too-deep": (
+        "payload/ is nested deeper, or holds more entries, than the verifier's cap",
+        "a trace bundle is shallow and small: do not trust it",
+    ),
+    "subject.duplicate": (
+        "the statement names the same payload file twice",
+        "the statement was not written by trace: do not trust the bundle",
+    ),
+    "subject.unsafe-name": (
+        "a subject name is absolute, climbs out with '..', or holds NUL, a backslash "
+        "or empty parts",
+        "the statement was not written by trace: do not trust the bundle",
+    ),
     "policy.unknown-version": (
         "the statement names a policy name/version this checkout does not know",
         "update the checkout, or list the version in policy/signing-identity.json "

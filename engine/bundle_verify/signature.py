@@ -25,6 +25,11 @@ from engine.signing.deadline import DEFAULT_SECONDS
 from engine.signing.dsse import Envelope
 from engine.signing.keymode import parse_key_bundle, verify_envelope_with_key
 
+# the Sigstore bundle v0.3 media types (sigstore-js rejects any other, and so does this)
+MEDIA_TYPES = (
+    "application/vnd.dev.sigstore.bundle.v0.3+json",
+    "application/vnd.dev.sigstore.bundle+json;version=0.3",
+)
 OIDC_ISSUER_V1 = x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.1")
 OIDC_ISSUER_V2 = x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.8")
 
@@ -234,6 +239,24 @@ def verify_signature(
     extra_keys: dict[str, ec.EllipticCurvePublicKey] | None = None,
     deadline: float = DEFAULT_SECONDS,
 ) -> SignatureResult:
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        return SignatureResult(
+            mode="none", checks=[_fail("signature", "signature.malformed", f"not JSON: {exc}")]
+        )
+    media = doc.get("mediaType") if isinstance(doc, dict) else None
+    if media not in MEDIA_TYPES:
+        return SignatureResult(
+            mode="none",
+            checks=[
+                _fail(
+                    "signature",
+                    "signature.malformed",
+                    f"mediaType {media!r} is not a Sigstore bundle v0.3 ({MEDIA_TYPES[0]})",
+                )
+            ],
+        )
     keyed = verify_key_mode(raw, policy, extra_keys or {})
     if keyed is not None:
         return keyed

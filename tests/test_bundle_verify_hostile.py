@@ -1,0 +1,239 @@
+"""verify-bundle on hostile bundles never hangs, never crashes, never reads without bounds
+(issue 11, item 5). Each case runs `trace verify-bundle` in a subprocess whose timeout is the
+bound (a FIFO read would block forever): it must exit non-zero with known reason codes and no
+traceback. Then hypothesis mutates a signed bundle (bytes, names, file types, sizes, structure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.bundle_verify.reasons import REASONS
+from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
+from engine.evidence.statement import PAYLOAD_TYPE
+from engine.signing.keymode import sign_with_key
+from engine.signing.keys import keygen, load_private_key
+from tests.test_bundle_verify import entries, key_bundle, write_policy
+
+BOUND = 60  # seconds: a hang is a failure, not a slow test
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    base = tmp_path_factory.mktemp("hostile")
+    key, _, _ = keygen(base / "keys" / "k.key")
+    bundle = key_bundle(base / "bundle", key, entries())
+    identity = base / "policy" / "signing-identity.json"
+    identity.parent.mkdir()
+    write_policy(identity, keys=[{"name": "k", "public_key": str(key) + ".pub"}])
+    return bundle, identity, key
+
+
+def verify(bundle: Path, identity: Path) -> tuple[int, dict[str, object] | None, str]:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "verify-bundle",
+            str(bundle),
+            "--json",
+            "--identity",
+            str(identity),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        doc = None
+    return proc.returncode, doc, proc.stderr
+
+
+def refused(bundle: Path, identity: Path) -> set[str]:
+    rc, doc, err = verify(bundle, identity)
+    assert "Traceback" not in err, err
+    assert rc != 0, doc
+    assert doc is not None, err
+    reasons = set(doc["reasons"])  # type: ignore[arg-type]
+    assert reasons and reasons <= set(REASONS), reasons
+    return reasons
+
+
+def copy(signed: tuple[Path, Path, Path], tmp: Path) -> Path:
+    out = tmp / "b"
+    shutil.copytree(signed[0], out, symlinks=True)
+    return out
+
+
+def resign(bundle: Path, key: Path, edit: Callable[[dict[str, object]], None]) -> None:
+    """Change the statement and sign it again with the trusted key (a hostile signer)."""
+    doc = json.loads((bundle / STATEMENT_FILE).read_bytes())
+    edit(doc)
+    raw = json.dumps(doc).encode()
+    (bundle / STATEMENT_FILE).write_bytes(raw)
+    sig = sign_with_key(raw, PAYLOAD_TYPE, load_private_key(key))
+    (bundle / SIGNATURE_FILE).write_text(sig)
+
+
+def test_the_untouched_bundle_verifies(signed: tuple[Path, Path, Path]) -> None:
+    rc, doc, err = verify(signed[0], signed[1])
+    assert rc == 0 and doc is not None and doc["passed"], (doc, err)
+
+
+def test_statement_as_fifo_does_not_hang(signed: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    b = copy(signed, tmp_path)
+    (b / STATEMENT_FILE).unlink()
+    os.mkfifo(b / STATEMENT_FILE)
+    assert refused(b, signed[1]) == {"bundle.not-regular"}
+
+
+def test_statement_to_dev_zero(signed: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    b = copy(signed, tmp_path)
+    (b / STATEMENT_FILE).unlink()
+    (b / STATEMENT_FILE).symlink_to("/dev/zero")
+    assert refused(b, signed[1]) == {"bundle.not-regular"}
+
+
+def test_a_huge_signature_file_is_capped(signed: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    b = copy(signed, tmp_path)
+    with open(b / SIGNATURE_FILE, "r+b") as fh:
+        fh.truncate(1 << 30)  # sparse: 1 GiB that costs no disk
+    assert "bundle.too-large" in refused(b, signed[1])
+
+
+def test_deep_nesting_is_bounded(signed: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    b = copy(signed, tmp_path)
+    d = b / PAYLOAD_DIR
+    for _ in range(1100):
+        d = d / "d"
+        os.mkdir(d)
+    assert "bundle.too-deep" in refused(b, signed[1])
+
+
+def test_a_symlinked_subject_says_symlink(signed: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    b = copy(signed, tmp_path)
+    target = b / PAYLOAD_DIR / "advisory.json"
+    outside = tmp_path / "advisory.json"
+    shutil.copy(target, outside)
+    target.unlink()
+    target.symlink_to(outside)
+    rc, doc, _ = verify(b, signed[1])
+    assert rc == 1 and doc is not None
+    assert doc["reasons"] == ["bundle.not-regular"], doc
+    assert "advisory.json is a symlink" in json.dumps(doc)
+
+
+def test_an_empty_extra_directory_fails(signed: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    b = copy(signed, tmp_path)
+    (b / PAYLOAD_DIR / "smuggled").mkdir()
+    assert refused(b, signed[1]) == {"subject.extra-file"}
+
+
+def test_duplicate_subjects(signed: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    b = copy(signed, tmp_path)
+
+    def dupe(doc: dict[str, object]) -> None:
+        subjects = doc["subject"]
+        assert isinstance(subjects, list)
+        wrong = {"name": subjects[0]["name"], "digest": {"sha256": "0" * 64}}
+        subjects.insert(0, wrong)  # the wrong digest first
+
+    resign(b, signed[2], dupe)
+    assert "subject.duplicate" in refused(b, signed[1])
+
+
+@pytest.mark.parametrize("name", ["../outside.txt", "/etc/passwd", "a/./b", "x\x00y"])
+def test_unsafe_subject_names(signed: tuple[Path, Path, Path], tmp_path: Path, name: str) -> None:
+    b = copy(signed, tmp_path)
+
+    def add(doc: dict[str, object]) -> None:
+        subjects = doc["subject"]
+        assert isinstance(subjects, list)
+        subjects.append({"name": name, "digest": {"sha256": "0" * 64}})
+
+    resign(b, signed[2], add)
+    assert "subject.unsafe-name" in refused(b, signed[1])
+
+
+def test_an_unknown_media_type(signed: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    b = copy(signed, tmp_path)
+    doc = json.loads((b / SIGNATURE_FILE).read_text())
+    doc["mediaType"] = "application/vnd.dev.sigstore.bundle.v9+json"
+    (b / SIGNATURE_FILE).write_text(json.dumps(doc))
+    assert refused(b, signed[1]) == {"signature.malformed"}
+
+
+def _flip(p: Path, at: int) -> bool:
+    data = bytearray(p.read_bytes())
+    if data:
+        data[at % len(data)] ^= 0x01
+        p.write_bytes(bytes(data))
+    return bool(data)
+
+
+def _mutate(root: Path, action: str, pick: int, at: int) -> bool:
+    """Mutate one file of the bundle; False when nothing changed."""
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+    target = files[pick % len(files)]
+    if action == "flip":
+        return _flip(target, at)
+    if action == "truncate":
+        size = target.stat().st_size
+        if not size:
+            return False
+        target.write_bytes(target.read_bytes()[: at % size])
+    elif action == "append":
+        with open(target, "ab") as fh:
+            fh.write(b"\n{}" * (1 + at % 5))
+    elif action == "delete":
+        target.unlink()
+    elif action == "fifo":
+        target.unlink()
+        os.mkfifo(target)
+    elif action == "zero":
+        target.unlink()
+        target.symlink_to("/dev/zero")
+    elif action == "dir":
+        target.unlink()
+        target.mkdir()
+    elif action == "rename":
+        target.rename(target.with_name(target.name + ".."))
+    elif action == "sparse":
+        with open(target, "r+b") as fh:
+            fh.truncate(1 << 31)
+    return True
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    action=st.sampled_from(
+        ["flip", "truncate", "append", "delete", "fifo", "zero", "dir", "rename", "sparse"]
+    ),
+    pick=st.integers(0, 1000),
+    at=st.integers(0, 1 << 16),
+)
+def test_hostile_mutations_are_refused_with_a_known_code(
+    signed: tuple[Path, Path, Path], tmp_path_factory: pytest.TempPathFactory, action: str,
+    pick: int, at: int,
+) -> None:  # fmt: skip
+    b = copy(signed, tmp_path_factory.mktemp("m"))
+    if _mutate(b, action, pick, at):  # (a flip of an empty file changes nothing)
+        refused(b, signed[1])
