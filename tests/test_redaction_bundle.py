@@ -25,6 +25,7 @@ from engine.cli import main
 from engine.evidence import SIGNATURE_FILE
 from engine.evidence.redact import redact_text
 from engine.signing.keys import keygen
+from tests.test_bundle_verify import write_policy
 
 pytestmark = pytest.mark.nix
 
@@ -83,20 +84,9 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     advisory["details"] = f"found by {EMAIL}"
     (cand / "advisory.json").write_text(json.dumps(advisory))
     key, _, _ = keygen(base / "keys" / "signer.key")
-    policy = base / "policy"  # the known policy versions are the files beside the identity
-    policy.mkdir()
-    for f in (REPO / "policy").glob("*.toml"):
-        shutil.copy(f, policy / f.name)
-    identity = policy / "signing-identity.json"
-    identity.write_text(
-        json.dumps(
-            {
-                "schema": "trace.signing-identity/v1",
-                "version": "1.0.0",
-                "keys": [{"name": "signer", "public_key": str(key) + ".pub"}],
-            }
-        )
-    )
+    identity = base / "policy" / "signing-identity.json"  # beside copies of the policy files
+    identity.parent.mkdir()
+    write_policy(identity, keys=[{"name": "signer", "public_key": str(key) + ".pub"}])
     out = base / "bundle"
     rc, stdout, err = _run(
         "verify", str(cand / "candidate.toml"), "--fork", str(fork), "-q",
