@@ -29,7 +29,7 @@ from engine.bundle_verify.safefs import (
 )
 from engine.bundle_verify.signature import Check, verify_signature
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
-from engine.evidence.bundle import ROOT_FILES
+from engine.evidence.bundle import REPLAY_PATH, ROOT_FILES
 from engine.evidence.redact import REDACTION_VERSION, rules_digest
 from engine.evidence.statement import PAYLOAD_TYPE, Statement
 from engine.signing.deadline import DEFAULT_SECONDS
@@ -114,11 +114,15 @@ def _odd(listing: Listing) -> list[str]:
     return [detail for _, detail in listing.problems]
 
 
-def policy_version_check(statement: Statement, policy: IdentityPolicy) -> Check:
+def policy_version_check(
+    statement: Statement, policy: IdentityPolicy, fork_dirs: list[Path] | None = None
+) -> Check:
     named = statement.policy_versions()
-    unknown = [
-        f"{n} {v}" for n, v in sorted(named.items()) if v not in policy.known_versions.get(n, set())
-    ]
+    known = {n: set(v) for n, v in policy.known_versions.items()}
+    for d in fork_dirs or []:
+        for n, versions in known_policy_files(d).items():
+            known.setdefault(n, set()).update(versions)
+    unknown = [f"{n} {v}" for n, v in sorted(named.items()) if v not in known.get(n, set())]
     if unknown:
         return Check(
             name="policy versions",
@@ -149,7 +153,9 @@ def known_policy_files(directory: Path) -> dict[str, dict[str, set[str]]]:
     return known
 
 
-def policy_pin_check(statement: Statement, policy: IdentityPolicy) -> Check:
+def policy_pin_check(
+    statement: Statement, policy: IdentityPolicy, fork_dirs: list[Path] | None = None
+) -> Check:
     """Each named policy's digest against the policy files here with that name and version.
 
     A version accepted only through the lock's `policy_versions` list (no file here has it) is
@@ -164,6 +170,10 @@ def policy_pin_check(statement: Statement, policy: IdentityPolicy) -> Check:
             detail="the statement pins no policy digests: re-create the bundle with this trace",
         )
     files = known_policy_files(policy.path.parent)
+    for d in fork_dirs or []:  # the fork's own policy files count by their sha256 too
+        for n, versions in known_policy_files(d).items():
+            for v, found in versions.items():
+                files.setdefault(n, {}).setdefault(v, set()).update(found)
     bad: list[str] = []
     unpinned = sorted(set(statement.policy_versions()) - set(pins))
     bad += [f"{n}: named without a digest" for n in unpinned]
@@ -187,6 +197,25 @@ def policy_pin_check(statement: Statement, policy: IdentityPolicy) -> Check:
     return Check(name="policy digests", ok=True, detail=detail)
 
 
+def fork_policy_dirs(payload: Path, fork: Path, bundle: Path) -> list[Path]:
+    """The fork's directory of the signing policy the replay record pins (a path inside the
+    fork, never inside the bundle; `trace:` pins are trace's own files, known already)."""
+    from engine.evidence.replay import ReplayRecord
+
+    try:
+        rec = ReplayRecord.model_validate_json(read_regular(payload / REPLAY_PATH, MAX_STATEMENT))
+    except (Unsafe, ValidationError):
+        return []
+    pin = rec.signing_policy
+    if pin is None or pin.path.startswith("trace:") or unsafe_name(pin.path):
+        return []
+    root = fork.resolve()
+    directory = (root / pin.path).parent.resolve()
+    if not directory.is_relative_to(root) or directory.is_relative_to(bundle.resolve()):
+        return []
+    return [directory]
+
+
 def root_check(directory: Path) -> Check:
     extra = sorted(p.name for p in directory.iterdir() if p.name not in ROOT_FILES)
     if extra:
@@ -207,7 +236,10 @@ def verify_bundle(
     extra_keys: dict[str, ec.EllipticCurvePublicKey] | None = None,
     replay: ReplayFn | None = None,
     deadline: float = DEFAULT_SECONDS,
+    fork: Path | None = None,
 ) -> BundleVerdict:
+    """`fork`: the reviewer's checkout of the fork the bundle was made in; its policy files
+    (where the replay record says the signing policy was) are accepted by sha256."""
     checks: list[Check] = []
     mode = "none"
     signer: dict[str, str] = {}
@@ -309,13 +341,16 @@ def verify_bundle(
         return verdict()
     subjects = subject_checks(statement, payload)
     checks.extend(subjects)
-    checks.append(policy_version_check(statement, policy))
-    checks.append(policy_pin_check(statement, policy))
+    forks = fork_policy_dirs(payload, fork, directory) if fork is not None else []
     if all(c.ok for c in subjects):
+        checks.append(policy_version_check(statement, policy, forks))
+        checks.append(policy_pin_check(statement, policy, forks))
         from engine.bundle_verify.consistency import record_checks
 
-        checks.extend(record_checks(statement, payload, [policy.path.parent]))
+        checks.extend(record_checks(statement, payload, [policy.path.parent, *forks]))
     else:
+        checks.append(policy_version_check(statement, policy))
+        checks.append(policy_pin_check(statement, policy))
         checks.append(
             Check(name="records agree", ok=True, detail="not run: the payload digests failed")
         )

@@ -93,8 +93,9 @@ def add_verify_options(v: Any) -> None:
         "--fork",
         dest="root",
         type=Path,
-        default=Path("."),
-        help="the checkout to replay in: for bundles of `trace verify`, the fork (default: .)",
+        default=None,
+        help="the fork the bundle was made in (your checkout): replays run there (default: .), "
+        "and its own policy files are accepted when their sha256 is the one the bundle pins",
     )
 
 
@@ -134,7 +135,8 @@ def verifier_from_args(args: argparse.Namespace) -> Callable[[Path], BundleVerdi
     from engine.paths import data_dir
     from engine.signing.keys import key_hint, load_public_key
 
-    root = args.root.resolve()
+    fork = args.root.resolve() if args.root is not None else None
+    root = fork or Path(".").resolve()
     identity = args.identity or root / DEFAULT_IDENTITY
     if args.identity is None and not identity.is_file():
         identity = data_dir() / DEFAULT_IDENTITY
@@ -148,7 +150,12 @@ def verifier_from_args(args: argparse.Namespace) -> Callable[[Path], BundleVerdi
 
     def verify(bundle: Path) -> BundleVerdict:
         return verify_bundle(
-            bundle, policy, trust_config=args.trust_config, extra_keys=keys, replay=replay
+            bundle,
+            policy,
+            trust_config=args.trust_config,
+            extra_keys=keys,
+            replay=replay,
+            fork=fork,
         )
 
     return verify

@@ -1,0 +1,85 @@
+"""A bundle decided under the fork's own signing policy verifies against that fork's file by
+sha256 (issue 11, item 6): before, it always failed `policy.unknown-version`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main
+from engine.evidence import SIGNATURE_FILE
+from engine.signing.keys import keygen
+from tests.test_bundle_verify import write_policy
+
+pytestmark = pytest.mark.nix
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = REPO / "tests" / "fixtures" / "fork"
+CAND = "trace/candidates/pager-last-page/candidate.toml"
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(args))
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    base = tmp_path_factory.mktemp("forkpolicy")
+    fork = base / "fork"
+    shutil.copytree(FIXTURE, fork, ignore=shutil.ignore_patterns(".trace", "result*"))
+    own = fork / "trace" / "policy"
+    own.mkdir()
+    shutil.copy(REPO / "policy" / "reasons.toml", own / "reasons.toml")
+    text = (REPO / "policy" / "signing.toml").read_text()
+    assert 'version = "1.0.0"' in text
+    (own / "signing.toml").write_text(
+        text.replace('version = "1.0.0"', 'version = "1.0.7"', 1)
+    )
+    key, _, _ = keygen(base / "keys" / "k.key")
+    identity = base / "reviewer" / "signing-identity.json"  # the reviewer's shipped copies
+    identity.parent.mkdir()
+    write_policy(identity, keys=[{"name": "k", "public_key": str(key) + ".pub"}])
+    out = base / "bundle"
+    rc, stdout, err = _run(
+        "verify", str(fork / CAND), "--fork", str(fork), "-q", "--bundle", str(out),
+        "--key", str(key), "--signing-policy", str(own / "signing.toml"),
+    )  # fmt: skip
+    assert rc == 0 and "trace-signing 1.0.7" in stdout, stdout + err
+    assert (out / SIGNATURE_FILE).is_file()
+    return fork, out, identity
+
+
+def _verify(bundle: Path, identity: Path, *extra: str) -> dict[str, object]:
+    rc, out, err = _run("verify-bundle", str(bundle), "--identity", str(identity), "--json", *extra)
+    doc = json.loads(out)
+    assert (rc == 0) == doc["passed"], err
+    return doc
+
+
+def test_the_fork_policy_verifies_against_the_fork_file(made: tuple[Path, Path, Path]) -> None:
+    fork, bundle, identity = made
+    doc = _verify(bundle, identity)  # without the fork: the version is unknown here
+    assert doc["reasons"] == ["policy.unknown-version"], doc
+    doc = _verify(bundle, identity, "--fork", str(fork))
+    assert doc["passed"], doc
+
+
+def test_a_changed_fork_policy_fails_by_digest(
+    made: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    fork, bundle, identity = made
+    other = tmp_path / "fork"
+    shutil.copytree(fork, other, ignore=shutil.ignore_patterns(".trace"))
+    policy = other / "trace" / "policy" / "signing.toml"
+    policy.write_text(policy.read_text().replace("min_runs = 3", "min_runs = 1"))
+    doc = _verify(bundle, identity, "--fork", str(other))
+    assert "policy.digest-mismatch" in doc["reasons"], doc
