@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 STANDARD_GRAPH = "trace:graphs/verify.toml"
 FORK_FILE = "trace.toml"  # a fork-wide pipeline entry, as `trace verify` reads it
-BUILDER_ID = "https://github.com/trace/trace/fork"
+BUILDER_ID = "urn:trace:builder:fork"  # docs/evidence.md
 GIT_DEADLINE = 60.0
 
 
@@ -414,6 +414,7 @@ def _assemble(
     root: Path,
     dirty: bool,
     signing_policy: Path,
+    ran: tuple[dt.datetime, dt.datetime] | None = None,
 ) -> Assembled:
     from engine.evidence.collect import (
         assemble_evidence,
@@ -440,6 +441,7 @@ def _assemble(
         signing_policy=signing_policy,
         builder_id=BUILDER_ID,
         dirty=dirty,
+        ran=ran,
     )
 
 
@@ -501,9 +503,11 @@ def verify_candidate(
             variant=cid,
         )
         hasher.flush()
+        began = dt.datetime.now(dt.UTC)
         with Progress(enabled=progress) as reporter:
             run = run_graph(graph, index, jobs=jobs, reporter=reporter)
         run = from_store(graph, run, index, recheck=True)  # the index is never evidence
+        ran = (began, dt.datetime.now(dt.UTC))
         verify = judge(candidate, graph, run)
         result = cfg.state / "verify" / f"{cid}.json"
         write_if_changed(result, (verify.model_dump_json(indent=2, by_alias=True) + "\n").encode())
@@ -517,7 +521,7 @@ def verify_candidate(
             (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),
         )
         assembled = _assemble(
-            candidate, graph, run, verify, routing, decision, root, dirty, signing
+            candidate, graph, run, verify, routing, decision, root, dirty, signing, ran
         )
         signature: str | None = None
         how: Literal["key", "keyless", "no"] = "no"

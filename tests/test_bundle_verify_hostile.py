@@ -237,3 +237,20 @@ def test_hostile_mutations_are_refused_with_a_known_code(
     b = copy(signed, tmp_path_factory.mktemp("m"))
     if _mutate(b, action, pick, at):  # (a flip of an empty file changes nothing)
         refused(b, signed[1])
+
+
+def test_the_statement_must_agree_with_the_replay_record(
+    signed: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """Offline: the fields the statement took from replay.json are cross-checked (a re-signed
+    statement naming another graph digest than the bundled replay record is refused)."""
+    b = copy(signed, tmp_path)
+
+    def other_graph(doc: dict[str, object]) -> None:
+        bd = doc["predicate"]["buildDefinition"]  # type: ignore[index]
+        bd["externalParameters"]["graph"]["sha256"] = "c" * 64
+
+    resign(b, signed[2], other_graph)
+    rc, doc, _ = verify(b, signed[1])
+    assert rc == 1 and doc is not None and doc["reasons"] == ["records.disagree"], doc
+    assert "externalParameters differ from replay.json" in json.dumps(doc)

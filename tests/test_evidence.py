@@ -182,9 +182,10 @@ def test_assemble_redacts_before_hashing_and_covers_every_file(tmp_path: Path) -
         "redaction": REDACTION_VERSION,
         "trace-signing": "1.0.0",
     }
-    assert {"name": "pre@1", "uri": "/nix/store/x-pre.drv", "digest": {"sha256": "k" * 64}} in bd[
-        "resolvedDependencies"
-    ]
+    pre = next(d for d in bd["resolvedDependencies"] if d["name"] == "pre@1")
+    # the uri is absolute; the step key goes under its own name, never as the .drv's digest
+    assert pre["uri"] == "file:///nix/store/x-pre.drv" and pre["digest"] == {}
+    assert pre["annotations"] == {"trace.stepKey": "k" * 64}
     assert not (out / SIGNATURE_FILE).exists()
     with pytest.raises(InputError, match="already exists"):
         write_bundle(out, asm, signature=None)

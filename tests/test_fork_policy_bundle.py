@@ -41,9 +41,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     shutil.copy(REPO / "policy" / "reasons.toml", own / "reasons.toml")
     text = (REPO / "policy" / "signing.toml").read_text()
     assert 'version = "1.0.0"' in text
-    (own / "signing.toml").write_text(
-        text.replace('version = "1.0.0"', 'version = "1.0.7"', 1)
-    )
+    (own / "signing.toml").write_text(text.replace('version = "1.0.0"', 'version = "1.0.7"', 1))
     key, _, _ = keygen(base / "keys" / "k.key")
     identity = base / "reviewer" / "signing-identity.json"  # the reviewer's shipped copies
     identity.parent.mkdir()
@@ -83,3 +81,39 @@ def test_a_changed_fork_policy_fails_by_digest(
     policy.write_text(policy.read_text().replace("min_runs = 3", "min_runs = 1"))
     doc = _verify(bundle, identity, "--fork", str(other))
     assert "policy.digest-mismatch" in doc["reasons"], doc
+
+
+def test_the_provenance_names_real_digests(made: tuple[Path, Path, Path]) -> None:
+    """Item 7: each resolvedDependencies digest is the sha256 of what its (absolute) uri names;
+    the step key goes under its own name; start and finish are real times."""
+    import hashlib
+    from urllib.parse import urlparse
+
+    from engine.paths import data_dir
+
+    fork, bundle, _ = made
+    statement = json.loads((bundle / "statement.json").read_bytes())
+    predicate = statement["predicate"]
+    assert predicate["buildDefinition"]["buildType"] == "urn:trace:build-type:verify:v1"
+    assert predicate["runDetails"]["builder"]["id"] == "urn:trace:builder:cli"
+    meta = predicate["runDetails"]["metadata"]
+    assert meta["startedOn"] < meta["finishedOn"], meta
+    deps = predicate["buildDefinition"]["resolvedDependencies"]
+    steps = 0
+    for dep in deps:
+        uri = dep["uri"]
+        assert urlparse(uri).scheme in ("file", "urn"), uri
+        if uri.startswith("file://"):
+            data = Path(uri.removeprefix("file://")).read_bytes()
+            assert dep["digest"] == {"sha256": hashlib.sha256(data).hexdigest()}, dep
+            assert len(dep["annotations"]["trace.stepKey"]) == 64
+            steps += 1
+        elif dep["name"] == "package-set":
+            assert set(dep["digest"]) <= {"gitCommit", "gitTree"}
+        else:
+            rel = uri.removeprefix("urn:trace:fork:").removeprefix("urn:trace:engine:")
+            base = fork if uri.startswith("urn:trace:fork:") else data_dir()
+            assert dep["digest"] == {
+                "sha256": hashlib.sha256((base / rel).read_bytes()).hexdigest()
+            }
+    assert steps >= 5

@@ -63,6 +63,13 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _payload_files(payload: Path) -> tuple[dict[str, Path], list[str]]:
+    """Regular files under payload/ by relative path, plus every other entry (bounded `walk`)."""
+    listing = walk(payload)
+    files = {rel: path for rel, (path, _) in listing.files.items()}
+    return files, sorted(listing.odd + listing.extra_dirs)
+
+
 def _fails(name: str, reason: str, details: list[str]) -> Check:
     return Check(name=name, ok=False, reason=reason, detail=", ".join(details))
 

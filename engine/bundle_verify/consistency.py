@@ -196,10 +196,37 @@ def _variant_problems(b: Bundled) -> list[str]:
             problems.append(f"{base}/repro.sh missing (gates/variants.json names it)")
         for name, digest in sorted((item.get("files") or {}).items()):
             path = b.payload / base / "data" / name
-            if not path.is_file():
+            if unsafe_name(f"{base}/data/{name}"):
+                problems.append(f"{base}/data/{name!r}: not a payload file name")
+            elif not path.is_file():
                 problems.append(f"{base}/data/{name} missing (gates/variants.json names it)")
             elif hashlib.sha256(path.read_bytes()).hexdigest() != digest:
                 problems.append(f"{base}/data/{name} differs from gates/variants.json")
+    return problems
+
+
+def _statement_problems(statement: Statement, b: Bundled) -> list[str]:
+    """The statement is built from the replay record: offline, every field it took from it (the
+    fork commit and tree, file pins, derivations, versions) must be the record's."""
+    from engine.evidence.statement import dependencies, external_parameters
+
+    rec = b.replay
+    if rec is None:
+        return []
+    bd = statement.predicate.buildDefinition
+    problems: list[str] = []
+    given = [d.model_dump(exclude_none=True) for d in bd.resolvedDependencies]
+    if given != [d.model_dump(exclude_none=True) for d in dependencies(rec)]:
+        problems.append(f"statement.json resolvedDependencies differ from {REPLAY_PATH}")
+    cid = bd.externalParameters.get("candidate", {})
+    cid = cid.get("id") if isinstance(cid, dict) else None
+    if bd.externalParameters != external_parameters(rec, str(cid)):
+        problems.append(f"statement.json externalParameters differ from {REPLAY_PATH}")
+    internal = {
+        k: bd.internalParameters.get(k) for k in ("engine_version", "nix_version", "system")
+    }
+    if internal != {k: getattr(rec, k) for k in internal}:
+        problems.append(f"statement.json engine, Nix or system differ from {REPLAY_PATH}")
     return problems
 
 
@@ -377,6 +404,7 @@ def record_checks(statement: Statement, payload: Path, policy_dirs: list[Path]) 
     from engine.bundle_verify.transcripts import transcript_problems
 
     disagree += transcript_problems(b.payload, b.replay)
+    disagree += _statement_problems(statement, b)
     if disagree:
         checks.append(_fail("records agree", "records.disagree", disagree))
     else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-DEFAULT_BUILDER = "https://trace.invalid/builders/cli"
+DEFAULT_BUILDER = "urn:trace:builder:cli"
 
 
 def add_signing_options(p: Any) -> None:

@@ -174,9 +174,14 @@ def _check_decision_record(
         )
 
 
-def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> BundleOutcome:
+def produce_bundle(
+    req: BundleRequest,
+    verified: Verified | None = None,
+    ran: tuple[dt.datetime, dt.datetime] | None = None,
+) -> BundleOutcome:
     """`verified`: the graph, run and judged result of a build this process just made (`trace
-    verify --bundle`); otherwise they come from the cache index (`cached_verify`)."""
+    verify --bundle`), `ran` when that run began and ended; otherwise they come from the cache
+    index, checked against the store (`cached_verify`), and `ran` is that check."""
     from engine.evidence.bundle import write_bundle
     from engine.evidence.replay import signing_policy_pin
     from engine.gates.context import signing_policy_path
@@ -194,9 +199,11 @@ def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> Bund
     # the same default as `trace verify`: the fork's own policy if it has one, else the shipped
     policy = signing_policy_path(req.signing_policy, fork)
     policy_pin = signing_policy_pin(policy, fork)  # refused before anything is read or written
-    graph, run, result = verified or cached_verify(
-        candidate, fork, state, signing_policy=policy, wait=req.wait
-    )
+    if verified is None:
+        began = dt.datetime.now(dt.UTC)
+        verified = cached_verify(candidate, fork, state, signing_policy=policy, wait=req.wait)
+        ran = (began, dt.datetime.now(dt.UTC))
+    graph, run, result = verified
     if result.candidate != cid:
         raise InputError(
             f"the verified result is for '{result.candidate}', not '{cid}'", file=candidate.path
@@ -239,6 +246,7 @@ def produce_bundle(req: BundleRequest, verified: Verified | None = None) -> Bund
         root=fork,
         signing_policy=policy,
         builder_id=req.builder_id,
+        ran=ran,
     )
     signature: str | None = None
     if req.sign != "no" and decision.decision == "allow":

@@ -93,6 +93,7 @@ class Listing:
     files: dict[str, tuple[Path, int]] = field(default_factory=dict)  # rel -> (path, size)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (reason, detail)
     extra_dirs: list[str] = field(default_factory=list)  # empty directories
+    odd: list[str] = field(default_factory=list)  # entries not listed as files (rel paths)
 
 
 def walk(payload: Path) -> Listing:
@@ -125,12 +126,14 @@ def walk(payload: Path) -> Listing:
             elif stat.S_ISREG(st.st_mode):
                 total += st.st_size
                 if st.st_size > MAX_FILE:
+                    out.odd.append(child)
                     out.problems.append(
                         ("bundle.too-large", f"{child}: {st.st_size} bytes, the cap is {MAX_FILE}")
                     )
                 else:
                     out.files[child] = (Path(entry.path), st.st_size)
             else:
+                out.odd.append(child)
                 out.problems.append(
                     ("bundle.not-regular", f"{child} is a {kind(st.st_mode)}, not a regular file")
                 )

@@ -145,6 +145,7 @@ def assemble(
     builder_id: str,
     rules: tuple[RedactionRule, ...] = RULES,
     started: dt.datetime | None = None,
+    finished: dt.datetime | None = None,
 ) -> Assembled:
     """Redact, add the replay record, redaction rules and the index, and build the statement.
 
@@ -183,7 +184,7 @@ def assemble(
         builder_id=builder_id,
         invocation_id=str(uuid.uuid4()),
         started=started or now,
-        finished=now,
+        finished=finished or now,
     )
     return Assembled(
         entries=tuple(redacted), statement=statement, statement_bytes=statement.to_bytes()

@@ -29,6 +29,7 @@ The bundle adds `replay.json`, `redaction.json` and `index.json` (every file's c
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Sequence
@@ -309,11 +310,13 @@ def assemble_evidence(
     signing_policy: Path,
     builder_id: str,
     dirty: bool | None = None,
+    ran: tuple[dt.datetime, dt.datetime] | None = None,
 ) -> Assembled:
     """The bundle's last links, shared by `trace bundle`, `trace verify --bundle` and
     `trace fork`: the routing and signing decisions as payload files, their policy versions, the
     replay record (`dirty` overrides its fork pin's own clean check when the caller made a
-    better one), and the assembled statement."""
+    better one), and the assembled statement (`ran`: when the run whose results these are began
+    and ended, for the provenance's startedOn/finishedOn)."""
     from engine.evidence.bundle import assemble
     from engine.evidence.replay import build_replay_record
 
@@ -339,4 +342,6 @@ def assemble_evidence(
         candidate_id=candidate.spec.id,
         policy_versions={**policy_versions(routing), **policy_versions(decision)},
         builder_id=builder_id,
+        started=ran[0] if ran else None,
+        finished=ran[1] if ran else None,
     )

@@ -79,6 +79,9 @@ class ModelPin(_Model):
 class StepPin(_Model):
     key: str
     drv: str | None = None
+    drv_sha256: str | None = Field(
+        default=None, description="sha256 of the .drv file's bytes (what the statement's uri names)"
+    )
     outcome_sha256: str | None = Field(
         default=None, description="sha256 of the RFC 8785 form of the step's outcome JSON"
     )
@@ -195,6 +198,15 @@ def nix_system() -> str:
     return out.strip('"') if out else "unknown"
 
 
+def _file_sha256(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def build_replay_record(
     graph: Graph,
     run: RunResult,
@@ -228,6 +240,7 @@ def build_replay_record(
             sid: StepPin(
                 key=r.key,
                 drv=r.drv,
+                drv_sha256=_file_sha256(r.drv),
                 outcome_sha256=outcome_digest(r.outcome),
                 needs=sorted(graph.steps[sid].needs) if sid in graph.steps else [],
             )

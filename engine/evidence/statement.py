@@ -7,9 +7,13 @@ Predicate (`https://slsa.dev/provenance/v1` field names):
   internalParameters: engine and Nix versions, system, policy versions, `policies` (each policy's
   version and the sha256 of its file, so a loosened policy under the same version is told
   apart), redaction version;
-  resolvedDependencies: the fork revision (gitCommit/gitTree), templates and graph files (sha256),
-  and every step's derivation (`uri` = the .drv store path, `digest.sha256` = the step key).
-- runDetails: builder id + versions, invocation id and start/finish times.
+  resolvedDependencies (`dependencies`): the fork revision (gitCommit/gitTree), templates and
+  graph files (absolute `urn:trace:fork:`/`urn:trace:engine:` uris, sha256 of that file), and
+  every step's derivation (`file:///nix/store/….drv`, sha256 of the .drv's bytes, the step key as
+  the `trace.stepKey` annotation).
+- runDetails: builder id (default `urn:trace:builder:cli`) + versions, invocation id, and the
+  real start/finish times of the run whose results are bundled.
+The URIs are stable and documented in docs/evidence.md.
 The statement is serialised as RFC 8785 (JCS) bytes: those exact bytes are the DSSE payload.
 """
 
@@ -26,7 +30,10 @@ from engine.hashing import canonical_json
 STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE: Final = "https://slsa.dev/provenance/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
-BUILD_TYPE = "https://trace.invalid/buildtypes/verify/v1"
+BUILD_TYPE = "urn:trace:build-type:verify:v1"
+FORK_URN = "urn:trace:fork:"
+ENGINE_URN = "urn:trace:engine:"
+TRACE_PREFIX = "trace:"  # = engine.paths.PREFIX
 
 
 class _Model(BaseModel):
@@ -50,6 +57,7 @@ class ResourceDescriptor(_Model):
     name: str | None = None
     uri: str | None = None
     digest: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] | None = None
 
 
 class BuildDefinition(_Model):
@@ -103,7 +111,49 @@ class Statement(_Model):
 
 
 def _iso(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return t.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def file_uri(path: str) -> str:
+    """The absolute URI of a pinned file: `urn:trace:fork:<path>` for a file of the fork (the
+    project root), `urn:trace:engine:<path>` for trace's own (`trace:<path>` pins)."""
+    if path.startswith(TRACE_PREFIX):
+        return ENGINE_URN + path.removeprefix(TRACE_PREFIX)
+    return FORK_URN + path
+
+
+def dependencies(replay: ReplayRecord) -> list[ResourceDescriptor]:
+    """resolvedDependencies from a replay record: the fork revision, every graph file and
+    template (sha256 of the file the uri names), and every step's derivation (`file://` uri of
+    the .drv, the sha256 of its bytes; the step key under its own name in `annotations`)."""
+    deps: list[ResourceDescriptor] = []
+    if replay.package_set is not None:
+        ps = replay.package_set
+        digest = {k: v for k, v in (("gitCommit", ps.commit), ("gitTree", ps.tree)) if v}
+        deps.append(ResourceDescriptor(name="package-set", uri=file_uri(ps.path), digest=digest))
+    for pin in [*replay.graph_files, *replay.templates]:
+        deps.append(
+            ResourceDescriptor(name=pin.path, uri=file_uri(pin.path), digest={"sha256": pin.sha256})
+        )
+    for step_id in sorted(replay.steps):
+        step = replay.steps[step_id]
+        if step.drv:
+            deps.append(
+                ResourceDescriptor(
+                    name=step_id,
+                    uri="file://" + step.drv,
+                    digest={"sha256": step.drv_sha256} if step.drv_sha256 else {},
+                    annotations={"trace.stepKey": step.key},
+                )
+            )
+    return deps
+
+
+def external_parameters(replay: ReplayRecord, candidate_id: str) -> dict[str, Any]:
+    return {
+        "candidate": {"id": candidate_id, **replay.candidate.model_dump()},
+        "graph": replay.graph.model_dump(),
+    }
 
 
 def build_statement(
@@ -119,26 +169,13 @@ def build_statement(
     started: dt.datetime,
     finished: dt.datetime,
 ) -> Statement:
-    """`subjects` maps payload path -> sha256 hex."""
-    deps: list[ResourceDescriptor] = []
-    if replay.package_set is not None:
-        ps = replay.package_set
-        digest = {k: v for k, v in (("gitCommit", ps.commit), ("gitTree", ps.tree)) if v}
-        deps.append(ResourceDescriptor(name="package-set", uri=ps.path, digest=digest))
-    for pin in [*replay.graph_files, *replay.templates]:
-        deps.append(ResourceDescriptor(name=pin.path, uri=pin.path, digest={"sha256": pin.sha256}))
-    for step_id in sorted(replay.steps):
-        step = replay.steps[step_id]
-        if step.drv:
-            deps.append(ResourceDescriptor(name=step_id, uri=step.drv, digest={"sha256": step.key}))
+    """`subjects` maps payload path -> sha256 hex; `started`/`finished`: when the run whose
+    results are bundled began and ended (the builds, or the store re-check of cached ones)."""
     return Statement(
         subject=[Subject(name=p, digest={"sha256": subjects[p]}) for p in sorted(subjects)],
         predicate=Provenance(
             buildDefinition=BuildDefinition(
-                externalParameters={
-                    "candidate": {"id": candidate_id, **replay.candidate.model_dump()},
-                    "graph": replay.graph.model_dump(),
-                },
+                externalParameters=external_parameters(replay, candidate_id),
                 internalParameters={
                     "engine_version": replay.engine_version,
                     "nix_version": replay.nix_version,
@@ -147,7 +184,7 @@ def build_statement(
                     "policies": {n: p.model_dump() for n, p in sorted((policies or {}).items())},
                     "redaction_version": redaction_version,
                 },
-                resolvedDependencies=deps,
+                resolvedDependencies=dependencies(replay),
             ),
             runDetails=RunDetails(
                 builder=Builder(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import sys
@@ -223,6 +224,7 @@ def _bundle(
     fork: Path,
     policy: Path,
     verified: tuple[Graph, RunResult, VerifyResult],
+    ran: tuple[dt.datetime, dt.datetime],
 ) -> int:
     from engine.bundle_verify.produce import produce_bundle, report_lines, request_from_args
 
@@ -237,6 +239,7 @@ def _bundle(
             signing_policy=policy,  # the bundle decides with the policy the gates applied
         ),
         verified,
+        ran,
     )
     print("\n".join(report_lines(outcome)), file=sys.stderr if args.json else sys.stdout)
     return 1 if outcome.denied else 0
@@ -257,6 +260,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         # replay record could not name it
         policy = signing_policy_path(policy, fork)
         signing_policy_pin(policy, fork)
+    began = dt.datetime.now(dt.UTC)
     verified = build_verify(
         args.candidate,
         fork=args.fork,
@@ -267,6 +271,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         signing_policy=policy,
         recheck=args.bundle is not None,
     )
+    ran = (began, dt.datetime.now(dt.UTC))
     result = verified[2]
     text = result.model_dump_json(indent=2, by_alias=True) + "\n"
     out = args.out or (args.state_dir or fork / ".trace") / "verify" / f"{result.candidate}.json"
@@ -279,5 +284,5 @@ def cmd_verify(args: argparse.Namespace) -> int:
     status = 0 if result.passed else 1
     if args.bundle is not None:
         assert policy is not None
-        status = max(status, _bundle(args, fork, policy, verified))
+        status = max(status, _bundle(args, fork, policy, verified, ran))
     return status
