@@ -118,10 +118,16 @@ def test_a_huge_signature_file_is_capped(signed: tuple[Path, Path, Path], tmp_pa
 def test_deep_nesting_is_bounded(signed: tuple[Path, Path, Path], tmp_path: Path) -> None:
     b = copy(signed, tmp_path)
     d = b / PAYLOAD_DIR
-    for _ in range(1100):
-        d = d / "d"
-        os.mkdir(d)
-    assert "bundle.too-deep" in refused(b, signed[1])
+    made = []
+    try:
+        for _ in range(1100):
+            d = d / "d"
+            os.mkdir(d)
+            made.append(d)
+        assert "bundle.too-deep" in refused(b, signed[1])
+    finally:  # deepest first: pytest's own recursive cleanup of old temp dirs would overflow
+        for path in reversed(made):
+            os.rmdir(path)
 
 
 def test_a_symlinked_subject_says_symlink(signed: tuple[Path, Path, Path], tmp_path: Path) -> None:

@@ -301,7 +301,8 @@ def test_keyless_bundle_through_the_fake_sigstore(
     out = tmp_path / "keyless"
     common = ["--fork", str(world.fork), "--trust-config", str(trust)]
     token = ["--identity-token", fake.token()]
-    rc = main(["bundle", str(world.cand), *common, "--out", str(out), "--sign", *token])
+    lock = ["--signer-lock", str(world.identity)]
+    rc = main(["bundle", str(world.cand), *common, "--out", str(out), "--sign", *token, *lock])
     assert rc == 0, capsys.readouterr()
     rc, doc = verify_bundle(capsys, world, out, "--trust-config", str(trust))
     assert rc == 0 and doc["mode"] == "keyless", doc

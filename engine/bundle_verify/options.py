@@ -23,6 +23,19 @@ def add_signing_options(p: Any) -> None:
     p.add_argument("--identity-token", help="OIDC token for keyless signing (default: CI's)")
     p.add_argument("--trust-config", type=Path, help="Sigstore ClientTrustConfig JSON")
     p.add_argument(
+        "--signer-lock",
+        type=Path,
+        metavar="FILE",
+        help="keyless: the identity lock the token must match before anything is signed "
+        "(default: signing-identity.json beside the signing policy, else trace's shipped one)",
+    )
+    p.add_argument(
+        "--force-identity",
+        action="store_true",
+        help="keyless: sign even when the token's identity is not in the lock (verify-bundle "
+        "will refuse the bundle with identity.mismatch)",
+    )
+    p.add_argument(
         "--builder-id", default=DEFAULT_BUILDER, help="SLSA runDetails.builder.id of the bundle"
     )
 

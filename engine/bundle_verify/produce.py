@@ -81,6 +81,8 @@ class BundleRequest(BaseModel):
     key: Path | None = None
     identity_token: str | None = None
     trust_config: Path | None = None
+    signer_lock: Path | None = None
+    force_identity: bool = False
     builder_id: str = DEFAULT_BUILDER
     wait: float = 0
 
@@ -122,13 +124,26 @@ def request_from_args(args: argparse.Namespace, **fields: object) -> BundleReque
             "key": args.key,
             "identity_token": args.identity_token,
             "trust_config": args.trust_config,
+            "signer_lock": args.signer_lock,
+            "force_identity": args.force_identity,
             "builder_id": args.builder_id,
             **fields,
         }
     )
 
 
-def _sign(req: BundleRequest, statement: bytes) -> str:
+def signer_lock(given: Path | None, signing_policy: Path) -> Path:
+    """The identity lock keyless signing checks the token against: `--signer-lock`, else the
+    one beside the signing policy, else trace's shipped one (what verify-bundle defaults to)."""
+    from engine.paths import data_dir
+
+    if given is not None:
+        return given
+    beside = signing_policy.parent / "signing-identity.json"
+    return beside if beside.is_file() else data_dir() / "policy" / "signing-identity.json"
+
+
+def _sign(req: BundleRequest, statement: bytes, policy: Path) -> str:
     from engine.evidence.statement import PAYLOAD_TYPE
 
     if req.sign == "key":
@@ -137,11 +152,26 @@ def _sign(req: BundleRequest, statement: bytes) -> str:
 
         assert req.key is not None
         return sign_with_key(statement, PAYLOAD_TYPE, load_private_key(req.key))
+    from engine.bundle_verify.identity import load_identity_policy
     from engine.signing.keyless import sign_keyless
     from engine.signing.oidc import identity_token
 
+    lock_path = signer_lock(req.signer_lock, policy)
+    lock = load_identity_policy(lock_path)
+
+    def accept(identity: str, issuer: str) -> str | None:
+        if req.force_identity or any(
+            s.identity == identity and s.issuer == issuer for s in lock.keyless
+        ):
+            return None
+        named = ", ".join(f"{s.identity} ({s.issuer})" for s in lock.keyless) or "no signer"
+        return f"{lock_path} locks {named}; nothing was signed"
+
     return sign_keyless(
-        statement, token=identity_token(req.identity_token), trust_config=req.trust_config
+        statement,
+        token=identity_token(req.identity_token),
+        trust_config=req.trust_config,
+        accept=accept,
     )
 
 
@@ -250,7 +280,7 @@ def produce_bundle(
     )
     signature: str | None = None
     if req.sign != "no" and decision.decision == "allow":
-        signature = _sign(req, assembled.statement_bytes)  # a failure writes nothing
+        signature = _sign(req, assembled.statement_bytes, policy)  # a failure writes nothing
     out = req.out or state / "bundles" / cid
     written = write_bundle(out, assembled, signature)
     return BundleOutcome(

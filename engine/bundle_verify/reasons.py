@@ -41,6 +41,11 @@ REASONS: dict[str, tuple[str, str]] = {
         "agreement with the envelope) does not verify",
         "the log entry does not belong to this signature, or the log is not trusted",
     ),
+    "signature.trust-root": (
+        "the Sigstore trust root could not be loaded (production TUF unreachable, or the "
+        "--trust-config deadline passed), so the certificate and log were not checked",
+        "pass --trust-config, or check the network, and verify again",
+    ),
     "signature.time": (
         "the log's integration time lies outside the signing certificate's validity",
         "the signature was logged after the short-lived certificate expired: re-sign",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 from pathlib import Path
 
 from cryptography import x509
@@ -21,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from pydantic import BaseModel, ValidationError
 
 from engine.bundle_verify.identity import IdentityPolicy, KeylessSigner
+from engine.errors import SigningError
 from engine.signing.deadline import DEFAULT_SECONDS
 from engine.signing.dsse import Envelope
 from engine.signing.keymode import parse_key_bundle, verify_envelope_with_key
@@ -185,11 +187,23 @@ def verify_keyless(
     if not time_check.ok:  # sigstore would only report the chain as invalid at that time
         return SignatureResult(mode="keyless", checks=checks, envelope=envelope, signer=signer)
 
-    config = load_trust_config(trust_config, deadline=deadline)
+    try:
+        config = load_trust_config(trust_config, deadline=deadline)
+    except SigningError as exc:  # a verdict (and --json's JSON) even without a trust root
+        checks.append(
+            _fail("certificate, SCT, transparency log", "signature.trust-root", exc.render())
+        )
+        return SignatureResult(mode="keyless", checks=checks, envelope=envelope, signer=signer)
     assert isinstance(config, ClientTrustConfig)
+    # An identity outside the lock already failed above (identity.mismatch); the chain, SCT and
+    # log are still checked, under sigstore's no-op identity policy, whose "no verification
+    # performed" warning is about the identity only: it is silenced, this check explains it.
     sig_policy = (
         Identity(identity=matched.identity, issuer=matched.issuer) if matched else UnsafeNoOp()
     )
+    noop = logging.getLogger("sigstore.verify.policy")
+    quiet = _DropNoOpWarning()
+    noop.addFilter(quiet)
     try:
         Verifier(trusted_root=config.trusted_root).verify_dsse(bundle, sig_policy)
     except SigstoreError as exc:
@@ -199,14 +213,22 @@ def verify_keyless(
         if not (code == "signature.invalid" and not checks[0].ok):
             checks.append(_fail("certificate, SCT, transparency log", code, text))
     else:
+        unchecked = "" if matched else " (the signer's identity is not the locked one: see above)"
         checks.append(
             _ok(
                 "certificate, SCT, transparency log",
                 f"chain, SCT, inclusion proof, checkpoint and entry time verified "
-                f"(log index {bundle.log_entry._inner.log_index})",
+                f"(log index {bundle.log_entry._inner.log_index}){unchecked}",
             )
         )
+    finally:
+        noop.removeFilter(quiet)
     return SignatureResult(mode="keyless", checks=checks, envelope=envelope, signer=signer)
+
+
+class _DropNoOpWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "no-op" not in record.getMessage()
 
 
 def verify_key_mode(

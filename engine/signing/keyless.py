@@ -2,31 +2,32 @@
 
 `--trust-config FILE` selects a non-production instance (a ClientTrustConfig JSON: trusted root
 plus signing config); without it the production instance is used through its TUF repository.
-Every network step (TUF refresh, Fulcio, Rekor) runs under a hard deadline. A production trust
-root that cannot be fetched (no network: sigstore's TUFError) is a SigningError (exit 1) that says
-to pass --trust-config; a --trust-config file that cannot be read or parsed is an InputError
-(exit 2).
+Every network step (TUF refresh, Fulcio, Rekor) runs under one overall hard deadline (each step
+gets what is left of it, so a slow server cannot stretch signing to a multiple of it). A
+production trust root that cannot be fetched (no network: sigstore's TUFError) is a SigningError
+(exit 1) that says to pass --trust-config; a --trust-config file that cannot be read or parsed
+is an InputError (exit 2).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.errors import InputError, SigningError
-from engine.signing.deadline import DEFAULT_SECONDS, call_with_deadline
+from engine.signing.deadline import DEFAULT_SECONDS, Deadline
 
 TRUST_HINT = "pass --trust-config or check the network"
 
 
-def load_trust_config(path: Path | None, *, deadline: float = DEFAULT_SECONDS) -> object:
+def load_trust_config(path: Path | None, *, deadline: float | Deadline = DEFAULT_SECONDS) -> object:
     """A sigstore ClientTrustConfig from `path`, or production's (TUF, under the deadline)."""
     from sigstore.models import ClientTrustConfig
 
     if path is None:
+        clock = deadline if isinstance(deadline, Deadline) else Deadline(deadline)
         try:
-            return call_with_deadline(
-                ClientTrustConfig.production, deadline, "Sigstore TUF trust root refresh"
-            )
+            return clock.call(ClientTrustConfig.production, "Sigstore TUF trust root refresh")
         except SigningError as exc:  # the deadline
             raise SigningError(exc.message, hint=TRUST_HINT) from None
         except Exception as exc:  # sigstore's TUFError, or requests/OSError underneath
@@ -54,15 +55,21 @@ def sign_keyless(
     token: str,
     trust_config: Path | None,
     deadline: float = DEFAULT_SECONDS,
+    accept: Callable[[str, str], str | None] | None = None,
 ) -> str:
-    """Sign the in-toto statement bytes; returns the Sigstore bundle v0.3 JSON."""
+    """Sign the in-toto statement bytes; returns the Sigstore bundle v0.3 JSON.
+
+    `accept(identity, issuer)`: called with the token's identity before anything is sent; a
+    message refuses signing (SigningError) — the identity lock is checked at signing time, not
+    only by the verifier."""
     from sigstore.dsse import Statement
     from sigstore.errors import Error as SigstoreError
     from sigstore.models import ClientTrustConfig
     from sigstore.oidc import IdentityToken
     from sigstore.sign import Signer, SigningContext
 
-    config = load_trust_config(trust_config, deadline=deadline)
+    clock = Deadline(deadline)  # one deadline for the trust root, Fulcio and Rekor together
+    config = load_trust_config(trust_config, deadline=clock)
     assert isinstance(config, ClientTrustConfig)
     try:
         identity = IdentityToken(token)
@@ -70,14 +77,23 @@ def sign_keyless(
         ctx = SigningContext.from_trust_config(config)
     except SigstoreError as exc:
         raise SigningError(f"cannot start keyless signing: {exc}") from None
+    if accept is not None:
+        issuer = identity.federated_issuer or identity.issuer
+        # what Fulcio puts in the certificate's SAN: the e-mail claim when the token has one
+        # (e-mail issuers), else the issuer's identity claim (sigstore's `identity`)
+        email = getattr(identity, "_unverified_claims", {}).get("email")
+        who = str(email) if email else identity.identity
+        refusal = accept(who, issuer)
+        if refusal is not None:
+            raise SigningError(
+                f"the identity token is for {who} ({issuer}): {refusal}",
+                hint="sign with an identity the lock names, or add it to the lock first "
+                "(--force-identity signs anyway; trace verify-bundle will still refuse it)",
+            )
 
     try:
-        signer = call_with_deadline(
-            lambda: Signer(identity, ctx, cache=True), deadline, "Fulcio certificate request"
-        )
-        bundle = call_with_deadline(
-            lambda: signer.sign_dsse(statement), deadline, "Rekor transparency log entry"
-        )
+        signer = clock.call(lambda: Signer(identity, ctx, cache=True), "Fulcio certificate request")
+        bundle = clock.call(lambda: signer.sign_dsse(statement), "Rekor transparency log entry")
         return str(bundle.to_json())
     except SigningError:
         raise

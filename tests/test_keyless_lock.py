@@ -1,0 +1,123 @@
+"""Keyless signing checks the identity lock when it signs, keeps one overall deadline, and
+verify-bundle explains (never prints) sigstore's no-op warning and always answers in JSON
+(issue 11, item 8). Offline: the fake Fulcio/Rekor of tests/sigstore_fake on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.bundle_verify.produce import BundleRequest, _sign
+from engine.errors import SigningError
+from engine.evidence.bundle import write_bundle
+from engine.signing import deadline as deadline_mod
+from engine.signing.deadline import Deadline
+from tests.sigstore_fake import TEST_ISSUER, FakeSigstore, shared
+from tests.test_bundle_verify import POLICY, assembled, run, write_policy
+
+SIGNER = "signer@trace.test"
+
+
+@pytest.fixture(scope="module")
+def fake() -> FakeSigstore:
+    return shared()
+
+
+def _request(tmp: Path, fake: FakeSigstore, email: str, force: bool = False) -> BundleRequest:
+    lock = tmp / "lock" / "signing-identity.json"
+    lock.parent.mkdir(exist_ok=True)
+    write_policy(lock)  # locks SIGNER via TEST_ISSUER
+    return BundleRequest(
+        candidate=tmp / "c.toml",
+        sign="keyless",
+        identity_token=fake.token(email=email),
+        trust_config=fake.write_trust_config(tmp / "trust.json"),
+        signer_lock=lock,
+        force_identity=force,
+    )
+
+
+def test_a_token_outside_the_lock_is_refused_before_signing(
+    fake: FakeSigstore, tmp_path: Path
+) -> None:
+    req = _request(tmp_path, fake, "mallory@trace.test")
+    with pytest.raises(SigningError) as err:
+        _sign(req, assembled().statement_bytes, POLICY / "signing.toml")
+    assert "mallory@trace.test" in err.value.message and "nothing was signed" in err.value.message
+    assert SIGNER in err.value.message and "--force-identity" in (err.value.hint or "")
+
+
+def test_the_locked_identity_signs(fake: FakeSigstore, tmp_path: Path) -> None:
+    req = _request(tmp_path, fake, SIGNER)
+    sig = _sign(req, assembled().statement_bytes, POLICY / "signing.toml")
+    assert json.loads(sig)["mediaType"].startswith("application/vnd.dev.sigstore.bundle")
+
+
+def test_forced_identity_fails_verification_without_the_no_op_warning(
+    fake: FakeSigstore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    req = _request(tmp_path, fake, "mallory@trace.test", force=True)
+    asm = assembled()
+    sig = _sign(req, asm.statement_bytes, POLICY / "signing.toml")
+    bundle = write_bundle(tmp_path / "b", asm, sig)
+    assert req.trust_config is not None and req.signer_lock is not None
+    caplog.set_level(logging.WARNING)
+    v = run(bundle, write_policy(req.signer_lock), req.trust_config)
+    assert v.reasons == ["identity.mismatch"], v.checks
+    assert "no-op" not in caplog.text and "no verification performed" not in caplog.text
+    log = next(c for c in v.checks if c.name == "certificate, SCT, transparency log")
+    assert log.ok and "not the locked one" in log.detail
+
+
+def test_one_deadline_for_every_signing_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(deadline_mod.time, "monotonic", lambda: now[0])
+    clock = Deadline(10)
+    assert clock.call(lambda: "trust root", "TUF") == "trust root"
+    now[0] = 107.0  # the first steps took 7 s: 3 s are left for the rest, not 10 more
+    assert clock.left() == 3.0
+    now[0] = 110.5
+    called: list[str] = []
+    with pytest.raises(SigningError, match="had already passed"):
+        clock.call(lambda: called.append("rekor"), "Rekor transparency log entry")
+    assert called == []
+
+
+def test_json_even_when_the_trust_root_cannot_be_loaded(fake: FakeSigstore, tmp_path: Path) -> None:
+    """No --trust-config and no network: production's TUF refresh fails; --json still prints a
+    verdict (signature.trust-root), never a bare error."""
+    req = _request(tmp_path, fake, SIGNER)
+    asm = assembled()
+    bundle = write_bundle(tmp_path / "b", asm, _sign(req, asm.statement_bytes, POLICY / "x"))
+    assert req.signer_lock is not None
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "TRACE_SIGNING_DEADLINE": "5"}
+    env.pop("XDG_CACHE_HOME", None)
+    env.pop("XDG_DATA_HOME", None)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "verify-bundle",
+            str(bundle),
+            "--json",
+            "--identity",
+            str(req.signer_lock),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 1 and "signature.trust-root" in doc["reasons"], (doc, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert TEST_ISSUER  # the fake's issuer is the one the lock names
