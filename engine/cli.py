@@ -29,7 +29,7 @@ COMMAND_MODULES: list[str] = [
     "engine.commands",
     "engine.bundle_verify.commands",
     "engine.policy.commands",
-    "engine.verify.command",
+    "engine.bundle_verify.verify_command",
     "engine.gates.command",
     "engine.fork",
     "engine.report.commands",

@@ -1,0 +1,169 @@
+"""`trace verify CANDIDATE [--bundle DIR]`: run the verify pipeline for one candidate, print the
+verdict, and with `--bundle` route, decide and write (and sign, when allowed) its bundle.
+
+The command line lives here, above both engine.verify (the pipeline) and the bundle producer, so
+that engine.verify never imports engine.bundle_verify.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.verify.command import build_verify, find_fork
+
+if TYPE_CHECKING:
+    from engine.model import Graph
+    from engine.run import RunResult
+    from engine.verify.result import VerifyResult
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="build a package without and with a candidate fix, run its reproducer against both",
+        description="Exit 0 only when every claim holds; 1 when one does not; 2 on bad input.",
+    )
+    p.add_argument("candidate", type=Path, help="candidate TOML file")
+    p.add_argument(
+        "--fork",
+        type=Path,
+        default=None,
+        help="the package set (a nixpkgs fork); its trace.toml is used when present "
+        "(default: the nearest directory above the candidate holding a trace.toml)",
+    )
+    p.add_argument("--state-dir", type=Path, default=None, help="default: FORK/.trace")
+    p.add_argument(
+        "--out", type=Path, default=None, help="result JSON (default: STATE/verify/ID.json)"
+    )
+    p.add_argument("--json", action="store_true", help="print the result JSON instead of a table")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="parallel builds (nix -j)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.add_argument(
+        "--wait", type=float, default=0, metavar="SECONDS", help="wait for a busy state dir"
+    )
+    p.add_argument(
+        "--bundle",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="then route, decide and write the evidence bundle to DIR; with --sign/--key it is "
+        "signed only when the signing policy allows (see `trace bundle --help`)",
+    )
+    from engine.bundle_verify.options import add_policy_options, add_signing_options
+
+    add_signing_options(p)
+    add_policy_options(p)
+    p.set_defaults(handler=cmd_verify)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def print_table(result: VerifyResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"trace verify {result.candidate} ({result.package})")
+    for col in ("claim", "evidence", "result", "reason"):
+        table.add_column(col, overflow="fold")
+    for c in result.claims:
+        evidence = c.evidence + (f"\n{c.detail}" if c.detail else "")
+        verdict = "[green]holds[/]" if c.holds else "[bold red]fails[/]"
+        table.add_row(c.claim, evidence, verdict, c.reason)
+    for name, g in sorted(result.gates.items()):
+        score = "" if g.score is None else f"score {g.score:.3g}; "
+        state = "not measurable" if not g.measurable else ("pass" if g.passed else "fails")
+        style = "green" if g.passed else ("yellow" if not g.measurable else "bold red")
+        reasons = ", ".join(g.reasons) or "ok"
+        table.add_row(
+            f"gate: {name}",
+            f"{score}{g.details.get('summary', '')}".strip(" ;"),
+            f"[{style}]{state}[/]",
+            reasons,
+        )
+    console = Console(width=max(100, Console().width))
+    console.print(table)
+    if result.gates:
+        console.print("gates are measured here and judged by the signing policy (`trace decide`)")
+    if result.passed:
+        console.print("[green]PASS[/]: every claim holds")
+    else:
+        console.print(f"[bold red]FAIL[/]: {', '.join(result.reasons)}")
+
+
+def _bundle(
+    args: argparse.Namespace,
+    fork: Path,
+    policy: Path,
+    verified: tuple[Graph, RunResult, VerifyResult],
+    ran: tuple[dt.datetime, dt.datetime],
+) -> int:
+    from engine.bundle_verify.produce import produce_bundle, report_lines, request_from_args
+
+    outcome = produce_bundle(
+        request_from_args(
+            args,
+            candidate=args.candidate,
+            fork=fork,
+            state_dir=args.state_dir,
+            out=args.bundle,
+            wait=args.wait,
+            signing_policy=policy,  # the bundle decides with the policy the gates applied
+        ),
+        verified,
+        ran,
+    )
+    print("\n".join(report_lines(outcome)), file=sys.stderr if args.json else sys.stdout)
+    return 1 if outcome.denied else 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    if (args.sign or args.key) and args.bundle is None:
+        from engine.errors import UsageError
+
+        raise UsageError("--sign/--key sign a bundle", hint="add --bundle DIR")
+    fork = (args.fork or find_fork(args.candidate) or Path.cwd()).resolve()
+    policy: Path | None = args.signing_policy
+    if args.bundle is not None:
+        from engine.evidence.replay import signing_policy_pin
+        from engine.gates.context import signing_policy_path
+
+        # one policy for the gates and the decision; refused before building when the bundle's
+        # replay record could not name it
+        policy = signing_policy_path(policy, fork)
+        signing_policy_pin(policy, fork)
+    began = dt.datetime.now(dt.UTC)
+    verified = build_verify(
+        args.candidate,
+        fork=args.fork,
+        state_dir=args.state_dir,
+        jobs=args.jobs,
+        progress=not args.quiet and not args.json,
+        wait=args.wait,
+        signing_policy=policy,
+        recheck=args.bundle is not None,
+    )
+    ran = (began, dt.datetime.now(dt.UTC))
+    result = verified[2]
+    text = result.model_dump_json(indent=2, by_alias=True) + "\n"
+    out = args.out or (args.state_dir or fork / ".trace") / "verify" / f"{result.candidate}.json"
+    write_atomic(out, text)
+    if args.json:
+        sys.stdout.write(text)
+    else:
+        print_table(result)
+        print(f"result: {out}")
+    status = 0 if result.passed else 1
+    if args.bundle is not None:
+        assert policy is not None
+        status = max(status, _bundle(args, fork, policy, verified, ran))
+    return status
