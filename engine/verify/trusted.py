@@ -99,7 +99,13 @@ def from_store(graph: Graph, run: RunResult, index: Index, *, recheck: bool) -> 
     ]
     if problems:
         raise _refuse(index.state_dir, problems)
-    with_outcome = [sid for sid in cached if (Path(outs[sid]) / "outcome.json").is_file()]
+    # the outputs an outcome is read from (engine.run.read_outcome: $out/outcome.json, or $out
+    # itself when it is a file): rehashed; a package build's tree is only checked for validity
+    with_outcome = [
+        sid
+        for sid in cached
+        if Path(outs[sid]).is_file() or (Path(outs[sid]) / "outcome.json").is_file()
+    ]
     modified = nix.modified([outs[sid] for sid in with_outcome])
     problems = [
         f"step {sid}: {outs[sid]} was modified after Nix built it"
