@@ -210,7 +210,7 @@ class Nix:
             return set()
         rc, _, err = self._cmd("nix-store").run(["--verify-path", *paths], retcode=None)
         found = set(_MODIFIED.findall(str(err)))
-        if rc != 0 and not found:
+        if rc != 0 and (not found or "is not valid" in str(err)):
             raise NixError(f"nix-store --verify-path failed: {str(err).strip()[-500:]}")
         return found
 

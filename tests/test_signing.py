@@ -119,7 +119,8 @@ def test_no_network_tuf_error_is_a_signing_error_with_a_hint(
         sign_keyless(STATEMENT, token="t", trust_config=None, deadline=5)
     assert calls == ["production", "production"]
 
-    # `trace verify-bundle` on a keyless bundle without --trust-config: the same message, exit 1
+    # `trace verify-bundle` on a keyless bundle without --trust-config: the same message as a
+    # failed check (signature.trust-root) in the verdict, exit 1
     fake = shared()
     bundle = tmp_path / "b"
     bundle.mkdir()
@@ -129,9 +130,11 @@ def test_no_network_tuf_error_is_a_signing_error_with_a_hint(
     sig = sign_keyless(STATEMENT, token=fake.token(), trust_config=trust, deadline=20)
     (bundle / "statement.sigstore.json").write_text(sig)
     capsys.readouterr()
-    assert main(["verify-bundle", str(bundle)]) == 1
-    err = capsys.readouterr().err
-    assert "pass --trust-config or check the network" in err and "Traceback" not in err
+    assert main(["verify-bundle", str(bundle), "--json"]) == 1
+    out = capsys.readouterr()
+    doc = json.loads(out.out)  # --json prints a verdict even without a trust root
+    assert "signature.trust-root" in doc["reasons"] and "Traceback" not in out.err
+    assert any("pass --trust-config or check the network" in c["detail"] for c in doc["checks"])
 
 
 def test_key_mode_bundle_round_trip(tmp_path: Path) -> None:

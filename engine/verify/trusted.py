@@ -9,18 +9,23 @@ everything the verdict reads with what the store says, after checking, for those
    again with one `nix-instantiate`; the row's drv must be that derivation and its out the
    derivation's own output path (read from the .drv; input-addressed, so no other derivation
    has it);
-2. *the output is a valid store path* (one `nix-store --check-validity`) *and unmodified*: every
-   output that holds an `outcome.json` is rehashed against the NAR hash Nix registered when it
-   built it (one `nix-store --verify-path`; outcome outputs are small);
+2. *the output is a valid store path and unmodified*: every output an outcome is read from is
+   rehashed against the NAR hash Nix registered when it built it (one `nix-store --verify-path`,
+   which refuses an unregistered path too; outcome outputs are small);
 3. *the outcome is the store's*: `$out/outcome.json` is read and compared with the row's copy;
 4. with `recheck`, *determinism is measured again*: the `check` steps answered from the index
-   are rebuilt once with `nix-store --realise --check`. Every path that decides or signs
-   rechecks; only a plain `trace verify` (never decided, never signed) shows the index's flag.
+   are rebuilt once with `nix-store --realise --check`.
+
+Every path that decides or signs (`recheck=True`: decide, bundle, verify --bundle, fork) does all
+four. A plain `trace verify` (never decided, never signed) keeps its no-op cheap: it skips the
+evaluation (1: the row's out must still be its own drv's output) and shows the index's
+determinism flag, so a row pointed at another valid output can mislead only its printed table.
 
 Any difference is refused with a reason naming the step (`StateMismatch`, exit 2): the state
 directory was modified or is stale; deleting it loses nothing but time. Steps built or reused
 by this very run were instantiated now and read from the store already; they are not checked
-again. Cost on a clean run: three nix processes (~0.2 s) plus, with `recheck`, the check builds.
+again. Cost on a clean run: one nix process (`--verify-path`); with `recheck`, one evaluation of
+the steps and the check builds on top.
 """
 
 from __future__ import annotations
@@ -77,36 +82,50 @@ def from_store(graph: Graph, run: RunResult, index: Index, *, recheck: bool) -> 
     cached = [sid for sid, r in run.steps.items() if r.status == "cached"]
     if not cached:
         return run
-    planned, _ = plan(graph, index)
-    expr = index.state_dir / "build" / f"trusted-{digest_bytes(run.graph.encode())[:16]}.nix"
-    drvs = dict(zip(cached, instantiate_steps(graph, planned, cached, expr), strict=True))
+    if recheck:
+        planned, _ = plan(graph, index)
+        expr = index.state_dir / "build" / f"trusted-{digest_bytes(run.graph.encode())[:16]}.nix"
+        drvs = dict(zip(cached, instantiate_steps(graph, planned, cached, expr), strict=True))
+    else:  # a plain `trace verify`: the rows' own derivations (see the module docstring)
+        drvs = {sid: str(run.steps[sid].drv) for sid in cached}
     problems: list[str] = []
+    outs: dict[str, str] = {}
     for sid in cached:
         row = run.steps[sid]
-        if row.drv != drvs[sid] or row.out != output_of(drvs[sid]):
-            problems.append(
-                f"step {sid}: recorded {row.drv} -> {row.out}, the graph instantiates {drvs[sid]}"
-            )
+        try:
+            outs[sid] = output_of(drvs[sid])
+        except (OSError, NixError):
+            problems.append(f"step {sid}: recorded {row.drv}, not a readable derivation")
+            continue
+        if row.drv != drvs[sid] or row.out != outs[sid]:
+            what = "the graph instantiates" if recheck else "whose output is"
+            shown = drvs[sid] if recheck else outs[sid]
+            problems.append(f"step {sid}: recorded {row.drv} -> {row.out}, {what} {shown}")
     if problems:
         raise _refuse(index.state_dir, problems)
     nix = Nix(graph.nix)
-    outs = {sid: output_of(drvs[sid]) for sid in cached}
-    invalid = nix.invalid(list(outs.values()))
-    problems = [
-        f"step {sid}: {outs[sid]} is not a valid store path"
-        for sid in cached
-        if outs[sid] in invalid
-    ]
-    if problems:
-        raise _refuse(index.state_dir, problems)
     # the outputs an outcome is read from (engine.run.read_outcome: $out/outcome.json, or $out
-    # itself when it is a file): rehashed; a package build's tree is only checked for validity
+    # itself when it is a file): rehashed by one `--verify-path`, which also refuses an invalid
+    # path; a package build's tree is read by nothing here (the planner saw that it exists)
     with_outcome = [
         sid
         for sid in cached
         if Path(outs[sid]).is_file() or (Path(outs[sid]) / "outcome.json").is_file()
     ]
-    modified = nix.modified([outs[sid] for sid in with_outcome])
+    try:
+        modified = nix.modified([outs[sid] for sid in with_outcome])
+    except NixError:
+        invalid = nix.invalid([outs[sid] for sid in with_outcome])
+        if not invalid:
+            raise
+        raise _refuse(
+            index.state_dir,
+            [
+                f"step {sid}: {outs[sid]} is not a valid store path"
+                for sid in with_outcome
+                if outs[sid] in invalid
+            ],
+        ) from None
     problems = [
         f"step {sid}: {outs[sid]} was modified after Nix built it"
         for sid in with_outcome
@@ -120,7 +139,7 @@ def from_store(graph: Graph, run: RunResult, index: Index, *, recheck: bool) -> 
         steps[sid] = run.steps[sid].model_copy(update={"outcome": outcome})
     if problems:
         raise _refuse(index.state_dir, problems)
-    calls = 3
+    calls = 2 if recheck else 1
     checks = [sid for sid in cached if graph.steps[sid].check]
     if recheck and checks:
         report = nix.realise([drvs[s] for s in checks], check=True)
