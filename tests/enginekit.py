@@ -81,3 +81,36 @@ def write_inputs(project: Path, width: int = 10) -> None:
     (project / "data").mkdir(exist_ok=True)
     for pos in range(width):
         (project / "data" / f"in{pos}.txt").write_text(f"input {pos}\n")
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    """`trace ARGS` in-process: (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from engine.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(args))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def verify_bundle_process(
+    bundle: Path, identity: Path, *, timeout: float, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """`trace verify-bundle BUNDLE --json --identity LOCK` in a subprocess whose timeout is the
+    bound (a hang fails the test): (exit code, stdout, stderr)."""
+    import subprocess
+    import sys
+
+    command = ["verify-bundle", str(bundle), "--json", "--identity", str(identity)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    return proc.returncode, proc.stdout, proc.stderr

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
 from engine.evidence.statement import PAYLOAD_TYPE
 from engine.signing.keymode import sign_with_key
 from engine.signing.keys import keygen, load_private_key
+from tests.enginekit import verify_bundle_process
 from tests.test_bundle_verify import entries, key_bundle, write_policy
 
 BOUND = 60  # seconds: a hang is a failure, not a slow test
@@ -40,27 +39,12 @@ def signed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
 
 
 def verify(bundle: Path, identity: Path) -> tuple[int, dict[str, object] | None, str]:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "engine.cli",
-            "verify-bundle",
-            str(bundle),
-            "--json",
-            "--identity",
-            str(identity),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=BOUND,
-        stdin=subprocess.DEVNULL,
-    )
+    rc, out, err = verify_bundle_process(bundle, identity, timeout=BOUND)
     try:
-        doc = json.loads(proc.stdout)
+        doc = json.loads(out)
     except ValueError:
         doc = None
-    return proc.returncode, doc, proc.stderr
+    return rc, doc, err
 
 
 def refused(bundle: Path, identity: Path) -> set[str]:

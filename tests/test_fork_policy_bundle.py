@@ -4,17 +4,15 @@ sha256 (issue 11, item 6): before, it always failed `policy.unknown-version`.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from engine.cli import main
 from engine.evidence import SIGNATURE_FILE
 from engine.signing.keys import keygen
+from tests.enginekit import cli
 from tests.test_bundle_verify import write_policy
 
 pytestmark = pytest.mark.nix
@@ -22,13 +20,6 @@ pytestmark = pytest.mark.nix
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "fork"
 CAND = "trace/candidates/pager-last-page/candidate.toml"
-
-
-def _run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(list(args))
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +38,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     identity.parent.mkdir()
     write_policy(identity, keys=[{"name": "k", "public_key": str(key) + ".pub"}])
     out = base / "bundle"
-    rc, stdout, err = _run(
+    rc, stdout, err = cli(
         "verify", str(fork / CAND), "--fork", str(fork), "-q", "--bundle", str(out),
         "--key", str(key), "--signing-policy", str(own / "signing.toml"),
     )  # fmt: skip
@@ -57,7 +48,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
 
 
 def _verify(bundle: Path, identity: Path, *extra: str) -> dict[str, object]:
-    rc, out, err = _run("verify-bundle", str(bundle), "--identity", str(identity), "--json", *extra)
+    rc, out, err = cli("verify-bundle", str(bundle), "--identity", str(identity), "--json", *extra)
     doc = json.loads(out)
     assert (rc == 0) == doc["passed"], err
     return doc

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from engine.errors import SigningError
 from engine.evidence.bundle import write_bundle
 from engine.signing import deadline as deadline_mod
 from engine.signing.deadline import Deadline
+from tests.enginekit import verify_bundle_process
 from tests.sigstore_fake import TEST_ISSUER, FakeSigstore, shared
 from tests.test_bundle_verify import POLICY, assembled, run, write_policy
 
@@ -100,24 +99,8 @@ def test_json_even_when_the_trust_root_cannot_be_loaded(fake: FakeSigstore, tmp_
     env = {**os.environ, "HOME": str(tmp_path / "home"), "TRACE_SIGNING_DEADLINE": "5"}
     env.pop("XDG_CACHE_HOME", None)
     env.pop("XDG_DATA_HOME", None)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "engine.cli",
-            "verify-bundle",
-            str(bundle),
-            "--json",
-            "--identity",
-            str(req.signer_lock),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
-    doc = json.loads(proc.stdout)
-    assert proc.returncode == 1 and "signature.trust-root" in doc["reasons"], (doc, proc.stderr)
-    assert "Traceback" not in proc.stderr
+    rc, out, err = verify_bundle_process(bundle, req.signer_lock, timeout=120, env=env)
+    doc = json.loads(out)
+    assert rc == 1 and "signature.trust-root" in doc["reasons"], (doc, err)
+    assert "Traceback" not in err
     assert TEST_ISSUER  # the fake's issuer is the one the lock names

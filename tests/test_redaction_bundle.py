@@ -12,9 +12,7 @@ every byte and every name of the bundle finds none of the secrets.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
-import io
 import json
 import shutil
 from pathlib import Path
@@ -25,6 +23,7 @@ from engine.cli import main
 from engine.evidence import SIGNATURE_FILE
 from engine.evidence.redact import redact_text
 from engine.signing.keys import keygen
+from tests.enginekit import cli
 from tests.test_bundle_verify import write_policy
 
 pytestmark = pytest.mark.nix
@@ -43,13 +42,6 @@ PEM_LINES = [
 
 def _pem() -> str:
     return "-----BEGIN PRIVATE KEY-----\n" + "\n".join(PEM_LINES) + "\n-----END PRIVATE KEY-----\n"
-
-
-def _run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(list(args))
-    return rc, out.getvalue(), err.getvalue()
 
 
 def test_pem_body_without_its_header_and_short_tokens_are_redacted() -> None:
@@ -88,7 +80,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     identity.parent.mkdir()
     write_policy(identity, keys=[{"name": "signer", "public_key": str(key) + ".pub"}])
     out = base / "bundle"
-    rc, stdout, err = _run(
+    rc, stdout, err = cli(
         "verify", str(cand / "candidate.toml"), "--fork", str(fork), "-q",
         "--bundle", str(out), "--key", str(key),
     )  # fmt: skip

@@ -12,8 +12,6 @@ modifies a store output touches no path another test (or engineer) builds.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -26,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from engine.cli import main
 from engine.evidence import SIGNATURE_FILE
 from engine.signing.keys import keygen
+from tests.enginekit import cli
 
 pytestmark = pytest.mark.nix
 
@@ -46,13 +44,6 @@ class World:
     pristine: bytes
 
 
-def _run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(list(args))
-    return rc, out.getvalue(), err.getvalue()
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     base = tmp_path_factory.mktemp("trust")
@@ -62,9 +53,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     repro = cand.parent / "repro.sh"
     repro.write_text(repro.read_text() + f"\n# {uuid.uuid4()}\n")
     key, _, _ = keygen(base / "keys" / "signer.key")
-    rc, out, err = _run("verify", str(cand), "--fork", str(fork), "-q")
+    rc, out, err = cli("verify", str(cand), "--fork", str(fork), "-q")
     assert rc == 0, out + err  # the wrong fix passes verify; its gates fail (mutation score 0)
-    rc, out, err = _run("decide", str(cand), "--fork", str(fork))
+    rc, out, err = cli("decide", str(cand), "--fork", str(fork))
     assert rc == 1 and "DENY" in out and "mutation-score-below-threshold" in out, out + err
     db = fork / ".trace" / "state.db"
     return World(fork, cand, key, db, _snapshot(db))
@@ -116,14 +107,14 @@ def _forge_gates(db: Path) -> None:
 
 def _assert_nothing_signed(world: World, tmp: Path) -> None:
     """decide, bundle --key and verify --bundle --key: refused, nothing written or signed."""
-    rc, out, err = _run("decide", str(world.cand), "--fork", str(world.fork))
+    rc, out, err = cli("decide", str(world.cand), "--fork", str(world.fork))
     assert rc == 2 and "ALLOW" not in out, out + err
     assert "does not match the Nix store" in err, err
     common = ["--fork", str(world.fork), "--key", str(world.key)]
-    rc, out, err = _run("bundle", str(world.cand), *common, "--out", str(tmp / "b"))
+    rc, out, err = cli("bundle", str(world.cand), *common, "--out", str(tmp / "b"))
     assert rc == 2 and "does not match the Nix store" in err, out + err
     assert not (tmp / "b").exists()
-    rc, out, err = _run("verify", str(world.cand), *common, "-q", "--bundle", str(tmp / "v"))
+    rc, out, err = cli("verify", str(world.cand), *common, "-q", "--bundle", str(tmp / "v"))
     assert rc == 2 and "does not match the Nix store" in err, out + err
     assert not (tmp / "v" / SIGNATURE_FILE).exists()
 
@@ -131,7 +122,7 @@ def _assert_nothing_signed(world: World, tmp: Path) -> None:
 def test_forged_gate_rows_sign_nothing(fresh: World, tmp_path: Path) -> None:
     _forge_gates(fresh.db)
     _assert_nothing_signed(fresh, tmp_path)
-    _, _, err = _run("decide", str(fresh.cand), "--fork", str(fresh.fork))
+    _, _, err = cli("decide", str(fresh.cand), "--fork", str(fresh.fork))
     assert "step gate-mutation: the recorded outcome is not the store's" in err, err
 
 
@@ -144,7 +135,7 @@ def test_a_row_pointing_at_another_output_is_refused(fresh: World, tmp_path: Pat
     _set(fresh.db, "gate-mutation", drv=drv, out=out, outcome=forged)
     _set(fresh.db, "gate-coverage", drv=drv, out=out, outcome=rows["gate-scope"][2])
     _assert_nothing_signed(fresh, tmp_path)
-    _, _, err = _run("decide", str(fresh.cand), "--fork", str(fresh.fork))
+    _, _, err = cli("decide", str(fresh.cand), "--fork", str(fresh.fork))
     assert "step gate-mutation: recorded" in err and "the graph instantiates" in err, err
 
 
@@ -162,7 +153,7 @@ def test_a_modified_store_output_is_refused(fresh: World, tmp_path: Path) -> Non
         out.write_text(json.dumps(forged, sort_keys=True))
         _set(fresh.db, "gate-mutation", outcome=forged)
         _set(fresh.db, "gate-coverage", outcome=_passing(rows["gate-coverage"][2]))
-        rc, stdout, err = _run("decide", str(fresh.cand), "--fork", str(fresh.fork))
+        rc, stdout, err = cli("decide", str(fresh.cand), "--fork", str(fresh.fork))
         assert rc == 2 and "ALLOW" not in stdout, stdout + err
         assert "was modified after Nix built it" in err, err
     finally:
@@ -174,7 +165,7 @@ def test_a_modified_store_output_is_refused(fresh: World, tmp_path: Path) -> Non
 def test_the_index_determinism_flag_is_never_believed(fresh: World) -> None:
     """A forged `--check` result in the index: decide measures determinism again."""
     _set(fresh.db, "post-fix-run@1", deterministic=0)
-    rc, out, err = _run("decide", str(fresh.cand), "--fork", str(fresh.fork))
+    rc, out, err = cli("decide", str(fresh.cand), "--fork", str(fresh.fork))
     assert rc == 1 and "mutation-score-below-threshold" in out, out + err
     assert "nondeterministic" not in out
 
@@ -185,14 +176,14 @@ def test_a_decision_record_the_policy_does_not_reproduce_signs_nothing(
     """Item 2: `trace bundle --decision FILE` signed whatever the record said; the record is now
     only a cross-check of the decision made in-process."""
     record = tmp_path / "decision.json"
-    rc, out, err = _run("decide", str(fresh.cand), "--fork", str(fresh.fork), "--out", str(record))
+    rc, out, err = cli("decide", str(fresh.cand), "--fork", str(fresh.fork), "--out", str(record))
     assert rc == 1 and "DENY" in out, out + err
     doc = json.loads(record.read_text())
     assert doc["decision"] == "deny"
     doc |= {"decision": "allow", "reasons": []}
     record.write_text(json.dumps(doc))
     common = ["--fork", str(fresh.fork), "--key", str(fresh.key), "--out", str(tmp_path / "b")]
-    rc, out, err = _run("bundle", str(fresh.cand), *common, "--decision", str(record))
+    rc, out, err = cli("bundle", str(fresh.cand), *common, "--decision", str(record))
     assert rc == 2, out + err
     assert "the decision record is not what the signing policy decides now" in err, err
     assert "decision" in err and "now DENY" in err
