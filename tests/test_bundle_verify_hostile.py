@@ -244,3 +244,24 @@ def test_the_statement_must_agree_with_the_replay_record(
     rc, doc, _ = verify(b, signed[1])
     assert rc == 1 and doc is not None and doc["reasons"] == ["records.disagree"], doc
     assert "externalParameters differ from replay.json" in json.dumps(doc)
+
+
+def test_replay_outside_git_says_so(tmp_path: Path) -> None:
+    """`--replay` in a directory that is not a git checkout named "at None" before."""
+    from engine.bundle_verify.replay import _pin_problems
+    from engine.evidence.replay import FilePin, ForkPin, ReplayRecord
+
+    (tmp_path / "c.toml").write_text("x")
+    (tmp_path / "g.toml").write_text("y")
+    rec = ReplayRecord(
+        engine_version="0",
+        nix_version="nix",
+        system="x86_64-linux",
+        candidate=FilePin(path="c.toml", sha256="0" * 64),
+        graph=FilePin(path="g.toml", sha256="0" * 64),
+        package_set=ForkPin(path=".", commit="a" * 40, tree="b" * 40, dirty=False),
+    )
+    problems = _pin_problems(rec, tmp_path)
+    shown = "; ".join(problems)
+    assert "None" not in shown and "is not a git checkout" in shown, problems
+    assert "a" * 40 in shown

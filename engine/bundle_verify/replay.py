@@ -55,7 +55,13 @@ def _pin_problems(rec: ReplayRecord, root: Path) -> list[str]:
             problems.append(f"{pin.path}: sha256 {actual[:12]}…, pinned {pin.sha256[:12]}…")
     if rec.package_set is not None and rec.package_set.commit is not None:
         now = fork_pin(root / rec.package_set.path, root)
-        if (now.commit, now.tree) != (rec.package_set.commit, rec.package_set.tree):
+        if now.commit is None:
+            problems.append(
+                f"package set {rec.package_set.path}: {root} is not a git checkout (or git is "
+                f"not installed), the bundle pins commit {rec.package_set.commit}: replay in a "
+                "clone of the fork at that commit"
+            )
+        elif (now.commit, now.tree) != (rec.package_set.commit, rec.package_set.tree):
             problems.append(
                 f"package set {rec.package_set.path}: at {now.commit}, "
                 f"pinned {rec.package_set.commit}"
