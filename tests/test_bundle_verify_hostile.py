@@ -265,3 +265,15 @@ def test_replay_outside_git_says_so(tmp_path: Path) -> None:
     shown = "; ".join(problems)
     assert "None" not in shown and "is not a git checkout" in shown, problems
     assert "a" * 40 in shown
+
+
+def test_an_unsigned_keyid_that_is_not_the_hint(
+    signed: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    b = copy(signed, tmp_path)
+    doc = json.loads((b / SIGNATURE_FILE).read_text())
+    doc["dsseEnvelope"]["signatures"][0]["keyid"] = "0" * 64
+    (b / SIGNATURE_FILE).write_text(json.dumps(doc))
+    rc, verdict, _ = verify(b, signed[1])
+    assert rc == 1 and verdict is not None and verdict["reasons"] == ["signature.malformed"]
+    assert "is not the key hint" in json.dumps(verdict)

@@ -240,6 +240,16 @@ def verify_key_mode(
     hint = kb.verificationMaterial.publicKey.hint
     keys = {**policy.keys, **extra_keys}
     signer = {"mode": "key", "hint": hint}
+    # the DSSE keyid is outside the signature: it must say what the (signed-over) hint says
+    stray = [sig.keyid for sig in kb.dsseEnvelope.signatures if sig.keyid not in ("", hint)]
+    if stray or len(kb.dsseEnvelope.signatures) != 1:
+        detail = (
+            f"DSSE keyid {stray[0][:16]}… is not the key hint {hint[:16]}…"
+            if stray
+            else f"{len(kb.dsseEnvelope.signatures)} DSSE signatures, trace writes one"
+        )
+        check = _fail("signing key", "signature.malformed", detail)
+        return SignatureResult(mode="key", checks=[check], envelope=kb.dsseEnvelope, signer=signer)
     key = keys.get(hint)
     if key is None:
         check = _fail(
