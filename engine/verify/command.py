@@ -119,9 +119,10 @@ def build_verify(
     `recheck`: their determinism is measured again too (for a bundle)."""
     from engine.cache import Index
     from engine.candidate import load_candidate
-    from engine.errors import UsageError
+    from engine.errors import InputError, UsageError
     from engine.progress import Progress
     from engine.run import run_graph
+    from engine.verify.blame import blame_candidate
     from engine.verify.trusted import from_store
     from engine.verify.verdict import judge
 
@@ -135,6 +136,9 @@ def build_verify(
     with Index(state, wait=wait) as index:
         graph = load_verify_graph(candidate, fork, index, signing_policy)
         with Progress(enabled=progress) as reporter:
-            result = run_graph(graph, index, jobs=jobs, reporter=reporter)
+            try:
+                result = run_graph(graph, index, jobs=jobs, reporter=reporter)
+            except InputError as exc:
+                raise blame_candidate(exc, candidate) from None
         result = from_store(graph, result, index, recheck=recheck)
     return graph, result, judge(candidate, graph, result)

@@ -20,6 +20,7 @@ from engine.errors import InputError
 from engine.model import Graph
 from engine.records import GateRecord, RunRecord, Side
 from engine.run import RunResult, StepResult
+from engine.verify.buildlog import build_failure_detail
 from engine.verify.result import ClaimVerdict, SideResult, StepRef, VerifyResult
 
 OK_STATUSES = ("built", "cached", "reused")
@@ -128,7 +129,11 @@ def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
                     evidence=f"step {side.build.id}: {side.build.status}",
                     holds=False,
                     reason=f"{side.side}-fix-build-broken",
-                    detail=_last_line(side.build.log_tail),
+                    detail=build_failure_detail(
+                        side.build.log_tail,
+                        side.build.drv,
+                        [candidate.file(p) for p in candidate.spec.patches],
+                    ),
                 )
             elif failed_runs:
                 claims[name] = ClaimVerdict(
