@@ -15,22 +15,11 @@
       forAllSystems = nixpkgs.lib.genAttrs systems;
       pkgsFor = system: nixpkgs.legacyPackages.${system};
       traceFor = pkgs: pkgs.callPackage ./nix/package.nix { };
-
-      # What a fork's flake.nix calls. `system` picks trace's own pinned nixpkgs to build the tool;
-      # pass `pkgs` instead to build it from another package set (a nixpkgs fork can pass its own
-      # legacyPackages). The other arguments are described in nix/verify-app.nix.
-      mkVerifyApp =
-        {
-          system ? null,
-          pkgs ? pkgsFor system,
-          ...
-        }@args:
-        import ./nix/verify-app.nix { inherit (pkgs) lib writeShellScript; } (traceFor pkgs) (
-          builtins.removeAttrs args [
-            "system"
-            "pkgs"
-          ]
-        );
+      # lib.addApps / lib.mkVerifyApp for forks, and the CLI apps (arguments: nix/fork.nix)
+      fork = import ./nix/fork.nix {
+        inherit (nixpkgs) lib;
+        inherit systems pkgsFor traceFor;
+      };
     in
     {
       packages = forAllSystems (system: rec {
@@ -38,16 +27,41 @@
         default = trace;
       });
 
+      # `nix run <trace> -- …` is the CLI; `nix run <trace>#init` sets up a fork (`trace init`);
+      # `nix run <trace>#verify` is the fork verifier (`trace fork`) for the fork in the current
+      # directory (a fork's own flake gets `.#verify` and `.#trace` from lib.addApps).
       apps = forAllSystems (system: rec {
-        verify = mkVerifyApp { inherit system; };
-        default = verify;
+        trace = fork.mkCliApp { inherit system; };
+        default = trace;
+        init = fork.mkCliApp {
+          inherit system;
+          command = [ "init" ];
+        };
+        verify = fork.mkVerifyApp { inherit system; };
       });
+
+      # `nix flake check`: the package (its import check), and the CLI run inside the sandbox
+      checks = forAllSystems (
+        system:
+        let
+          pkgs = pkgsFor system;
+          trace = traceFor pkgs;
+        in
+        {
+          inherit trace;
+          cli = pkgs.runCommand "trace-cli-check" { } ''
+            ${trace}/bin/trace --version > version
+            ${trace}/bin/trace schema candidate > $out
+            grep -q '"rationale"' $out
+          '';
+        }
+      );
 
       devShells = forAllSystems (system: {
         default = (pkgsFor system).callPackage ./nix/shell.nix { };
       });
 
-      lib = { inherit mkVerifyApp; };
+      lib = { inherit (fork) addApps mkVerifyApp mkCliApp; };
 
       overlays.default = final: prev: { trace = final.callPackage ./nix/package.nix { }; };
 
@@ -56,9 +70,10 @@
           path = ./nix/templates/fork;
           description = "nixpkgs fork: `nix run .#verify` checks the fix candidates in trace/";
           welcomeText = ''
-            Added flake.nix and trace/. Put each fix candidate in trace/candidates/<name>/
-            (candidate.toml, patch, reproducer, advisory), commit, then run `nix run .#verify`.
-            In a nixpkgs fork that already has a flake.nix, merge the marked lines into it.
+            Added flake.nix and trace/. Set `inputs.trace.url` in flake.nix to where you get
+            trace from. A fork that already has a flake.nix (every nixpkgs fork): run
+            `nix run <trace>#init -- --trace-url <trace>` instead, which adds trace/, the flake
+            lines, `.trace/` to .gitignore, locks and stages. Then commit and `nix run .#verify`.
           '';
         };
         default = fork;

@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from engine.errors import InputError
 from engine.graph import find_line
+from engine.paths import cli
 
 SIGNALS = {
     "SIGHUP": 1,
@@ -234,7 +235,7 @@ def _validate(model: type[_Spec], data: dict[str, Any], path: Path, text: str) -
             file=path,
             key=".".join(keys),
             line=find_line(text, keys),
-            hint="see `trace schema candidate` for the accepted keys",
+            hint=f"see `{cli('schema candidate')}` for the accepted keys",
         ) from None
 
 

@@ -36,6 +36,7 @@ COMMAND_MODULES: list[str] = [
     "engine.agent.command",
     "engine.agent.scout",
     "engine.agent.land",
+    "engine.fork.init",
 ]
 
 

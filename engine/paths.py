@@ -35,3 +35,9 @@ KEY_SOURCES = ("model.py", "graph.py", "hashing.py", "render.py", "run.py", "nix
 def key_source_paths() -> list[Path]:
     here = Path(__file__).resolve().parent
     return [here / name for name in KEY_SOURCES]
+
+
+def cli(command: str) -> str:
+    """How the user runs `trace COMMAND` where they are: `nix run .#trace -- COMMAND` in a fork
+    whose apps set TRACE_CLI (lib.addApps), else `trace COMMAND`. For hints."""
+    return f"{os.environ.get('TRACE_CLI') or 'trace'} {command}"

@@ -31,7 +31,10 @@ let
         top = builtins.head (builtins.split "/" rel);
         base = baseNameOf path;
       in
-      builtins.elem top keep && base != "__pycache__" && builtins.match ".*\\.pyc" base == null;
+      # nix/templates: the fork template `trace init` copies (not nix/*.nix: no rebuild for those)
+      (builtins.elem top keep || rel == "nix" || builtins.match "nix/templates(/.*)?" rel != null)
+      && base != "__pycache__"
+      && builtins.match ".*\\.pyc" base == null;
   };
 in
 python3Packages.buildPythonApplication {
@@ -47,6 +50,8 @@ python3Packages.buildPythonApplication {
   postInstall = ''
     mkdir -p $out/share/trace/engine/gates
     cp -r graphs templates policy $out/share/trace/
+    mkdir -p $out/share/trace/nix
+    cp -r nix/templates $out/share/trace/nix/
     # the gates' sandbox code (stdlib only) is a `trace:` input of the gate steps
     cp -r engine/gates/core $out/share/trace/engine/gates/
     find $out/share/trace -name __pycache__ -prune -exec rm -rf {} +

@@ -1,14 +1,21 @@
-# lib.mkVerifyApp: the `nix run .#verify` app of a nixpkgs fork.
+# lib.mkVerifyApp: the `nix run .#verify` app of a nixpkgs fork (lib.addApps adds it for you).
 #
-# The app runs `trace fork` at the fork's root (the current directory, or `--fork DIR`) on its
-# *working tree*: the package set is `import <root>/<packageSet> {}`, the candidates, extra steps
-# and policy overrides are read from the checkout, and a dirty tree is refused unless
-# `--allow-dirty`. So every setting here is a string relative to the fork's root, never a Nix
-# path (a path would point into the store copy of the flake, not at the checkout).
+# The app runs `trace fork` at the fork's root (the current directory, or `--fork DIR`): the
+# candidates, extra steps and policy overrides are read from the checkout, the package set is the
+# fork's committed tree, and a dirty tree is refused unless `--allow-dirty`. So every setting here
+# is a string relative to the fork's root, never a Nix path (a path would point into the store
+# copy of the flake, not at the checkout).
+#
+#   trace.lib.mkVerifyApp {
+#     system = "x86_64-linux";     # or pkgs = <a nixpkgs package set to build trace with>
+#     packageSet = ".";            # import ./. { config = {}; overlays = []; system = …; }
+#     config = "trace";            # candidates/, steps.toml (optional), policy/ (optional)
+#     extraArgs = [ "--no-sign" ]; # more `trace fork` options (`trace fork --help`)
+#   }
 { lib, writeShellScript }:
 trace:
 {
-  # the package set to verify, relative to the fork root: `import ./. {}` in a nixpkgs fork
+  # the package set to verify, relative to the fork root
   packageSet ? ".",
   # the fork's trace folder: candidates/, optional steps.toml and policy/
   config ? "trace",
@@ -16,17 +23,27 @@ trace:
   candidates ? null,
   steps ? null,
   policy ? null,
-  # more `trace fork` options, e.g. [ "--sign" "never" ]
+  # more `trace fork` options, e.g. [ "--no-sign" ] or [ "--key" "/path/to/key" ]
   extraArgs ? [ ],
+  # the command the hints print for the trace CLI (lib.addApps adds it as `.#trace`)
+  cli ? "trace",
 }:
 let
+  where = "trace.lib.mkVerifyApp";
   check =
     name: v:
     if builtins.isPath v then
-      throw "trace.lib.mkVerifyApp: '${name}' must be a string relative to the fork root (e.g. \"${config}/candidates\"), not a Nix path: a path points into the store copy of the flake, not at your checkout"
+      throw "${where}: '${name}' must be a string relative to the fork root (e.g. \"trace/candidates\"), not a Nix path: a path points into the store copy of the flake, not at your checkout"
+    else if !(builtins.isString v) then
+      throw "${where}: '${name}' must be a string relative to the fork root, not a ${builtins.typeOf v}"
     else
       v;
   opt = name: flag: v: if v == null then [ ] else [ flag (check name v) ];
+  extra =
+    if builtins.isList extraArgs && builtins.all builtins.isString extraArgs then
+      extraArgs
+    else
+      throw "${where}: 'extraArgs' must be a list of strings, e.g. [ \"--no-sign\" ]";
   args = [
     "fork"
     "--package-set"
@@ -37,8 +54,9 @@ let
   ++ opt "candidates" "--candidates" candidates
   ++ opt "steps" "--steps" steps
   ++ opt "policy" "--policy" policy
-  ++ extraArgs;
+  ++ extra;
   script = writeShellScript "trace-verify" ''
+    export TRACE_CLI=${lib.escapeShellArg (check "cli" cli)}
     exec ${trace}/bin/trace ${lib.escapeShellArgs args} "$@"
   '';
 in

@@ -9,22 +9,24 @@ consumed from a temp copy of the git-tracked files (a `path:` input of the check
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-STANDIN = REPO / "tests" / "fixtures" / "flake-standin"
-FORK_FIXTURE = REPO / "tests" / "fixtures" / "fork"
+from tests.flakekit import (
+    FORK_FIXTURE,
+    REPO,
+    copy_flake_src,
+    make_standin,
+    ok,
+    run,
+    sandbox_paths,
+)
+
 CANDIDATES = ["cparse-key-overflow", "pager-last-page", "cparse-other-failure"]
 SYSTEMS = ["x86_64-linux", "aarch64-linux"]
-NIX_TIMEOUT = 600
 
 pytestmark = pytest.mark.nix
 
@@ -56,57 +58,15 @@ SANDBOX = """
 extra_sandbox_paths = ["/usr", "/lib64", "/bin", "/lib"]
 """
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "fork",
-    "GIT_AUTHOR_EMAIL": "fork@example.invalid",
-    "GIT_COMMITTER_NAME": "fork",
-    "GIT_COMMITTER_EMAIL": "fork@example.invalid",
-}
-
-
-def run(cmd: list[str], cwd: Path, **kw: Any) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **GIT_ENV}
-    env.pop("TRACE_DATA_DIR", None)
-    return subprocess.run(
-        cmd, cwd=cwd, capture_output=True, text=True, timeout=NIX_TIMEOUT, env=env, **kw
-    )
-
-
-def ok(cmd: list[str], cwd: Path) -> str:
-    proc = run(cmd, cwd)
-    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
-    return proc.stdout
-
 
 @pytest.fixture(scope="module")
 def flake_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The git-tracked files of this checkout, as they are in the work tree."""
-    dest = tmp_path_factory.mktemp("trace-src")
-    files = ok(["git", "ls-files", "-z"], REPO).split("\0")
-    for rel in filter(None, files):
-        src = REPO / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
+    return copy_flake_src(tmp_path_factory.mktemp("trace-src"))
 
 
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The nixpkgs stand-in, given this environment's Python and the host's busybox."""
-    dest = tmp_path_factory.mktemp("nixpkgs-standin")
-    for f in STANDIN.glob("*.nix"):
-        shutil.copy2(f, dest / f.name)
-    (dest / "bootstrap").mkdir()
-    busybox = next(p for p in (Path("/usr/bin/busybox"), Path("/bin/busybox")) if p.exists())
-    shutil.copy2(busybox, dest / "bootstrap" / "busybox")
-    host = {
-        "python": os.path.realpath(sys.executable),
-        "sitePackages": [sysconfig.get_paths()["purelib"]],
-        "bin": [str(Path(sys.executable).parent)],
-    }
-    (dest / "host.json").write_text(json.dumps(host, indent=2))
-    return dest
+    return make_standin(tmp_path_factory.mktemp("nixpkgs-standin"))
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +90,9 @@ def fork(flake_src: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     ok(["nix", "flake", "init", "-t", f"path:{flake_src}#fork"], root)
     flake = root / "flake.nix"
     text = flake.read_text()
-    assert 'inputs.trace.url = "github:trace/trace";' in text
-    flake.write_text(text.replace("github:trace/trace", f"path:{flake_src}"))
+    placeholder = 'inputs.trace.url = "github:OWNER/trace";'
+    assert placeholder in text, "the template's trace URL is the one thing to set"
+    flake.write_text(text.replace(placeholder, f'inputs.trace.url = "path:{flake_src}";'))
     with open(root / "trace" / "steps.toml", "a") as fh:
         fh.write(SANDBOX)
     policy = root / "trace" / "policy"
@@ -192,16 +153,126 @@ def test_flake_show_lists_every_output(flake_src: Path, standin: Path) -> None:
     for system in SYSTEMS:
         assert shown["packages"][system]["default"]["type"] == "derivation"
         assert shown["packages"][system]["default"]["name"].startswith("trace-engine-")
-        assert shown["apps"][system]["verify"]["type"] == "app"
-        assert shown["apps"][system]["default"]["type"] == "app"
+        for app in ("default", "trace", "init", "verify"):
+            assert shown["apps"][system][app]["type"] == "app", app
         assert shown["devShells"][system]["default"]["type"] == "derivation"
+        assert set(shown["checks"][system]) == {"trace", "cli"}
     assert shown["templates"]["fork"]["type"] == "template"
     assert "lib" in shown
-    is_fn = ok(
-        ["nix", "eval", "--json", ".#lib.mkVerifyApp", "--apply", "builtins.isFunction", *override],
+    for fn in ("mkVerifyApp", "addApps", "mkCliApp"):
+        is_fn = ok(
+            ["nix", "eval", "--json", f".#lib.{fn}", "--apply", "builtins.isFunction", *override],
+            flake_src,
+        )
+        assert json.loads(is_fn) is True, fn
+
+
+def test_the_default_app_is_the_cli_and_verify_the_fork_verifier(
+    flake_src: Path, standin: Path
+) -> None:
+    """Issue 13 item 6: `nix run <trace> -- mutants …` ran the verify app; the CLI had no app."""
+    override = ["--override-input", "nixpkgs", f"path:{standin}"]
+    version = ok(["nix", "run", ".", *override, "--", "--version"], flake_src)
+    assert version.startswith("trace ")
+    schema = json.loads(
+        ok(["nix", "run", ".#trace", *override, "--", "schema", "candidate"], flake_src)
+    )
+    assert "package" in schema["properties"]
+    verify = ok(["nix", "run", ".#verify", *override, "--", "--help"], flake_src)
+    assert "usage: trace fork" in verify, "apps.verify runs `trace fork`"
+    init = ok(["nix", "run", ".#init", *override, "--", "--help"], flake_src)
+    assert "usage: trace init" in init, "apps.init runs `trace init`"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ("{ }", "pass `system`"),
+        ('{ system = "riscv64-linux"; }', "is not one trace supports"),
+        ('{ system = "x86_64-linux"; extraArg = [ ]; }', "unknown argument(s) extraArg"),
+        ('{ system = "x86_64-linux"; extraArgs = "--no-sign"; }', "must be a list of strings"),
+        ('{ system = "x86_64-linux"; config = /srv/trace; }', "not a Nix path"),
+    ],
+)
+def test_mk_verify_app_checks_its_arguments(
+    flake_src: Path, standin: Path, args: str, message: str
+) -> None:
+    """Issue 13 item 9: `mkVerifyApp {}` failed with "value is null while a string was expected"."""
+    proc = run(
+        [
+            "nix",
+            "eval",
+            "--raw",
+            ".#lib.mkVerifyApp",
+            "--apply",
+            f"f: (f {args}).program",
+            "--override-input",
+            "nixpkgs",
+            f"path:{standin}",
+        ],
         flake_src,
     )
-    assert json.loads(is_fn) is True
+    assert proc.returncode != 0
+    assert "trace.lib.mkVerifyApp: " in proc.stderr and message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_the_documented_no_sign_flag_reaches_trace_fork(flake_src: Path, standin: Path) -> None:
+    """The extraArgs example is a flag `trace fork` has (item 9: it documented `--sign never`)."""
+    from engine.cli import build_parser
+
+    doc = (flake_src / "nix" / "verify-app.nix").read_text()
+    assert 'extraArgs = [ "--no-sign" ]' in doc and "--sign never" not in doc
+    script = ok(
+        [
+            "nix",
+            "eval",
+            "--raw",
+            ".#lib.mkVerifyApp",
+            "--apply",
+            'f: builtins.readFile (f { system = "x86_64-linux"; '
+            'extraArgs = [ "--no-sign" ]; }).program',
+            "--override-input",
+            "nixpkgs",
+            f"path:{standin}",
+        ],
+        flake_src,
+    )
+    assert "'--no-sign'" in script
+    assert build_parser().parse_args(["fork", "--no-sign"]).no_sign is True
+
+
+def test_nix_flake_check_builds_the_package_and_runs_the_cli(
+    flake_src: Path, standin: Path
+) -> None:
+    proc = run(
+        [
+            "nix",
+            "flake",
+            "check",
+            "--override-input",
+            "nixpkgs",
+            f"path:{standin}",
+            "--option",
+            "extra-sandbox-paths",
+            sandbox_paths(),
+        ],
+        flake_src,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = ok(
+        [
+            "nix",
+            "eval",
+            "--raw",
+            ".#checks.x86_64-linux.cli.outPath",
+            "--override-input",
+            "nixpkgs",
+            f"path:{standin}",
+        ],
+        flake_src,
+    )
+    schema = json.loads(Path(out.strip()).read_text())  # built by the check above
+    assert "rationale" in schema["properties"]
 
 
 def test_flake_lock_pins_the_nixpkgs_revision() -> None:

@@ -4,6 +4,7 @@ pipeline and the merged policy directory (real git repositories in temp dirs).""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -141,7 +142,7 @@ def test_missing_candidates_folder_says_how_to_start(tmp_path: Path) -> None:
     git(tmp_path, "init", "-q")
     with pytest.raises(UsageError, match="no candidates folder") as info:
         make_config(args_for(tmp_path))
-    assert "flake init -t" in (info.value.hint or "")
+    assert "#init" in (info.value.hint or "")
 
 
 def test_entry_includes_the_standard_pipeline_and_the_fork_steps(fork: Path) -> None:
@@ -187,3 +188,144 @@ def test_state_and_bundle_dirs_inside_the_fork_are_left_out_of_the_package_set(f
     cfg = make_config(args_for(fork, state_dir=fork / "out" / "state", out=fork / "bundles"))
     data = tomli.loads(pipeline_entry(cfg, "a").read_text())
     assert data["nix"]["package_set_exclude"] == ["trace", "out/state", "bundles"]
+
+
+def test_hints_print_the_command_that_works_in_the_fork(
+    fork: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13 item 6: a fork's hints said `trace schema candidate`, a command it does not have.
+    The fork's apps set TRACE_CLI (lib.addApps) to the form that works there."""
+    from engine.candidate import load_candidate
+
+    bad = fork / "trace" / "candidates" / "a" / "candidate.toml"
+    bad.write_text('id = "a"\npackage = "p"\nnot_a_key = 1\n')
+    with pytest.raises(InputError) as plain:
+        load_candidate(bad)
+    assert "`trace schema candidate`" in (plain.value.hint or "")
+    monkeypatch.setenv("TRACE_CLI", "nix run .#trace --")
+    with pytest.raises(InputError) as in_fork:
+        load_candidate(bad)
+    assert "`nix run .#trace -- schema candidate`" in (in_fork.value.hint or "")
+
+
+def fixture_fork(root: Path, candidates: dict[str, dict[str, str]]) -> Path:
+    """The fixture fork's package set with copies of fixture candidates (name -> {file: text}
+    replacing files in the copy), committed."""
+    import shutil
+
+    fixture = Path(__file__).parent / "fixtures" / "fork"
+    root.mkdir()
+    for name in ("default.nix", "lib.nix", "pkgs", "trace.toml"):
+        src = fixture / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+    for name, files in candidates.items():
+        base = files.get("from", name)
+        dest = root / "trace" / "candidates" / name
+        shutil.copytree(fixture / "trace" / "candidates" / base, dest)
+        for rel, text in files.items():
+            if rel != "from":
+                (dest / rel).write_text(text)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "fork")
+    return root
+
+
+@pytest.mark.nix
+def test_a_missing_package_attribute_blames_the_candidate_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 13 item 8: `package = "strjoinn"` blamed the shipped verify.toml:57 and its
+    template; the candidate's `package` key is what to fix."""
+    fixture = Path(__file__).parent / "fixtures" / "fork" / "trace" / "candidates"
+    text = (fixture / "pager-last-page" / "candidate.toml").read_text()
+    assert 'package = "pager"' in text
+    bad = text.replace('package = "pager"', 'package = "pagerr"')
+    root = fixture_fork(tmp_path / "fork", {"pager-last-page": {"candidate.toml": bad}})
+    cand = root / "trace" / "candidates" / "pager-last-page"
+    rc = main(["fork", "--fork", str(root), "--no-sign", "--json", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    line = text.splitlines().index('package = "pager"') + 1
+    assert f"{cand / 'candidate.toml'}:{line}" in err, err
+    assert "key 'package'" in err
+    assert "no attribute 'pagerr'" in err
+    assert "verify.toml" not in err and ".nix.j2" not in err, err
+
+
+@pytest.mark.nix
+def test_a_patch_that_does_not_apply_names_its_hunk_and_log_and_skips_the_dependants(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 13 item 10: "Hunk 1 FAILED" was only in the result JSON, the table said
+    `post-fix-build-broken` with no pointer to the log, and all 7 mutants were still built."""
+    fixture = Path(__file__).parent / "fixtures" / "fork" / "trace" / "candidates"
+    patch = (fixture / "pager-last-page" / "fix.patch").read_text()
+    old = "-    return total // size\n"
+    assert old in patch
+    broken = patch.replace(old, "-    return total // size  # not what the file says\n")
+    root = fixture_fork(tmp_path / "fork", {"pager-last-page": {"fix.patch": broken}})
+    rc = main(["fork", "--fork", str(root), "--no-sign", "--json", "-q"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    report = json.loads(out)
+    (row,) = report["candidates"]
+    assert "post-fix-build-broken" in row["verify_reasons"]
+    detail = next(d for d in row["verify_details"] if d.startswith("post-fix-build-broken"))
+    assert "fix.patch does not apply: hunk #1 of pager/__init__.py failed" in detail, detail
+    assert "(@@ -5,7 +5,7 @@)" in detail
+    assert "full log: nix log /nix/store/" in detail and detail.endswith(".drv")
+    result = json.loads((root / ".trace" / "verify" / f"{row['candidate']}.json").read_text())
+    steps = result["steps"]
+    dependants = [s for s in steps if s.split("@")[0] in ("mutant-run", "coverage-run")]
+    assert dependants, sorted(steps)
+    for sid in dependants + [s for s in steps if s.startswith("post-fix-run")]:
+        assert steps[sid]["status"] == "skipped", (sid, steps[sid])
+
+
+FORK_REASONS = """\
+[policy]
+name = "fork-reasons"
+version = "0.1.0"
+schema = "trace.reasons/v1"
+description = "This fork's own reason codes."
+
+[[reasons]]
+code = "fork-abi-changed"
+message = "The fix changes the library's ABI."
+solution = "Keep the ABI, or bump the soname."
+effective_on = 2026-01-01
+"""
+
+
+def test_fork_reason_codes_extend_the_shipped_catalogue(fork: Path) -> None:
+    """Issue 13 item 7: a fork gate's own code was `evidence-unknown-reason` until the fork
+    copied the whole shipped reasons.toml."""
+    from engine.policy.reasons import load_catalogue
+
+    own = fork / "trace" / "policy"
+    own.mkdir()
+    (own / "reasons.toml").write_text(FORK_REASONS)
+    merged = merged_policy(make_config(args_for(fork)))
+    catalogue = load_catalogue(merged / "reasons.toml")
+    shipped = load_catalogue(data_dir() / "policy" / "reasons.toml")
+    assert "fork-abi-changed" in catalogue
+    assert set(shipped.reasons) < set(catalogue.reasons), "every shipped code stays"
+    assert catalogue.ref.name == "fork-reasons", "the fork's [policy] names the merged catalogue"
+    # a full copy with one more code (what forks did before) is used as it is
+    full = (data_dir() / "policy" / "reasons.toml").read_text()
+    (own / "reasons.toml").write_text(full + FORK_REASONS.split("\n\n", 1)[1])
+    merged_policy(make_config(args_for(fork)))
+    assert (merged / "reasons.toml").read_text() == (own / "reasons.toml").read_text()
+
+
+def test_a_fork_may_not_redefine_a_shipped_reason_code(fork: Path) -> None:
+    own = fork / "trace" / "policy"
+    own.mkdir()
+    (own / "reasons.toml").write_text(
+        FORK_REASONS.replace('code = "fork-abi-changed"', 'code = "pre-fix-did-not-fail"')
+    )
+    with pytest.raises(InputError, match="redefines shipped code") as info:
+        merged_policy(make_config(args_for(fork)))
+    assert info.value.file == str(own / "reasons.toml")
+    assert "pre-fix-did-not-fail" in info.value.message

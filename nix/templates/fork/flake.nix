@@ -2,30 +2,22 @@
 # candidate in trace/candidates (or `nix run .#verify -- NAME…`), writes one evidence bundle per
 # candidate under .trace/bundles, signs where the policy allows and an identity is available
 # (`-- --key FILE`, `--identity-token`, or CI's OIDC token), and exits non-zero when any
-# candidate is not allowed. Commit first: a dirty tree is refused unless `-- --allow-dirty`.
+# candidate is not allowed. `nix run .#trace -- …` is the trace CLI (e.g. `-- schema candidate`).
+# Commit first: a dirty tree is refused unless `-- --allow-dirty`.
 #
-# nixpkgs already has a flake.nix: instead of this file, add the two parts marked `trace` to it
-# (the input, `trace` in the outputs' arguments, and `apps`).
+# A fork that already has a flake.nix (nixpkgs has one): do not use this file; run
+# `nix run <trace>#init -- --trace-url <trace>` at the fork's root, which adds the two lines
+# marked `trace` below to the existing flake.nix (or prints them when it cannot).
 {
   description = "A nixpkgs fork whose security fixes are verified with trace";
 
-  # trace: where you get trace from
-  inputs.trace.url = "github:trace/trace";
+  # trace: where you get trace from. THE ONE THING TO SET: the flake reference you run trace
+  # from (e.g. github:OWNER/trace, or path:/path/to/a/checkout of trace).
+  inputs.trace.url = "github:OWNER/trace";
 
-  outputs =
-    { self, trace }:
-    {
-      # trace: one `verify` app per system trace supports
-      apps = builtins.mapAttrs (system: _: rec {
-        verify = trace.lib.mkVerifyApp {
-          inherit system;
-          # everything below is a string relative to the fork's root (shown: the defaults)
-          packageSet = "."; # the package set to verify: import ./. { }
-          config = "trace"; # candidates/, steps.toml (optional), policy/ (optional)
-          # To build trace from this fork's own Python packages instead of trace's pinned
-          # nixpkgs, replace `inherit system;` with: pkgs = self.legacyPackages.${system};
-        };
-        default = verify;
-      }) trace.packages;
-    };
+  # trace: your outputs, plus apps.<system>.verify and apps.<system>.trace. addApps' optional
+  # first argument: packageSet (default "."), config (default "trace"), extraArgs (e.g.
+  # [ "--no-sign" ]), pkgs (system -> the package set to build trace with; default: trace's own
+  # pinned nixpkgs). See nix/fork.nix and nix/verify-app.nix in trace.
+  outputs = { self, trace }: trace.lib.addApps { } { };
 }

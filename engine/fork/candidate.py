@@ -1,0 +1,255 @@
+"""One candidate of a fork: verify, judge, route, decide, bundle, sign."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from engine.errors import InputError
+from engine.fork.config import ForkConfig
+from engine.fork.entry import pipeline_entry, signing_source, write_if_changed
+from engine.fork.report import Outcome
+
+if TYPE_CHECKING:
+    from engine.candidate import Candidate
+    from engine.evidence.bundle import Assembled
+    from engine.model import Graph
+    from engine.policy.routing import RouteDecision
+    from engine.policy.signing import Decision
+    from engine.run import RunResult
+    from engine.verify.result import VerifyResult
+
+BUILDER_ID = "urn:trace:builder:fork"  # docs/evidence.md
+
+
+class Signer:
+    """Signs allowed bundles with a key, or keyless with a token found once (lazily)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.key: Path | None = args.key
+        self.explicit: str | None = args.identity_token
+        self.trust_config: Path | None = args.trust_config
+        self.enabled = not args.no_sign
+        self._token: str | None = None
+        self._why_not: str | None = None
+
+    def _identity(self) -> str | None:
+        if self._token is None and self._why_not is None:
+            from engine.signing.errors import SigningError
+            from engine.signing.oidc import identity_token
+
+            try:
+                self._token = identity_token(self.explicit)
+            except SigningError as exc:
+                self._why_not = exc.render()
+        return self._token
+
+    def sign(self, statement: bytes) -> tuple[str | None, Literal["key", "keyless", "no"], str]:
+        if not self.enabled:
+            return None, "no", "signing disabled (--no-sign)"
+        from engine.evidence.statement import PAYLOAD_TYPE
+
+        if self.key is not None:
+            from engine.signing.keymode import sign_with_key
+            from engine.signing.keys import load_private_key
+
+            return sign_with_key(statement, PAYLOAD_TYPE, load_private_key(self.key)), "key", ""
+        token = self._identity()
+        if token is None:
+            return None, "no", f"unsigned: {self._why_not}"
+        from engine.signing.keyless import sign_keyless
+
+        return sign_keyless(statement, token=token, trust_config=self.trust_config), "keyless", ""
+
+
+def _route(candidate: Candidate, policy: Path) -> RouteDecision:
+    from engine.policy.registry import ROUTING
+    from engine.policy.routing import route_candidate
+
+    return route_candidate(candidate, policy / ROUTING)
+
+
+def _decide(
+    run: RunResult,
+    verify: VerifyResult,
+    routing: RouteDecision,
+    policy: Path,
+    waivers_file: Path | None,
+) -> Decision:
+    """As `trace decide`, over the verdict judged from this run's builds (never the result file
+    written beside it); waivers apply only when the fork has its own waivers file."""
+    from engine.evidence.collect import evidence_sources, gate_records
+    from engine.policy.evidence import Evidence
+    from engine.policy.registry import SIGNING
+    from engine.policy.signing import decide, load_signing
+    from engine.policy.waivers import NO_WAIVERS, load_waivers
+
+    signing, catalogue = load_signing(policy / SIGNING)
+    waivers = load_waivers(waivers_file, catalogue) if waivers_file else NO_WAIVERS
+    gates = gate_records(verify, run)
+    evidence = Evidence(
+        candidate=verify.candidate,
+        verify=verify,
+        gates=gates,
+        sources=evidence_sources(verify, gates),
+    )
+    return decide(evidence, routing, signing, catalogue, waivers, dt.datetime.now(dt.UTC).date())
+
+
+def _assemble(
+    candidate: Candidate,
+    graph: Graph,
+    run: RunResult,
+    verify: VerifyResult,
+    routing: RouteDecision,
+    decision: Decision,
+    root: Path,
+    dirty: bool,
+    signing_policy: Path,
+    ran: tuple[dt.datetime, dt.datetime] | None = None,
+) -> Assembled:
+    from engine.evidence.collect import (
+        assemble_evidence,
+        candidate_entries,
+        gate_entries,
+        gate_records,
+        outcome_entries,
+        verify_entry,
+    )
+
+    entries = candidate_entries(candidate) + outcome_entries(run)
+    entries.append(verify_entry(verify))
+    entries += gate_entries(gate_records(verify, run))
+    # `fork_pin` counts trace's own untracked state dir as a change; the fork's clean check
+    # (which leaves out only the state and bundle dirs) is the one that holds here.
+    return assemble_evidence(
+        candidate,
+        graph,
+        run,
+        entries,
+        routing,
+        decision,
+        root=root,
+        signing_policy=signing_policy,
+        builder_id=BUILDER_ID,
+        dirty=dirty,
+        ran=ran,
+    )
+
+
+def replace_bundle(dest: Path, assembled: Assembled, signature: str | None) -> Path:
+    """Write the bundle beside `dest`, then swap it in: a reader never sees half a bundle."""
+    from engine.evidence.bundle import write_bundle
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=f".{dest.name}.new.", dir=dest.parent))
+    fresh.rmdir()
+    write_bundle(fresh, assembled, signature)
+    old = None
+    if dest.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+        os.replace(dest, old / dest.name)
+    os.replace(fresh, dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+def verify_candidate(
+    cfg: ForkConfig,
+    file: Path,
+    policy: Path,
+    signer: Signer,
+    *,
+    dirty: bool,
+    jobs: int | None,
+    progress: bool,
+    wait: float,
+) -> Outcome:
+    from engine.cache import Index
+    from engine.candidate import load_candidate
+    from engine.graph import load_graph
+    from engine.hashing import StatCache
+    from engine.policy.registry import WAIVERS
+    from engine.progress import Progress
+    from engine.run import run_graph
+    from engine.verify.blame import blame_candidate
+    from engine.verify.command import project_root, verify_context
+    from engine.verify.trusted import from_store
+    from engine.verify.verdict import judge
+
+    candidate = load_candidate(file)
+    cid = candidate.spec.id
+    entry = pipeline_entry(cfg, cid)
+    root = project_root(cfg.package_set)
+    # the gates apply the very policy that decides (its merged copy has the same bytes)
+    signing = signing_source(cfg, policy)
+    # One lock for the whole candidate: the build, the verify result, the decision and the
+    # bundle swap (two `trace fork` runs must not interleave their writes).
+    with Index(cfg.state, wait=wait) as index:
+        hasher = StatCache(index.db)
+        graph = load_graph(
+            entry,
+            root=root,
+            context=verify_context(candidate, cfg.package_set, signing),
+            hasher=hasher,
+            variant=cid,
+        )
+        hasher.flush()
+        began = dt.datetime.now(dt.UTC)
+        with Progress(enabled=progress) as reporter:
+            try:
+                run = run_graph(graph, index, jobs=jobs, reporter=reporter)
+            except InputError as exc:
+                raise blame_candidate(exc, candidate) from None
+        run = from_store(graph, run, index, recheck=True)  # the index is never evidence
+        ran = (began, dt.datetime.now(dt.UTC))
+        verify = judge(candidate, graph, run)
+        result = cfg.state / "verify" / f"{cid}.json"
+        write_if_changed(result, (verify.model_dump_json(indent=2, by_alias=True) + "\n").encode())
+        routing = _route(candidate, policy)
+        own_waivers = cfg.policy / WAIVERS if cfg.policy else None
+        waivers = policy / WAIVERS if own_waivers and own_waivers.is_file() else None
+        # every gate record (the standard gates and the fork's own steps) comes from the run
+        decision = _decide(run, verify, routing, policy, waivers)
+        write_if_changed(
+            cfg.state / "decisions" / f"{cid}.json",
+            (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),
+        )
+        assembled = _assemble(
+            candidate, graph, run, verify, routing, decision, root, dirty, signing, ran
+        )
+        signature: str | None = None
+        how: Literal["key", "keyless", "no"] = "no"
+        note = ""
+        if decision.decision == "allow":
+            signature, how, note = signer.sign(assembled.statement_bytes)
+        bundle = replace_bundle(cfg.bundles / cid, assembled, signature)
+    statuses = [r.status for r in run.steps.values()]
+    return Outcome(
+        candidate=cid,
+        file=str(file),
+        package=candidate.spec.package,
+        verified=verify.passed,
+        verify_reasons=verify.reasons,
+        verify_details=[
+            f"{c.reason}: {c.detail}" if c.detail else c.reason
+            for c in verify.claims
+            if not c.holds
+        ],
+        route=routing.state,
+        decision=decision.decision,
+        decision_reasons=[r.code for r in decision.reasons],
+        bundle=str(bundle),
+        signed=how,
+        note=note,
+        built=sum(s == "built" for s in statuses),
+        reused=sum(s == "reused" for s in statuses),
+        cached=sum(s == "cached" for s in statuses),
+        steps=sorted(run.steps),
+    )

@@ -1,0 +1,100 @@
+"""`trace fork`: the command line and the loop over candidates."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.errors import TraceError
+from engine.fork.candidate import Signer, verify_candidate
+from engine.fork.config import discover, make_config
+from engine.fork.entry import merged_policy, write_if_changed
+from engine.fork.git import git_commit
+from engine.fork.report import ForkReport, Outcome, check_clean, print_table
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "fork",
+        help="verify every fix candidate of a nixpkgs fork: bundles, signatures, one table",
+        description="What `nix run .#verify` runs at a fork's root. Exit 0 when every candidate "
+        "is allowed, 1 when one is denied, 2 on bad input (a dirty tree included).",
+    )
+    p.add_argument("candidates_", nargs="*", metavar="CANDIDATE", help="names (default: all)")
+    p.add_argument("--fork", type=Path, default=None, help="the fork (default: current dir)")
+    p.add_argument("--package-set", default=".", help="relative to the fork root (default: .)")
+    p.add_argument("--config", default="trace", help="the fork's trace folder (default: trace)")
+    p.add_argument("--candidates", default=None, help="default: CONFIG/candidates")
+    p.add_argument(
+        "--steps", default=None, help="the fork's own steps (default: CONFIG/steps.toml)"
+    )
+    p.add_argument("--policy", default=None, help="policy overrides (default: CONFIG/policy)")
+    p.add_argument("--state-dir", type=Path, default=None, help="default: ROOT/.trace")
+    p.add_argument("--out", type=Path, default=None, help="bundles (default: STATE/bundles)")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="verify uncommitted changes too (the replay record then says dirty)",
+    )
+    p.add_argument("--key", type=Path, default=None, help="sign offline with this private key")
+    p.add_argument("--identity-token", default=None, help="OIDC token for keyless signing")
+    p.add_argument("--trust-config", type=Path, default=None, help="Sigstore ClientTrustConfig")
+    p.add_argument("--no-sign", action="store_true", help="never sign")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="parallel builds (nix -j)")
+    p.add_argument("--wait", type=float, default=0, metavar="SECONDS", help="wait for the state")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write DIR/index.html, a findings page of every candidate (engine.report)",
+    )
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.set_defaults(handler=cmd_fork)
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    from engine.errors import BusyError
+
+    cfg = make_config(args)
+    dirty = check_clean(cfg, args.allow_dirty)
+    files = discover(cfg, args.candidates_)
+    policy = merged_policy(cfg)
+    signer = Signer(args)
+    outcomes: list[Outcome] = []
+    for file in files:
+        try:
+            outcomes.append(
+                verify_candidate(
+                    cfg,
+                    file,
+                    policy,
+                    signer,
+                    dirty=dirty,
+                    jobs=args.jobs,
+                    progress=not args.quiet and not args.json,
+                    wait=args.wait,
+                )
+            )
+        except BusyError:
+            raise
+        except TraceError as exc:
+            print(f"trace: error: {exc.render()}", file=sys.stderr)
+            outcomes.append(Outcome(candidate=file.parent.name, file=str(file), note=exc.message))
+    report = ForkReport(
+        fork=str(cfg.root), commit=git_commit(cfg.root), dirty=dirty, candidates=outcomes
+    )
+    write_if_changed(cfg.state / "fork" / "report.json", report.to_json().encode())
+    if args.report is not None:
+        from engine.report.findings import fork_findings
+
+        page = fork_findings(args.report.resolve(), outcomes, policy, args.key)
+        print(f"findings: {page}", file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(report.to_json(), end="")
+    else:
+        print_table(report, cfg)
+    return report.exit_code

@@ -1,0 +1,272 @@
+"""`trace init`: set a nixpkgs fork up for `nix run .#verify` (also `nix run <trace>#init`).
+
+At the fork's root (a git work tree, usually with its own flake.nix) it:
+
+1. copies the fork template's `trace/` folder (candidates/, steps.toml, policy/, templates/),
+   keeping every file the fork already has;
+2. writes flake.nix from the template when there is none, or adds the two `trace` parts to the
+   existing one: `inputs.trace.url = "<URL>";` and the outputs wrapped in `trace.lib.addApps`,
+   which adds `apps.<system>.verify` and `apps.<system>.trace`. The edit is checked with
+   `nix-instantiate --parse`; when the file's shape does not allow it (outputs not the last
+   attribute), nothing is changed and the exact lines to add are printed (exit 1);
+3. adds `/.trace/` (trace's state and bundles) to .gitignore;
+4. stages everything (`git add`, real entries, not intent-to-add), runs `nix flake lock` and
+   stages flake.lock, so the first `nix run .#verify` after a commit finds a clean tree.
+
+Run again at any time: every step is skipped when already done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from engine.errors import InputError, TraceError, UsageError
+from engine.fork.git import git_root, run_git
+
+TEMPLATE = "nix/templates/fork"
+PLACEHOLDER = "github:OWNER/trace"
+IGNORE = "/.trace/"
+NIX_DEADLINE = 600.0
+OUTPUTS = re.compile(r"^(?P<indent>[ \t]*)outputs[ \t]*=", re.M)
+# the file's end after the outputs' `;`: the closing brace, blank lines and comments only
+TAIL = re.compile(r";(?:\s|#[^\n]*)*\}(?:\s|#[^\n]*)*\Z")
+
+
+def template_dir() -> Path:
+    from engine.paths import data_dir
+
+    path = data_dir() / TEMPLATE
+    if not (path / "flake.nix").is_file():
+        raise TraceError(f"trace's fork template is missing: {path}")
+    return path
+
+
+def check_url(url: str | None) -> str:
+    if url is None:
+        raise UsageError(
+            "no --trace-url given: the fork's flake.nix needs to know where trace comes from",
+            hint="pass --trace-url URL, the flake reference you run trace from (e.g. "
+            "`nix run github:OWNER/trace#init -- --trace-url github:OWNER/trace`, or a "
+            "`path:/abs/checkout`)",
+        )
+    if re.search(r'["\\\s]|\$\{', url):
+        raise UsageError(
+            f"--trace-url {url!r} is not a flake reference",
+            hint="use e.g. github:OWNER/trace, git+https://…, or path:/abs/checkout",
+        )
+    if ":" not in url and Path(url).is_dir():
+        return f"path:{Path(url).resolve()}"
+    return url
+
+
+def addapps_args(config: str) -> str:
+    return "{ }" if config == "trace" else f"{{ config = {json.dumps(config)}; }}"
+
+
+def flake_lines(url: str, config: str) -> str:
+    """What an existing flake.nix needs, as the user should add it by hand."""
+    return (
+        "  # trace: where you get trace from\n"
+        f'  inputs.trace.url = "{url}";\n'
+        "\n"
+        "  # trace: the fork's outputs, plus apps.<system>.verify and apps.<system>.trace\n"
+        f"  outputs = {{ trace, ... }}@inputs: trace.lib.addApps {addapps_args(config)} ((\n"
+        "    <your outputs function, as it is>\n"
+        '  ) (builtins.removeAttrs inputs [ "trace" ]));\n'
+    )
+
+
+def edit_flake(text: str, url: str, config: str) -> str | None:
+    """The existing flake.nix with the trace input and its outputs wrapped, or None when its
+    shape does not allow a safe edit (the caller then prints `flake_lines`)."""
+    found = list(OUTPUTS.finditer(text))
+    tail = TAIL.search(text)
+    if len(found) != 1 or tail is None or tail.start() < found[0].end():
+        return None
+    m = found[0]
+    indent = m.group("indent")
+    head = (
+        f"{indent}# trace: where you get trace from\n"
+        f'{indent}inputs.trace.url = "{url}";\n'
+        "\n"
+        f"{indent}# trace: the outputs below, plus apps.<system>.verify and apps.<system>.trace\n"
+        f"{indent}outputs = {{ trace, ... }}@inputs: trace.lib.addApps {addapps_args(config)} (("
+    )
+    body = text[m.end() : tail.start()]
+    close = f'\n{indent}) (builtins.removeAttrs inputs [ "trace" ]));'
+    return text[: m.start()] + head + body + close + text[tail.start() + 1 :]
+
+
+def _nix(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            list(args), cwd=root, capture_output=True, text=True, timeout=NIX_DEADLINE, check=False
+        )
+    except FileNotFoundError:
+        raise UsageError(
+            f"{args[0]} is not on PATH", hint="run trace init where Nix is installed"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise TraceError(f"{' '.join(args[:3])} took longer than {NIX_DEADLINE:.0f} s") from None
+
+
+def parses(root: Path, text: str) -> bool:
+    return _nix(root, "nix-instantiate", "--parse", "-E", text).returncode == 0
+
+
+def has_trace_input(root: Path, flake: Path) -> bool:
+    expr = f'builtins.hasAttr "trace" ((import {flake}).inputs or {{ }})'
+    proc = _nix(root, "nix-instantiate", "--eval", "--json", "-E", expr)
+    if proc.returncode != 0:
+        raise InputError(
+            f"cannot evaluate {flake}: {proc.stderr.strip()[-600:]}",
+            file=flake,
+            hint="fix the flake so `nix flake show` works, then run trace init again",
+        )
+    return bool(json.loads(proc.stdout))
+
+
+def copy_template(src: Path, dest: Path, root: Path) -> tuple[list[str], list[str]]:
+    """Copy every template file absent from `dest`; (added, kept) paths relative to the root."""
+    added: list[str] = []
+    kept: list[str] = []
+    for f in sorted(p for p in src.rglob("*") if p.is_file()):
+        target = dest / f.relative_to(src)
+        rel = target.relative_to(root).as_posix()
+        if target.exists():
+            kept.append(rel)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, target)
+        added.append(rel)
+    return added, kept
+
+
+def ensure_ignored(root: Path) -> bool:
+    """Add /.trace/ to .gitignore unless git already ignores it; True when added."""
+    if run_git(root, "check-ignore", "-q", ".trace/state.db").returncode == 0:
+        return False
+    ignore = root / ".gitignore"
+    text = ignore.read_text(encoding="utf-8") if ignore.is_file() else ""
+    if text and not text.endswith("\n"):
+        text += "\n"
+    ignore.write_text(text + "# trace's state and evidence bundles (trace init)\n" + IGNORE + "\n")
+    return True
+
+
+def stage(root: Path, paths: list[str]) -> None:
+    present = [p for p in paths if (root / p).exists()]
+    proc = run_git(root, "add", "--", *present)
+    if proc.returncode != 0:
+        raise TraceError(f"git add failed in {root}: {proc.stderr.strip()}")
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    root = git_root((args.fork or Path.cwd()).resolve())
+    template = template_dir()
+    config: str = args.config
+    if Path(config).is_absolute() or ".." in Path(config).parts:
+        raise UsageError(f"--config {config!r} must be a folder name inside the fork")
+    flake = root / "flake.nix"
+    # decide (and check the URL) before anything is written
+    state = "absent" if not flake.exists() else "done" if has_trace_input(root, flake) else "edit"
+    url = check_url(args.trace_url) if state != "done" else ""
+    say: list[str] = []
+    added, kept = copy_template(template / "trace", root / config, root)
+    say += [f"added {p}" for p in added] + [f"kept {p} (already there)" for p in kept]
+    lines: str | None = None
+    if state == "absent":
+        text = (template / "flake.nix").read_text(encoding="utf-8")
+        text = text.replace(f'url = "{PLACEHOLDER}";', f'url = "{url}";')
+        text = text.replace("trace.lib.addApps { }", f"trace.lib.addApps {addapps_args(config)}")
+        flake.write_text(text, encoding="utf-8")
+        say.append("wrote flake.nix from the fork template")
+    elif state == "done":
+        say.append("flake.nix already has a trace input: left as it is")
+    else:
+        old = flake.read_text(encoding="utf-8")
+        edited = None if args.print_lines else edit_flake(old, url, config)
+        if edited is not None and parses(root, edited):
+            flake.write_text(edited, encoding="utf-8")
+            say.append("added the trace input and trace.lib.addApps to flake.nix")
+        else:
+            lines = flake_lines(url, config)
+
+    if ensure_ignored(root):
+        say.append(f"added {IGNORE} to .gitignore")
+    staged = ["flake.nix", ".gitignore", f"{config}/"]
+    stage(root, ["flake.nix", ".gitignore", config])
+    if lines is None and not args.no_lock:
+        proc = _nix(root, "nix", "flake", "lock", *args.nix_args)
+        if proc.returncode != 0:
+            raise TraceError(
+                f"`nix flake lock` failed in {root}:\n{proc.stderr.strip()[-2000:]}",
+                hint="check inputs.trace.url in flake.nix, then run trace init again",
+            )
+        stage(root, ["flake.lock"])
+        staged.insert(1, "flake.lock")
+        say.append("locked the flake inputs (flake.lock)")
+    say.append("staged (git add): " + ", ".join(staged))
+    for line in say:
+        print(f"trace init: {line}")
+    if lines is not None:
+        why = (
+            "as asked (--print)" if args.print_lines else "this flake.nix's shape does not allow it"
+        )
+        print(
+            f"\ntrace init: flake.nix NOT edited ({why}). Add these lines to it, inside the "
+            f"top-level {{ … }}, then run trace init again (it locks and stages):\n\n{lines}"
+        )
+        return 1
+    print(
+        "\nNext: put each fix candidate in "
+        f"{config}/candidates/<name>/candidate.toml (`nix run .#trace -- schema candidate`), "
+        "commit, then `nix run .#verify`.\nThe trace CLI in this fork: `nix run .#trace -- …`."
+    )
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "init",
+        help="set up a nixpkgs fork for `nix run .#verify` (trace/, flake.nix, .gitignore, lock)",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--fork", type=Path, default=None, help="the fork (default: current dir)")
+    p.add_argument(
+        "--trace-url",
+        default=None,
+        metavar="URL",
+        help="where the fork gets trace from (a flake reference, e.g. github:OWNER/trace)",
+    )
+    p.add_argument("--config", default="trace", help="the fork's trace folder (default: trace)")
+    p.add_argument(
+        "--print",
+        dest="print_lines",
+        action="store_true",
+        help="do not edit an existing flake.nix: print the lines to add",
+    )
+    p.add_argument("--no-lock", action="store_true", help="do not run `nix flake lock`")
+    p.add_argument(
+        "--override-input",
+        dest="nix_args",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("INPUT", "URL"),
+        help="passed to `nix flake lock` (e.g. trace/nixpkgs path:…)",
+    )
+    p.set_defaults(handler=_handler)
+
+
+def _handler(args: argparse.Namespace) -> int:
+    pairs: list[list[str]] = args.nix_args
+    args.nix_args = [x for pair in pairs for x in ("--override-input", *pair)]
+    return cmd_init(args)

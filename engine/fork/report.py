@@ -1,0 +1,102 @@
+"""The fork run's report: one row per candidate, the clean-tree check, the summary table."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from engine.errors import InputError
+from engine.fork.config import ForkConfig
+from engine.fork.git import dirty_paths
+from engine.paths import cli
+
+
+@dataclass
+class Outcome:
+    """One row of the summary table (and of the JSON report)."""
+
+    candidate: str
+    file: str
+    package: str = ""
+    verified: bool | None = None
+    verify_reasons: list[str] = field(default_factory=list)
+    verify_details: list[str] = field(default_factory=list)  # "<reason>: <detail>" per claim
+    route: str = ""
+    decision: Literal["allow", "deny", "error"] = "error"
+    decision_reasons: list[str] = field(default_factory=list)
+    bundle: str | None = None
+    signed: Literal["key", "keyless", "no"] = "no"
+    note: str = ""
+    built: int = 0  # steps built now
+    reused: int = 0  # steps evaluated, their output already in the store
+    cached: int = 0  # steps answered from the index (no evaluation)
+    steps: list[str] = field(default_factory=list)  # step ids of the candidate's graph
+
+
+@dataclass
+class ForkReport:
+    """`trace fork --json` (schema trace.fork/v1), also written to STATE/fork/report.json."""
+
+    fork: str
+    commit: str | None
+    dirty: bool
+    candidates: list[Outcome]
+    schema: Literal["trace.fork/v1"] = "trace.fork/v1"
+
+    @property
+    def exit_code(self) -> int:
+        if any(o.decision == "error" for o in self.candidates):
+            return 2
+        return 0 if all(o.decision == "allow" for o in self.candidates) else 1
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+
+def check_clean(cfg: ForkConfig, allow_dirty: bool) -> bool:
+    changed = dirty_paths(cfg.root, [cfg.state, cfg.bundles])
+    if changed and not allow_dirty:
+        shown = "\n    ".join(changed[:10]) + ("\n    …" if len(changed) > 10 else "")
+        raise InputError(
+            f"the work tree has uncommitted changes:\n    {shown}",
+            file=cfg.root,
+            hint="commit or stash them first (every bundle's replay record pins the commit), "
+            "or pass --allow-dirty to verify them anyway (the record then says dirty)",
+        )
+    return bool(changed)
+
+
+def print_table(report: ForkReport, cfg: ForkConfig) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"trace fork {cfg.root} ({(report.commit or 'no commit')[:12]})")
+    table.add_column("candidate", no_wrap=True)
+    for col in ("verify", "route", "signing", "bundle", "steps"):
+        table.add_column(col, overflow="fold")
+    for o in report.candidates:
+        if o.decision == "error":
+            table.add_row(o.candidate, "[bold red]error[/]", "", "", o.note, "")
+            continue
+        verify = (
+            "[green]holds[/]"
+            if o.verified
+            else "[red]fails[/]\n" + "\n".join(o.verify_details or o.verify_reasons)
+        )
+        signing = "[green]allow[/]" if o.decision == "allow" else "[red]deny[/]"
+        signing += "".join(f"\n{r}" for r in o.decision_reasons)
+        bundle = f"signed ({o.signed})" if o.signed != "no" else "unsigned"
+        if o.note:
+            bundle += f"\n{o.note}"
+        steps = f"{o.built} built\n{o.reused} reused\n{o.cached} cached"
+        table.add_row(o.candidate, verify, o.route, signing, bundle, steps)
+    console = Console(width=max(140, Console().width))
+    console.print(table)
+    n_ok = sum(o.decision == "allow" for o in report.candidates)
+    console.print(f"{n_ok} of {len(report.candidates)} candidates allowed")
+    console.print(f"bundles: {cfg.bundles}/<candidate id>")
+    console.print(
+        f"check one: {cli('verify-bundle')} {cfg.bundles}/<candidate id> "
+        f"--identity {cfg.state}/policy/signing-identity.json (key-signed: add --key KEY.pub)"
+    )
