@@ -114,13 +114,20 @@ class ModelInfo(_Strict):
     parameters: dict[str, Any] = Field(default_factory=dict)
 
 
+RATIONALE = (
+    "a FILE, path relative to the candidate file (e.g. rationale.md), explaining why the patch "
+    "fixes the bug: not the text itself"
+)
+REVIEW = "a FILE, path relative to the candidate file (e.g. review.md): an independent review"
+
+
 class CandidateFile(_Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     package: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_'-]*(\.[A-Za-z_][A-Za-z0-9_'-]*)*$")
     patches: list[str] = Field(min_length=1)
     origin: Literal["model", "human", "upstream"] = "model"
-    rationale: str | None = None
-    review: str | None = None
+    rationale: str | None = Field(default=None, description=RATIONALE)
+    review: str | None = Field(default=None, description=REVIEW)
     scope: list[str] = Field(default_factory=list, description="globs the patch may touch")
     advisory: Advisory
     reproducer: Reproducer
@@ -135,8 +142,8 @@ class RoutingCandidateFile(_Strict):
     package: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_'-]*(\.[A-Za-z_][A-Za-z0-9_'-]*)*$")
     patches: list[str] = Field(default_factory=list, description="may not be written yet")
     origin: Literal["model", "human", "upstream"] = "model"
-    rationale: str | None = None
-    review: str | None = None
+    rationale: str | None = Field(default=None, description=RATIONALE)
+    review: str | None = Field(default=None, description=REVIEW)
     scope: list[str] = Field(default_factory=list)
     advisory: Advisory
     reproducer: Reproducer | None = None
@@ -247,7 +254,10 @@ def _require_file(cand: Candidate | RoutingCandidate, key: str, rel: str, text: 
             file=cand.path,
             key=key,
             line=find_line(text, key.split(".")),
-            hint="fix the path (relative to the candidate file)",
+            hint=f"`{key}` is a file path, relative to the candidate file: put the text in a "
+            f"file (e.g. {key}.md) and name it here"
+            if key in ("rationale", "review")
+            else "fix the path (relative to the candidate file)",
         )
 
 

@@ -329,3 +329,32 @@ def test_a_fork_may_not_redefine_a_shipped_reason_code(fork: Path) -> None:
         merged_policy(make_config(args_for(fork)))
     assert info.value.file == str(own / "reasons.toml")
     assert "pre-fix-did-not-fail" in info.value.message
+
+
+def test_rationale_is_documented_and_refused_as_a_file_path(
+    fork: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 13 item 13: the schema said only "string"; a sentence failed with "does not exist"."""
+    import shutil
+
+    from engine.candidate import load_candidate
+
+    assert main(["schema", "candidate"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert (
+        "a FILE, path relative to the candidate file"
+        in schema["properties"]["rationale"]["description"]
+    )
+    src = Path(__file__).parent / "fixtures" / "fork" / "trace" / "candidates" / "pager-last-page"
+    dest = fork / "trace" / "candidates" / "p"
+    shutil.copytree(src, dest)
+    text = (dest / "candidate.toml").read_text()
+    (dest / "candidate.toml").write_text(
+        text.replace(
+            'origin = "human"', 'origin = "human"\nrationale = "Rounds the page count up."'
+        )
+    )
+    with pytest.raises(InputError) as info:
+        load_candidate(dest / "candidate.toml")
+    assert info.value.key == "rationale"
+    assert "is a file path" in (info.value.hint or "")
