@@ -52,7 +52,24 @@ def copy_flake_src(dest: Path) -> Path:
     return dest
 
 
+# the engine's dependencies, by their nixpkgs names (the stand-in checks some majors)
+DEPENDENCIES = ("sigstore", "pydantic", "cryptography", "rich", "networkx", "jinja2", "plumbum")
+
+
+def host_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str] = {}
+    for name in DEPENDENCIES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
 def make_standin(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
     """The nixpkgs stand-in, given this environment's Python (host.json) and the host's busybox
     (bootstrap/busybox): pure flake evaluation may read neither from where they are."""
     for f in STANDIN.glob("*.nix"):
@@ -64,6 +81,7 @@ def make_standin(dest: Path) -> Path:
         "python": os.path.realpath(sys.executable),
         "sitePackages": [sysconfig.get_paths()["purelib"]],
         "bin": [str(Path(sys.executable).parent)],
+        "versions": host_versions(),
     }
     (dest / "host.json").write_text(json.dumps(host, indent=2))
     return dest
