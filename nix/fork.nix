@@ -34,6 +34,7 @@ let
       args;
 
   verifyArgs = [
+    "self"
     "packageSet"
     "config"
     "candidates"
@@ -75,6 +76,9 @@ let
         "system"
         "pkgs"
       ]
+      // {
+        system = checked.system or p.system or p.stdenv.hostPlatform.system or null;
+      }
     );
 
   # outputs // { apps.<system> = outputs.apps.<system> // { verify, trace }; } for every system
@@ -98,7 +102,7 @@ let
         (outputs.apps.${system} or { })
         // {
           verify = mkVerifyApp (
-            builtins.removeAttrs checked [ "pkgs" ] // pkgsArg system // { inherit cli; }
+            builtins.removeAttrs checked [ "pkgs" ] // pkgsArg system // { inherit cli system; }
           );
           trace = mkCliApp (pkgsArg system // { inherit cli; });
         };

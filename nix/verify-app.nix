@@ -11,6 +11,7 @@
 #     packageSet = ".";            # import ./. { config = {}; overlays = []; system = …; }
 #     config = "trace";            # candidates/, steps.toml (optional), policy/ (optional)
 #     extraArgs = [ "--no-sign" ]; # more `trace fork` options (`trace fork --help`)
+#     inherit self;                # the package set is then the flake's own source (below)
 #   }
 { lib, writeShellScript }:
 trace:
@@ -27,6 +28,11 @@ trace:
   extraArgs ? [ ],
   # the command the hints print for the trace CLI (lib.addApps adds it as `.#trace`)
   cli ? "trace",
+  # the fork flake's `self`: its source as Nix copied it (git-tracked files) is the package set,
+  # imported purely (config = {}; overlays = []; system); null: the work tree (impure import)
+  self ? null,
+  # the system the package set is imported for (set by lib.addApps / mkVerifyApp's `system`)
+  system ? null,
 }:
 let
   where = "trace.lib.mkVerifyApp";
@@ -39,6 +45,24 @@ let
     else
       v;
   opt = name: flag: v: if v == null then [ ] else [ flag (check name v) ];
+  # the flake's source without the trace folder (candidates, steps, policy: each enters its own
+  # steps' keys), so a committed candidate change leaves the package set's store path as it is
+  source =
+    let
+      root = toString self.outPath;
+      skip = check "config" config;
+      relOf = p: builtins.substring (builtins.stringLength root + 1) (-1) (toString p);
+    in
+    builtins.path {
+      name = "fork-source";
+      path = self.outPath;
+      filter =
+        p: _:
+        let
+          rel = relOf p;
+        in
+        rel != skip && builtins.substring 0 (builtins.stringLength skip + 1) rel != "${skip}/";
+    };
   extra =
     if builtins.isList extraArgs && builtins.all builtins.isString extraArgs then
       extraArgs
@@ -54,6 +78,27 @@ let
   ++ opt "candidates" "--candidates" candidates
   ++ opt "steps" "--steps" steps
   ++ opt "policy" "--policy" policy
+  ++ (
+    if self == null then
+      [ ]
+    else if !(self ? outPath) then
+      throw "${where}: 'self' must be the fork flake's `self` (pass `inherit self;`)"
+    else
+      [
+        "--source"
+        "${source}"
+      ]
+      ++ (
+        if self ? narHash then
+          [
+            "--source-nar-hash"
+            self.narHash
+          ]
+        else
+          [ ]
+      )
+  )
+  ++ (if system == null then [ ] else [ "--system" system ])
   ++ extra;
   script = writeShellScript "trace-verify" ''
     export TRACE_CLI=${lib.escapeShellArg (check "cli" cli)}

@@ -9,6 +9,7 @@ consumed from a temp copy of the git-tracked files (a `path:` input of the check
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,13 @@ required = true
 required = true
 """
 
+PURE_ONLY = """\
+{ config ? "none given", overlays ? "none given", system ? "none given", ... }@args:
+assert (config == { } && overlays == [ ] && system == "x86_64-linux")
+  || throw "impure import of the package set: ${builtins.toJSON args}";
+import ./package-set.nix { }
+"""
+
 SANDBOX = """
 [nix]  # test fixture only: the fixture package set borrows the host's gcc and python3
 extra_sandbox_paths = ["/usr", "/lib64", "/bin", "/lib"]
@@ -86,6 +94,10 @@ def fork(flake_src: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
         shutil.copytree(
             FORK_FIXTURE / "trace" / "candidates" / c, root / "trace" / "candidates" / c
         )
+    # the package set refuses anything but a pure import (issue 13 item 11): user config and
+    # overlays must not reach it, and the system is named
+    os.rename(root / "default.nix", root / "package-set.nix")
+    (root / "default.nix").write_text(PURE_ONLY)
     ok(["git", "init", "-q"], root)
     ok(["nix", "flake", "init", "-t", f"path:{flake_src}#fork"], root)
     flake = root / "flake.nix"
@@ -328,6 +340,14 @@ def test_bundles_carry_the_fork_step_and_pin_the_package_data(
     assert signing["policy"]["name"] == "fork-signing", "the fork's policy override decided"
     replay = json.loads((payload / "replay.json").read_text())
     assert replay["package_set"]["dirty"] is False
+    # the package set came from the flake's own source store path (issue 13 items 11, 12)
+    source = replay["source"]
+    assert source["store_path"].startswith("/nix/store/")
+    assert source["store_path"].endswith("-fork-source")
+    assert source["system"] == "x86_64-linux"
+    assert source["nar_hash"].startswith("sha256-")
+    assert not (Path(source["store_path"]) / "trace").exists(), "candidates are not in it"
+    assert (Path(source["store_path"]) / "pkgs" / "cparse").is_dir()
     assert replay["package_set"]["commit"] == report["commit"]
     # the standard pipeline came from the package's data dir in the store, not from a checkout
     # (pinned by its store path today, or by its `trace:` reference)
@@ -352,7 +372,13 @@ def test_trace_verify_bundle_accepts_signed_bundles_and_rejects_the_unsigned(
 def test_second_run_rebuilds_nothing(
     first_run: tuple[int, dict[str, Any], str], fork: dict[str, Path], standin: Path
 ) -> None:
+    """Also issue 13 item 12: a git-ignored `result` link and scratch file at the fork root made
+    every step re-evaluate (the package set's digest covered the whole work tree)."""
     first = by_name(first_run[1])
+    root = fork["root"]
+    (root / ".git" / "info" / "exclude").write_text("result\nscratch.txt\n")
+    (root / "result").symlink_to(first_run[1]["candidates"][0]["bundle"])
+    (root / "scratch.txt").write_text("notes\n")
     rc, report, stderr = nix_run_verify(fork, standin)
     assert report is not None, stderr[-3000:]
     assert rc == 1
@@ -399,3 +425,29 @@ def test_a_dirty_tree_is_refused(
     assert "uncommitted changes" in stderr
     assert "pkgs/cparse/default.nix" in stderr
     assert "--allow-dirty" in stderr
+
+
+def test_the_standin_refuses_a_dependency_major_nixos_does_not_ship(
+    flake_src: Path, tmp_path: Path
+) -> None:
+    """The stand-in pins nixos-25.11's majors (sigstore 4): a host with sigstore 3 fails here,
+    as it would fail against the real nixpkgs in a user's fork."""
+    standin = make_standin(tmp_path / "standin-old")
+    host = json.loads((standin / "host.json").read_text())
+    assert host["versions"]["sigstore"].split(".")[0] == "4", "this environment matches nixos"
+    host["versions"]["sigstore"] = "3.6.1"
+    (standin / "host.json").write_text(json.dumps(host))
+    proc = run(
+        [
+            "nix",
+            "eval",
+            "--raw",
+            ".#packages.x86_64-linux.trace.drvPath",
+            "--override-input",
+            "nixpkgs",
+            f"path:{standin}",
+        ],
+        flake_src,
+    )
+    assert proc.returncode != 0
+    assert "the host has sigstore 3.6.1, nixos-25.11 ships 4.x" in proc.stderr, proc.stderr[-2000:]

@@ -62,7 +62,8 @@ def evaluate_outputs(flake: Path) -> dict[str, object]:
         inputs = f.inputs;
         names = builtins.attrNames self;
         apps = self.apps;
-        addArgs = self.addArgs;
+        addArgs = builtins.attrNames self.addArgs;
+        selfPassed = (self.addArgs.self or null) == self;
         lib = self.lib or null;
       }}
     """
@@ -87,7 +88,8 @@ def test_init_edits_an_existing_nixpkgs_flake_and_stages_everything(
     assert "added the trace input" in out
     got = evaluate_outputs(fork / "flake.nix")
     assert got["inputs"] == {"trace": {"url": URL}}
-    assert got["apps"] == "added" and got["addArgs"] == {}
+    assert got["apps"] == "added" and got["addArgs"] == ["self"]
+    assert got["selfPassed"] is True, "the verify app gets the flake's own source"
     assert set(got["names"]) >= {"legacyPackages", "checks", "lib"}, "the fork's outputs stay"
     for rel in ("trace/steps.toml", "trace/candidates/README.md", "trace/policy/README.md"):
         assert (fork / rel).is_file(), rel
@@ -132,7 +134,7 @@ def test_a_flake_whose_outputs_is_not_last_gets_the_lines_printed(
     out = capsys.readouterr().out
     assert "flake.nix NOT edited" in out
     assert f'inputs.trace.url = "{URL}";' in out
-    assert "trace.lib.addApps { } ((" in out
+    assert "trace.lib.addApps { inherit (inputs) self; } ((" in out
     assert (fork / "flake.nix").read_text() == text, "an unsafe edit is never made"
     assert "trace/steps.toml" in git(fork, "diff", "--cached", "--name-only")
 
@@ -141,7 +143,7 @@ def test_edit_keeps_the_outputs_function_and_its_indentation() -> None:
     edited = edit_flake(NIXPKGS_SHAPED.read_text(), URL, "ci/trace")
     assert edited is not None
     assert '\n  inputs.trace.url = "path:/srv/trace";\n' in edited
-    assert 'trace.lib.addApps { config = "ci/trace"; } ((\n    { self }:' in edited
+    assert 'addApps { inherit (inputs) self; config = "ci/trace"; } ((\n    { self }:' in edited
     assert edited.rstrip().endswith(') (builtins.removeAttrs inputs [ "trace" ]));\n}')
 
 
@@ -155,7 +157,7 @@ def test_a_repo_without_flake_gets_the_template_with_the_url(
     assert f'inputs.trace.url = "{URL}";' in text
     assert "OWNER" not in text.split("inputs.trace.url")[1].splitlines()[0]
     got = evaluate_outputs(tmp_path / "flake.nix")
-    assert got["apps"] == "added"
+    assert got["apps"] == "added" and got["selfPassed"] is True
 
 
 @pytest.mark.parametrize("url", [None, 'x"; evil = "', "a b", "${builtins.currentTime}"])

@@ -48,7 +48,7 @@ from engine.evidence.payload import (
     json_entry,
     text_entry,
 )
-from engine.evidence.replay import ModelPin
+from engine.evidence.replay import ModelPin, SourcePin
 from engine.policy.evidence import SourceRef
 from engine.records import GateRecord
 from engine.run import RunResult
@@ -311,6 +311,7 @@ def assemble_evidence(
     builder_id: str,
     dirty: bool | None = None,
     ran: tuple[dt.datetime, dt.datetime] | None = None,
+    source: SourcePin | None = None,
 ) -> Assembled:
     """The bundle's last links, shared by `trace bundle`, `trace verify --bundle` and
     `trace fork`: the routing and signing decisions as payload files, their policy versions, the
@@ -336,6 +337,8 @@ def assemble_evidence(
     if dirty is not None and replay.package_set is not None:
         pinned = replay.package_set.model_copy(update={"dirty": dirty})
         replay = replay.model_copy(update={"package_set": pinned})
+    if source is not None:
+        replay = replay.model_copy(update={"source": source})
     return assemble(
         entries,
         replay=replay,

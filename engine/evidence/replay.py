@@ -91,6 +91,16 @@ class StepPin(_Model):
     )
 
 
+class SourcePin(_Model):
+    """The package set as Nix copied it: a fork flake's own source (git-tracked files only,
+    content-addressed), imported purely (`import SRC { config = {}; overlays = []; system; }`)."""
+
+    store_path: str
+    nar_hash: str | None = Field(default=None, description="the flake's narHash (SRI)")
+    system: str = Field(description="the system the package set was imported for")
+    package_set: str = Field(default=".", description="relative to the store path")
+
+
 class ReplayRecord(_Model):
     schema_: Literal["trace.replay/v1"] = Field(default=SCHEMA, alias="schema")
     context: Literal["verify"] = Field(
@@ -105,6 +115,11 @@ class ReplayRecord(_Model):
     graph_files: list[FilePin] = Field(default_factory=list, description="included files")
     templates: list[FilePin] = Field(default_factory=list)
     package_set: ForkPin | None = None
+    source: SourcePin | None = Field(
+        default=None,
+        description="`trace fork` from a flake (`nix run .#verify`): the package set's source "
+        "store path, narHash and system (None: the work tree was imported)",
+    )
     signing_policy: FilePin | None = Field(
         default=None,
         description="the signing policy the graph was loaded with (whose thresholds the gates "

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from engine.errors import InputError
-from engine.fork.config import ForkConfig
+from engine.fork.config import ForkConfig, Source
 from engine.fork.entry import pipeline_entry, signing_source, write_if_changed
 from engine.fork.report import Outcome
 
@@ -111,6 +111,8 @@ def _assemble(
     root: Path,
     dirty: bool,
     signing_policy: Path,
+    source: Source | None,
+    package_set_rel: str,
     ran: tuple[dt.datetime, dt.datetime] | None = None,
 ) -> Assembled:
     from engine.evidence.collect import (
@@ -121,6 +123,7 @@ def _assemble(
         outcome_entries,
         verify_entry,
     )
+    from engine.evidence.replay import SourcePin
 
     entries = candidate_entries(candidate) + outcome_entries(run)
     entries.append(verify_entry(verify))
@@ -139,6 +142,14 @@ def _assemble(
         builder_id=BUILDER_ID,
         dirty=dirty,
         ran=ran,
+        source=None
+        if source is None
+        else SourcePin(
+            store_path=str(source.store_path),
+            nar_hash=source.nar_hash,
+            system=source.system,
+            package_set=package_set_rel,
+        ),
     )
 
 
@@ -222,7 +233,18 @@ def verify_candidate(
             (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),
         )
         assembled = _assemble(
-            candidate, graph, run, verify, routing, decision, root, dirty, signing, ran
+            candidate,
+            graph,
+            run,
+            verify,
+            routing,
+            decision,
+            root,
+            dirty,
+            signing,
+            cfg.source,
+            cfg.package_set.relative_to(cfg.root).as_posix(),
+            ran=ran,
         )
         signature: str | None = None
         how: Literal["key", "keyless", "no"] = "no"

@@ -31,6 +31,15 @@ def register(sub: Any) -> None:
         "--steps", default=None, help="the fork's own steps (default: CONFIG/steps.toml)"
     )
     p.add_argument("--policy", default=None, help="policy overrides (default: CONFIG/policy)")
+    p.add_argument(
+        "--source",
+        default=None,
+        metavar="STORE_PATH",
+        help="the fork flake's own source as Nix copied it (what `nix run .#verify` passes): the "
+        "package set is imported from there, purely, instead of from the work tree",
+    )
+    p.add_argument("--source-nar-hash", default=None, help="its narHash (recorded)")
+    p.add_argument("--system", default=None, help="the system to import the package set for")
     p.add_argument("--state-dir", type=Path, default=None, help="default: ROOT/.trace")
     p.add_argument("--out", type=Path, default=None, help="bundles (default: STATE/bundles)")
     p.add_argument(

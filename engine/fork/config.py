@@ -26,6 +26,36 @@ class ForkConfig:
     policy: Path | None  # the fork's policy overrides (None: none)
     state: Path
     bundles: Path
+    source: Source | None = None  # the flake's own source (`nix run .#verify`), else None
+
+
+@dataclass(frozen=True)
+class Source:
+    """The fork's source as Nix copied it for the flake (git-tracked files only)."""
+
+    store_path: Path
+    nar_hash: str | None
+    system: str
+
+
+STORE = Path("/nix/store")
+
+
+def make_source(args: argparse.Namespace) -> Source | None:
+    if args.source is None:
+        if args.source_nar_hash or args.system:
+            raise UsageError("--source-nar-hash and --system go with --source STORE_PATH")
+        return None
+    path = Path(args.source)
+    if path.parent != STORE or not path.is_dir():
+        raise UsageError(
+            f"--source {args.source} is not a source directory in {STORE}",
+            hint="`nix run .#verify` passes the fork flake's own source (`self`); run "
+            "`trace fork` without --source to verify the work tree",
+        )
+    if not args.system:
+        raise UsageError("--source needs --system (the system to import the package set for)")
+    return Source(store_path=path, nar_hash=args.source_nar_hash, system=args.system)
 
 
 def _inside(root: Path, value: str, what: str) -> Path:
@@ -63,6 +93,7 @@ def make_config(args: argparse.Namespace) -> ForkConfig:
         policy=policy if policy.is_dir() else None,
         state=state,
         bundles=(args.out or state / "bundles").resolve(),
+        source=make_source(args) if hasattr(args, "source") else None,
     )
 
 

@@ -42,6 +42,30 @@ def _declared_excludes(files: list[Path]) -> list[str]:
     return found
 
 
+def source_package_set(cfg: ForkConfig) -> Path:
+    """STATE/fork/package-set.nix: the package set from the flake's own source store path,
+    imported purely (no user config or overlays; the system named). Its digest is the package
+    set's digest: the store path is content-addressed, so git-ignored files, `result` links and
+    anything else Nix did not copy cannot change a key."""
+    src = cfg.source
+    assert src is not None
+    rel = cfg.package_set.relative_to(cfg.root).as_posix()
+    target = str(src.store_path) if rel == "." else f"{src.store_path}/{rel}"
+    text = (
+        "# Written by `trace fork`: the fork's package set from its flake source as Nix copied\n"
+        "# it (git-tracked files), imported purely: no user config, overlays or current system.\n"
+        "{ ... }:\n"
+        f"import {json.dumps(target)} {{\n"
+        "  config = { };\n"
+        "  overlays = [ ];\n"
+        f"  system = {json.dumps(src.system)};\n"
+        "}\n"
+    )
+    path = cfg.state / "fork" / "package-set.nix"
+    write_if_changed(path, text.encode())
+    return path
+
+
 def pipeline_entry(cfg: ForkConfig, candidate_id: str) -> Path:
     """The entry pipeline: the fork's trace.toml (or the standard one) plus its own steps.
 
@@ -64,11 +88,15 @@ def pipeline_entry(cfg: ForkConfig, candidate_id: str) -> Path:
             rel = own_dir.relative_to(cfg.package_set).as_posix()
             if rel.split("/")[0] != ".trace" and rel not in exclude:
                 exclude.append(rel)
+    package_set = ""
+    if cfg.source is not None:
+        package_set = f"package_set = {json.dumps(str(source_package_set(cfg)))}\n"
     text = (
         "# Written by `trace fork`: the verify pipeline with this fork's own steps.\n"
         "version = 1\n"
         f"include = {json.dumps(includes)}\n"
         "\n[nix]\n"
+        f"{package_set}"
         f"package_set_exclude = {json.dumps(exclude)}\n"
     )
     entry = cfg.state / "fork" / candidate_id / "pipeline.toml"

@@ -65,8 +65,9 @@ def check_url(url: str | None) -> str:
     return url
 
 
-def addapps_args(config: str) -> str:
-    return "{ }" if config == "trace" else f"{{ config = {json.dumps(config)}; }}"
+def addapps_args(config: str, inherit: str = "inherit (inputs) self;") -> str:
+    extra = "" if config == "trace" else f" config = {json.dumps(config)};"
+    return f"{{ {inherit}{extra} }}"
 
 
 def flake_lines(url: str, config: str) -> str:
@@ -184,7 +185,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     if state == "absent":
         text = (template / "flake.nix").read_text(encoding="utf-8")
         text = text.replace(f'url = "{PLACEHOLDER}";', f'url = "{url}";')
-        text = text.replace("trace.lib.addApps { }", f"trace.lib.addApps {addapps_args(config)}")
+        text = text.replace(
+            "trace.lib.addApps { inherit self; }",
+            f"trace.lib.addApps {addapps_args(config, 'inherit self;')}",
+        )
         flake.write_text(text, encoding="utf-8")
         say.append("wrote flake.nix from the fork template")
     elif state == "done":

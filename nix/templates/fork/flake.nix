@@ -15,9 +15,10 @@
   # from (e.g. github:OWNER/trace, or path:/path/to/a/checkout of trace).
   inputs.trace.url = "github:OWNER/trace";
 
-  # trace: your outputs, plus apps.<system>.verify and apps.<system>.trace. addApps' optional
-  # first argument: packageSet (default "."), config (default "trace"), extraArgs (e.g.
+  # trace: your outputs, plus apps.<system>.verify and apps.<system>.trace. addApps' first
+  # argument: self (the package set is then this flake's own source, as Nix copied it: the
+  # git-tracked files, imported purely), packageSet (default "."), config (default "trace"), extraArgs (e.g.
   # [ "--no-sign" ]), pkgs (system -> the package set to build trace with; default: trace's own
   # pinned nixpkgs). See nix/fork.nix and nix/verify-app.nix in trace.
-  outputs = { self, trace }: trace.lib.addApps { } { };
+  outputs = { self, trace }: trace.lib.addApps { inherit self; } { };
 }
