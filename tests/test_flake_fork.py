@@ -358,3 +358,36 @@ def test_rationale_is_documented_and_refused_as_a_file_path(
         load_candidate(dest / "candidate.toml")
     assert info.value.key == "rationale"
     assert "is a file path" in (info.value.hint or "")
+
+
+@pytest.mark.nix
+def test_a_structured_attrs_package_works_in_every_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 13 item 11: the mutant/coverage wrapper read $out from the environment, which a
+    package with `__structuredAttrs = true` does not have. pkgs.cparse-structured is cparse
+    with structured attributes; its real fix must verify and pass every gate, as cparse's does."""
+    fixture = Path(__file__).parent / "fixtures" / "fork" / "trace" / "candidates"
+    text = (fixture / "cparse-key-overflow" / "candidate.toml").read_text()
+    assert 'package = "cparse"' in text
+    cand = text.replace('package = "cparse"', 'package = "cparse-structured"')
+    root = fixture_fork(
+        tmp_path / "fork",
+        {"cparse-structured": {"from": "cparse-key-overflow", "candidate.toml": cand}},
+    )
+    rc = main(["fork", "--fork", str(root), "--no-sign", "--json", "-q"])
+    report = json.loads(capsys.readouterr().out)
+    (row,) = report["candidates"]
+    assert row["verified"] is True, row
+    outcomes = Path(row["bundle"]) / "payload" / "outcomes"
+    gates = {}
+    for f in outcomes.glob("*.json"):
+        record = json.loads(f.read_text())
+        if record.get("schema") == "trace.gate/v1":
+            gates[record["gate"]] = record
+    assert {"scope", "mutation", "coverage"} <= set(gates), sorted(gates)
+    for name, record in gates.items():
+        assert record["passed"] is True, (name, record.get("reasons"), record.get("details"))
+    mutants = [s for s in row["steps"] if s.startswith("mutant-run@")]
+    assert mutants, "the mutants were built from the structured package"
+    assert rc == 0, row

@@ -4,30 +4,33 @@
 # (nixpkgs' testers.testBuildFailure does the same for builds that must fail.)
 # keepLog = true (the regression gate's test builds): the builder's log is kept too, and every
 # output is replaced whether it passed or failed: $out/log and $out/status.
+# Nothing is read from the environment: the builder, the tools and the outputs (placeholders,
+# which Nix rewrites in `args`) are in the script itself, so packages with
+# `__structuredAttrs = true` (whose attributes are not environment variables) work too.
 { pkgs, drv, suffix, keepLog ? false }:
 let
   a = drv.drvAttrs;
+  tools = "${pkgs.busybox}/bin";
+  out = placeholder "out";
   run = if keepLog
-    then ''"$traceBuilder" "$@" > "$NIX_BUILD_TOP/.trace-build.log" 2>&1''
-    else ''"$traceBuilder" "$@" && exit 0'';
+    then ''"${a.builder}" "$@" > "$NIX_BUILD_TOP/.trace-build.log" 2>&1''
+    else ''"${a.builder}" "$@" && exit 0'';
+  reset = o: ''
+    ${tools}/rm -rf "${placeholder o}"
+    ${tools}/mkdir -p "${placeholder o}"
+  '';
   record = if keepLog
     then ''
-      $traceTools/bin/cp "$NIX_BUILD_TOP/.trace-build.log" "$out/log"
-      echo "$rc" > "$out/status"''
-    else ''echo "$rc" > "$out/.trace-build-failed"'';
+      ${tools}/cp "$NIX_BUILD_TOP/.trace-build.log" "${out}/log"
+      echo "$rc" > "${out}/status"''
+    else ''echo "$rc" > "${out}/.trace-build-failed"'';
 in
 derivation (a // {
   name = "${a.name}-${suffix}";
   args = [ "-c" ''
     ${run}
     rc=$?
-    for o in ''${outputs:-out}; do
-      eval "d=\$$o"
-      $traceTools/bin/rm -rf "$d"
-      $traceTools/bin/mkdir -p "$d"
-    done
+    ${builtins.concatStringsSep "" (map reset (a.outputs or [ "out" ]))}
     ${record}
   '' "trace-build-wrapper" ] ++ (a.args or [ ]);
-  traceBuilder = a.builder;
-  traceTools = pkgs.busybox;
 })
