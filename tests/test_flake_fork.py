@@ -391,3 +391,39 @@ def test_a_structured_attrs_package_works_in_every_gate(
     mutants = [s for s in row["steps"] if s.startswith("mutant-run@")]
     assert mutants, "the mutants were built from the structured package"
     assert rc == 0, row
+
+
+@pytest.mark.nix
+def test_a_real_cve_in_a_real_library_verified_end_to_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 13 item 13: cJSON 1.7.15 from Debian's source package (tarball digest pinned), its
+    Makefile build (cc and ar run by make, AddressSanitizer through NIX_CFLAGS_COMPILE), and the
+    real upstream fix for CVE-2023-53154, which applies only with an offset (GNU patch)."""
+    name = "cjson-cve-2023-53154"
+    root = fixture_fork(tmp_path / "fork", {name: {}})
+    rc = main(["fork", "--fork", str(root), "--no-sign", "--json", "-q"])
+    report = json.loads(capsys.readouterr().out)
+    (row,) = report["candidates"]
+    assert row["verified"] is True, row
+    result = json.loads((root / ".trace" / "verify" / f"{row['candidate']}.json").read_text())
+    claims = {c["claim"]: c for c in result["claims"]}
+    assert claims["pre-fix-fails-as-expected"]["holds"] is True
+    assert claims["post-fix-survives"]["holds"] is True
+    pre = result["pre"]["runs"][0]
+    assert pre["sanitizer"]["kind"] == "heap-buffer-overflow"
+    outcomes = Path(row["bundle"]) / "payload" / "outcomes"
+    gates = {}
+    for f in outcomes.glob("*.json"):
+        record = json.loads(f.read_text())
+        if record.get("schema") == "trace.gate/v1":
+            gates[record["gate"]] = record
+    assert {"scope", "mutation", "coverage"} <= set(gates), sorted(gates)
+    # the coverage flags reached the compilers make ran: the gate measured lines (before the
+    # stdenv's cc wrapper it said coverage-not-measurable for this package)
+    coverage = gates["coverage"]
+    assert coverage["measurable"] is True, coverage
+    assert "coverage-not-measurable" not in coverage["reasons"], coverage
+    assert coverage["details"]["executable_changed_lines"] > 0
+    assert coverage["details"]["covered_lines"] > 0
+    assert rc in (0, 1)
