@@ -251,7 +251,7 @@ def test_verdict_from_step_results(
     assert len(res.pre.runs) == 3 and len(res.post.runs) == 3
     if kw.get("pre_build") == "failed":
         assert [r.build for r in res.pre.runs] == ["failed"] * 3
-        assert res.claims[0].detail == "error: gcc failed"
+        assert res.claims[0].detail == "error: gcc failed; full log: nix log /nix/store/pre-fix.drv"
     assert json.loads(res.model_dump_json(by_alias=True))["schema"] == "trace.verify/v1"
 
 
