@@ -7,9 +7,13 @@ At the fork's root (a git work tree) it reads `trace/` (name set by `--config`):
                                              into the standard pipeline (e.g. an extra gate)
     trace/policy/                            optional: files that replace the shipped policy
                                              files of the same name (routing.toml, signing.toml,
-                                             reasons.toml, waivers.toml, signing-identity.json, …)
+                                             waivers.toml, signing-identity.json, …); its
+                                             reasons.toml holds only NEW codes (they extend
+                                             the shipped catalogue)
 
-For each candidate: run the verify pipeline (package set `import <root>/<package-set> {}`),
+For each candidate: run the verify pipeline (package set: with --source, as `nix run .#verify`
+passes it, the fork flake's own source store path imported purely through
+STATE/fork/package-set.nix; without it, `import <root>/<package-set> {}` from the work tree),
 judge it, route it, decide whether it may be signed, write one evidence bundle, and sign it when
 the policy allows and an identity is available (`--key`, `--identity-token`, or CI's ambient
 OIDC token). Then one summary table. The tree must be clean (the replay record pins its commit)
