@@ -44,10 +44,6 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # the deny only (test_verify judges its flakiness); coverage cannot measure it either way
     ("racy-lost-update", "deny", set()),
 ]
-# Known failures, visible rather than dropped: the variants gate's plan step crashes on this
-# candidate (variants.py `_key`: UnicodeEncodeError on the surrogate-escaped bytes of a run's
-# output), so the candidate cannot be decided at all (exit 2).
-KNOWN = {"racy-lost-update": "variant-plan crashes: UnicodeEncodeError in variants.py _key"}
 
 
 def test_the_table_covers_every_fixture_candidate() -> None:
@@ -79,12 +75,7 @@ def verified(state: Path, capsys: pytest.CaptureFixture[str], name: str) -> dict
 
 @pytest.mark.parametrize(
     ("name", "expected", "reasons"),
-    [
-        pytest.param(*row, marks=pytest.mark.xfail(reason=KNOWN[row[0]], strict=False))
-        if row[0] in KNOWN
-        else row
-        for row in CALIBRATION
-    ],
+    CALIBRATION,
 )
 def test_calibration(
     state: Path,

@@ -285,9 +285,12 @@ def script_of(
 
 
 def _key(files: dict[str, bytes], script: str) -> str:
-    h = hashlib.sha256(script.encode())
+    h = hashlib.sha256(script.encode("utf-8", "surrogatepass"))
     for name, data in sorted(files.items()):
-        h.update(hashlib.sha256(name.encode()).digest() + hashlib.sha256(data).digest())
+        h.update(
+            hashlib.sha256(name.encode("utf-8", "surrogatepass")).digest()
+            + hashlib.sha256(data).digest()
+        )
     return h.hexdigest()
 
 
@@ -341,10 +344,16 @@ def generate(
         elif unit.kind == "stdin":
             files[f"stdin-{unit.name.split(':')[1]}.bin"] = value
         else:
-            if b"\0" in value:
+            # an argument is text in the variant's script: a NUL or bytes that are not UTF-8
+            # (a substitution inside a multi-byte character) cannot be passed, so no variant
+            try:
+                text = value.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if "\0" in text:
                 continue
             _, inv_no, arg_no = unit.name.split(":")
-            args[(int(inv_no), int(arg_no))] = value.decode("utf-8", "surrogateescape")
+            args[(int(inv_no), int(arg_no))] = text
         script = script_of(invocations, args, stdin_ids)
         key = _key(files, script)
         if key in seen:
