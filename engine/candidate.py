@@ -39,12 +39,21 @@ types are still errors.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 import tomli
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from engine.errors import InputError
 from engine.graph import find_line
@@ -67,6 +76,10 @@ SIGNALS = {
 }
 
 
+GOLDEN_HEAD = 4000  # characters of a golden file the judge gets for its messages
+GOLDEN_MAX = 1 << 20  # the harness keeps 1 MiB of a stream's head: a longer golden never matches
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -82,30 +95,125 @@ class Reproducer(_Strict):
     runs: int = Field(default=3, ge=1, le=50, description="independent runs per side")
 
 
-class Expectation(_Strict):
-    exit_code: int | None = Field(default=None, description="exit status of the target")
-    signal: str | None = Field(default=None, description="e.g. SIGSEGV, SIGABRT")
-    sanitizer: str | None = Field(
-        default=None, description="'Tool: kind', e.g. 'AddressSanitizer: heap-buffer-overflow'"
+def _regex(v: str | None) -> str | None:
+    if v is not None:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+    return v
+
+
+class Oracle(_Strict):
+    """How the target behaves on one invocation: every field given must hold. Judged on what the
+    harness saw the target itself do (engine/gates/core/oracle.py), never on the reproducer's
+    own exit or output."""
+
+    exit_code: int | list[int] | None = Field(
+        default=None,
+        description="the target's exit status, or a list of accepted ones (a set), e.g. [1, 2]",
     )
-    output: str | None = Field(default=None, description="regex over stdout+stderr")
+    signal: str | None = Field(
+        default=None, description="the signal the target died of, e.g. SIGSEGV, SIGABRT"
+    )
+    sanitizer: str | None = Field(
+        default=None,
+        description="the target's own sanitizer report: 'Tool' or 'Tool: kind', e.g. "
+        "'AddressSanitizer: heap-buffer-overflow'",
+    )
+    output: str | None = Field(
+        default=None, description="regex searched (multi-line) in the target's stdout + stderr"
+    )
+    stdout: str | None = Field(
+        default=None,
+        description="regex searched (multi-line) in the target's own stdout as the harness "
+        "captured it; in [expect] it declares a wrong output (the target may exit 0)",
+    )
+    stderr: str | None = Field(
+        default=None, description="regex searched (multi-line) in the target's own stderr"
+    )
+    golden: str | None = Field(
+        default=None,
+        description="file (relative to the candidate) the target's stdout must equal exactly "
+        "(as captured: store paths, pids and addresses normalised)",
+    )
+    not_golden: str | None = Field(
+        default=None,
+        description="file holding the CORRECT stdout: the target's stdout must differ from it "
+        "(in [expect]: a wrong-output bug)",
+    )
 
     @field_validator("signal")
     @classmethod
     def _signal(cls, v: str | None) -> str | None:
-        if v is not None and v not in SIGNALS:
-            raise ValueError(f"unknown signal {v!r}; use one of {', '.join(SIGNALS)}")
-        return v
+        return _known_signal(v)
 
-    @field_validator("output")
+    @field_validator("output", "stdout", "stderr")
     @classmethod
-    def _regex(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as exc:
-                raise ValueError(f"not a valid regular expression: {exc}") from None
-        return v
+    def _regexes(cls, v: str | None) -> str | None:
+        return _regex(v)
+
+    def codes(self) -> list[int] | None:
+        if self.exit_code is None:
+            return None
+        return [self.exit_code] if isinstance(self.exit_code, int) else sorted(set(self.exit_code))
+
+    def misbehaviour(self) -> bool:
+        """Does this oracle declare a misbehaviour (a failure or a wrong output)?"""
+        codes = self.codes()
+        fields = (self.signal, self.sanitizer, self.output, self.stdout, self.stderr)
+        return any(fields) or bool(self.not_golden) or bool(codes and set(codes) != {0})
+
+
+def _known_signal(v: str | None) -> str | None:
+    if v is not None and v not in SIGNALS:
+        raise ValueError(f"unknown signal {v!r}; use one of {', '.join(SIGNALS)}")
+    return v
+
+
+class InvocationOracle(Oracle):
+    """An oracle for the target invocations it selects (all selectors given must match)."""
+
+    target: str | None = Field(default=None, description="the program, 'bin/NAME' or 'NAME'")
+    args: str | None = Field(
+        default=None, description="regex searched in the invocation's arguments joined by spaces"
+    )
+    index: int | None = Field(
+        default=None,
+        ge=1,
+        description="1-based position in the run record's canonical order (by program, then "
+        "arguments)",
+    )
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: str | None) -> str | None:
+        return _regex(v)
+
+    @model_validator(mode="after")
+    def _selects(self) -> InvocationOracle:
+        if self.target is None and self.args is None and self.index is None:
+            raise ValueError("a per-invocation oracle needs a selector: target, args or index")
+        return self
+
+
+class Expectation(Oracle):
+    """[expect]: how the UNPATCHED target must misbehave. Top-level fields: some invocation
+    meets them all; [[expect.invocation]]: every invocation each selects meets it."""
+
+    invocation: list[InvocationOracle] = Field(
+        default_factory=list, description="per-invocation oracles ([[expect.invocation]])"
+    )
+
+
+class Acceptance(Oracle):
+    """[accept]: how the PATCHED target must behave. Top-level fields: every invocation no
+    [[accept.invocation]] selects (default: exit code 0); a signal or a sanitizer report is
+    never acceptable."""
+
+    invocation: list[InvocationOracle] = Field(
+        default_factory=list, description="per-invocation oracles ([[accept.invocation]])"
+    )
 
 
 class ModelInfo(_Strict):
@@ -132,6 +240,10 @@ class CandidateFile(_Strict):
     advisory: Advisory
     reproducer: Reproducer
     expect: Expectation
+    accept: Acceptance = Field(
+        default_factory=Acceptance,
+        description="how the patched target must behave (default: every invocation exits 0)",
+    )
     model: ModelInfo | None = None
 
 
@@ -148,6 +260,7 @@ class RoutingCandidateFile(_Strict):
     advisory: Advisory
     reproducer: Reproducer | None = None
     expect: Expectation | None = None
+    accept: Acceptance | None = None
     model: ModelInfo | None = None
 
 
@@ -192,8 +305,43 @@ class Candidate(_Loaded):
             },
             "advisory": str(self.file(s.advisory.osv)),
             "expect": s.expect.model_dump(exclude_none=True),
+            "oracles_json": json.dumps(self.oracles(), sort_keys=True),
+            # [expect]'s top-level fields as before (the variants gate reads which crash is the bug)
+            "expect_json": json.dumps(
+                s.expect.model_dump(exclude_none=True, exclude={"invocation"}), sort_keys=True
+            ),
             "file": str(self.path),
         }
+
+    def oracles(self) -> dict[str, Any]:
+        """[expect] and [accept] as the sandboxed judge reads them (engine/gates/core/oracle.py):
+        exit codes as lists, golden files as {file, sha256, text (a head, for messages)}, each
+        per-invocation oracle with its `key` (for error messages)."""
+        return {
+            "expect": self._oracle_json(self.spec.expect, "expect"),
+            "accept": self._oracle_json(self.spec.accept, "accept"),
+        }
+
+    def _oracle_json(self, o: Oracle, key: str) -> dict[str, Any]:
+        out: dict[str, Any] = o.model_dump(exclude_none=True, exclude={"invocation"})
+        if o.exit_code is not None:
+            out["exit_code"] = o.codes()
+        for name in ("golden", "not_golden"):
+            rel = getattr(o, name)
+            if rel is not None:
+                data = self.file(rel).read_bytes()
+                out[name] = {
+                    "file": rel,
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "text": data[:GOLDEN_HEAD].decode("utf-8", "replace"),
+                    "truncated": len(data) > GOLDEN_HEAD,
+                }
+        if isinstance(o, Expectation | Acceptance):
+            out["invocation"] = [
+                {**self._oracle_json(e, f"{key}.invocation.{n}"), "key": f"{key}.invocation.{n}"}
+                for n, e in enumerate(o.invocation)
+            ]
+        return out
 
 
 _HUNK = re.compile(rb"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@", re.MULTILINE)
@@ -307,13 +455,54 @@ def load_candidate(path: Path, *, for_routing: bool = False) -> Candidate | Rout
                 hint="write the patch as a unified diff (`git diff`, `diff -u`); "
                 "an empty or garbled patch would make post-fix identical to pre-fix",
             )
-    if spec.expect == Expectation():
-        raise InputError(
-            "[expect] names no failure",
-            file=path,
-            key="expect",
-            line=find_line(text, ["expect"]),
-            hint="say how the unpatched build must fail: exit_code, signal, "
-            "sanitizer and/or output",
-        )
+    _check_oracles(cand, text)
     return cand
+
+
+def _oracles(spec: CandidateFile) -> list[tuple[str, Oracle]]:
+    found: list[tuple[str, Oracle]] = []
+    for side, top in (("expect", spec.expect), ("accept", spec.accept)):
+        found.append((side, top))
+        found += [(f"{side}.invocation.{n}", e) for n, e in enumerate(top.invocation)]
+    return found
+
+
+def _check_oracles(cand: Candidate, text: str) -> None:
+    """What the models cannot check alone: golden files, [expect] naming a misbehaviour,
+    [accept] never accepting a crash."""
+
+    def fail(key: str, msg: str, hint: str) -> InputError:
+        keys = key.split(".")
+        line = find_line(text, keys) or find_line(text, keys[:1])
+        return InputError(msg, file=cand.path, key=key, line=line, hint=hint)
+
+    spec = cand.spec
+    for key, o in _oracles(spec):
+        for name in ("golden", "not_golden"):
+            rel = getattr(o, name)
+            if rel is None:
+                continue
+            _require_file(cand, f"{key}.{name}", rel, text)
+            if cand.file(rel).stat().st_size > GOLDEN_MAX:
+                raise fail(
+                    f"{key}.{name}",
+                    f"golden file '{rel}' is larger than {GOLDEN_MAX} bytes",
+                    "the harness keeps 1 MiB of a target's stdout; use a smaller case, or "
+                    "stdout regexes",
+                )
+        if key.startswith("accept") and (o.signal or o.sanitizer):
+            field = "signal" if o.signal else "sanitizer"
+            raise fail(
+                f"{key}.{field}",
+                "a fatal signal or a sanitizer report after the fix is never acceptable",
+                f"remove `{field}` from [accept]; declare a clean rejection instead "
+                "(exit_code, stderr)",
+            )
+    if not any(o.misbehaviour() for k, o in _oracles(spec) if k.startswith("expect")):
+        raise fail(
+            "expect",
+            "[expect] names no failure and no wrong output",
+            "say how the unpatched build must misbehave: exit_code (non-zero), signal, "
+            "sanitizer, output; or, for a wrong-output bug, stdout/stderr regexes or "
+            "not_golden (see `trace schema candidate`)",
+        )

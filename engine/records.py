@@ -32,6 +32,17 @@ class Stdin(Record):
     b64: str | None = Field(default=None, description="the bytes, base64")
 
 
+class Frame(Record):
+    """One frame of where the target failed, innermost first (engine/gates/core/faultsite.py)."""
+
+    function: str | None = None
+    file: str | None = Field(default=None, description="as the report names it (normalised)")
+    line: int | None = None
+    source: Literal["sanitizer", "python"] = Field(
+        description="the target's own sanitizer report or Python traceback"
+    )
+
+
 class Invocation(Record):
     """One call of the package's own program, or one python process that ran the package's
     modules, as trace's harness saw it end: the target ran it, not the reproducer's account."""
@@ -54,6 +65,21 @@ class Invocation(Record):
     stderr_tail: str = ""
     stdin: Stdin | None = Field(
         default=None, description="stdin as the target got it, when a file or a pipe"
+    )
+    stdout: str | None = Field(
+        default=None,
+        description="the target's stdout as captured (normalised; whole up to 16000 characters, "
+        "else head and tail): what [expect]/[accept] regexes read",
+    )
+    stderr: str | None = Field(default=None, description="the same for stderr")
+    stdout_sha256: str | None = Field(
+        default=None, description="digest of the whole captured stdout (golden files)"
+    )
+    stderr_sha256: str | None = None
+    frames: list[Frame] = Field(
+        default_factory=list,
+        description="where it failed: its sanitizer report's first stack or its Python "
+        "traceback, innermost first (empty: no report, e.g. a wrong output or a bare signal)",
     )
     ended: Literal["killed-by-harness", "timed-out", "broken-pipe"] | None = Field(
         default=None,

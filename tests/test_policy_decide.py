@@ -71,7 +71,9 @@ def test_decide_allows_and_writes_the_record(
     state: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = ["decide", str(PAGER), "--state-dir", str(state), "--today", "2026-11-29"]
-    args += gate_args(state, "scope", "mutation", "coverage", "variants", "regression")
+    args += gate_args(
+        state, "scope", "mutation", "coverage", "variants", "regression", "fault-site"
+    )
     code, out, _ = trace(capsys, *args)
     assert code == 0, out
     assert out.startswith(f"ALLOW  {PAGER_ID}  as of 2026-11-29")
@@ -87,7 +89,7 @@ def test_decide_allows_and_writes_the_record(
         "payload/gates/determinism.json",
         *(
             str(state / f"{g}.json")
-            for g in ("scope", "mutation", "coverage", "variants", "regression")
+            for g in ("scope", "mutation", "coverage", "variants", "regression", "fault-site")
         ),
     }
     assert not list((state / "decisions").glob(".*.tmp"))  # atomic write left no temp file
@@ -100,7 +102,7 @@ def test_decide_denies_with_every_reason_and_json(
     (state / "mutation.json").write_text(json.dumps({**mutation, "score": 0.25}))
     out_file = tmp_path / "decision.json"
     args = ["decide", str(PAGER), "--state-dir", str(state), "--today", "2026-11-29"]
-    args += ["--out", str(out_file), *gate_args(state, "scope", "mutation")]
+    args += ["--out", str(out_file), *gate_args(state, "scope", "mutation", "fault-site")]
     code, out, _ = trace(capsys, *args)
     assert code == 1
     assert out.startswith("DENY")
@@ -130,7 +132,9 @@ def test_decide_with_waivers_lists_them(
     unmeasurable = {**coverage, "measurable": False, "score": None}
     (state / "coverage.json").write_text(json.dumps(unmeasurable))
     args = ["decide", str(PAGER), "--state-dir", str(state), "--waivers", str(waivers)]
-    args += gate_args(state, "scope", "mutation", "coverage", "variants", "regression")
+    args += gate_args(
+        state, "scope", "mutation", "coverage", "variants", "regression", "fault-site"
+    )
     code, out, _ = trace(capsys, *args, "--today", "2026-12-31")
     assert code == 0, out
     assert "WAIVED coverage-not-measurable" in out

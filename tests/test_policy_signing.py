@@ -113,7 +113,7 @@ def gates_doc() -> dict[str, dict[str, Any]]:
     return {
         name: gate(name, score=score, details={"policy": applied(name)})
         for name, score in GATE_SCORES
-    }
+    } | {"fault-site": gate("fault-site", score=None, details={"policy": applied("fault-site")})}
 
 
 Doc = dict[str, Any]
@@ -333,6 +333,7 @@ def test_missing_evidence_names_each_absent_record(
         "verify",
         "gate:coverage",
         "gate:expectation",
+        "gate:fault-site",
         "gate:mutation",
         "gate:regression",
         "gate:scope",
@@ -423,6 +424,7 @@ def _decide_with(signing_file: Path, mutation: dict[str, Any], routed: RouteDeci
         n: gate(n, score=1.0, details={"policy": policy.applied(n)})
         for n in ("scope", "coverage", "variants", "regression")
     }
+    gates["fault-site"] = gate("fault-site", details={"policy": policy.applied("fault-site")})
     gates["mutation"] = mutation
     return decide(evidence(verify_doc(), gates), routed, policy, catalogue, NO_WAIVERS, TODAY)
 
@@ -436,7 +438,7 @@ def test_thresholds_come_from_the_policy_file(
     shutil.copy(policy_copy / "reasons.toml", lenient_dir / "reasons.toml")
     lenient_file = lenient_dir / "signing.toml"
     text = strict_file.read_text()
-    lenient_text = text.replace('version = "1.0.0"', 'version = "1.0.1"', 1)
+    lenient_text = text.replace('version = "1.1.0"', 'version = "1.1.1"', 1)
     lenient_file.write_text(
         lenient_text.replace(
             'min_score = 0.8\nbelow_threshold = "mutation',
@@ -453,7 +455,7 @@ def test_thresholds_come_from_the_policy_file(
     assert (lenient_rec["passed"], lenient_rec["reasons"], lenient_rec["score"]) == (True, [], 0.5)
     assert lenient_rec["details"]["policy"] == {
         "name": "trace-signing",
-        "version": "1.0.1",
+        "version": "1.1.1",
         "thresholds": {"min_score": 0.0},
     }
     # each policy allows or denies its own gate's record
@@ -468,11 +470,11 @@ def test_thresholds_come_from_the_policy_file(
         assert codes["policy-unknown-version"].sources == ["gate:mutation"]
     # the same name and version with other thresholds: edited without a version bump
     unbumped = lenient_dir / "unbumped.toml"
-    unbumped.write_text(lenient_file.read_text().replace('version = "1.0.1"', 'version = "1.0.0"'))
+    unbumped.write_text(lenient_file.read_text().replace('version = "1.1.1"', 'version = "1.1.0"'))
     d = _decide_with(unbumped, strict_rec, routed)
     (mismatch,) = [r for r in d.reasons if r.code == "policy-unknown-version"]
     assert mismatch.details == [
-        "applied thresholds min_score=0.8, but trace-signing 1.0.0 sets min_score=0.0 "
+        "applied thresholds min_score=0.8, but trace-signing 1.1.0 sets min_score=0.0 "
         "(was the policy edited without a version bump?)"
     ]
 

@@ -58,6 +58,14 @@ def results(fork: Path) -> dict[str, VerifyResult]:
         ("cparse-other-failure", False, ["pre-fix-wrong-failure", "post-fix-still-fails"]),
         ("stamp-release", False, ["nondeterministic"]),
         ("racy-lost-update", False, ["flaky"]),
+        # issue 9: a clean rejection is the fixed behaviour ([accept] exit 2 + stderr) ...
+        ("cparse-reject-long-key", True, []),
+        # ... but a "fix" that rejects the good input too is refused by its own oracle
+        ("cparse-reject-everything", False, ["post-fix-still-fails"]),
+        # a wrong-output bug (shell + awk, exit 0) shown by the target's own stdout, and fixed
+        ("roster-wrong-field", True, []),
+        # the claims hold: the fault-site gate (below) is what sees this one
+        ("cparse-bigger-buffer", True, []),
     ],
 )
 def test_fixture_candidate_verdict(
@@ -107,6 +115,71 @@ def test_python_library_target_is_seen_through_the_audit_hook(
         assert "lib/python/pager/__init__.py" in [i.target for i in rec.invocations]
     assert "page 11 holds 0 items" in res.pre.runs[0].stderr_tail
     assert "page 11: [101, 102, 103]" in res.post.runs[0].stdout_tail
+
+
+def test_a_clean_rejection_passes_claims_gates_and_policy(
+    fork: Path, results: dict[str, VerifyResult], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 9, item 1: the fix prints an error and exits 2; the good input still works."""
+    from engine.cli import main
+
+    res = results["cparse-reject-long-key"]
+    for rec in res.post.runs:
+        ends = [(i.args, i.exit_code, i.sanitizer) for i in rec.invocations]
+        assert ends == [
+            (["boundary-key.conf"], 2, None),
+            (["good.conf"], 0, None),
+            (["long-key.conf"], 2, None),
+        ]
+    # the pre-fix failure names where it failed: ASan frames with file:line (built with -g)
+    crash = next(i for i in res.pre.runs[0].invocations if i.sanitizer)
+    assert crash.frames[1].function == "parse_line" and crash.frames[1].line
+    assert str(crash.frames[1].file).endswith("/cparse.c")
+    site = res.gates["fault-site"]
+    assert (site.passed, site.measurable, site.reasons) == (True, True, [])
+    cand = fork / CANDIDATES / "cparse-reject-long-key" / "candidate.toml"
+    code = main(["decide", str(cand), "--state-dir", str(fork / ".trace"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["decision"] == "allow", doc["reasons"]
+
+
+def test_a_fix_that_rejects_every_input_names_the_good_invocation(
+    results: dict[str, VerifyResult],
+) -> None:
+    post = results["cparse-reject-everything"].claims[1]
+    assert post.reason == "post-fix-still-fails"
+    assert post.detail.startswith("accept.invocation.1: bin/cparse good.conf: exit 2")
+    assert "stdout differs from good.out" in post.detail
+    assert results["cparse-reject-everything"].claims[0].holds  # the bug itself was shown
+
+
+def test_a_wrong_output_bug_without_python(results: dict[str, VerifyResult]) -> None:
+    """Issue 9, item 2: roster exits 0 but prints the phone where the email belongs."""
+    res = results["roster-wrong-field"]
+    [wrong] = res.pre.runs[0].invocations
+    assert (wrong.target, wrong.exit_code, wrong.stdout) == (
+        "bin/roster",
+        0,
+        "alice <555-0101>\nbob <555-0102>\n",
+    )
+    [right] = res.post.runs[0].invocations
+    assert right.stdout == "alice <alice@example.org>\nbob <bob@example.org>\n"
+    # no stack to look at: the fault-site gate says so instead of guessing
+    site = res.gates["fault-site"]
+    assert (site.passed, site.measurable, site.reasons) == (True, False, [])
+
+
+def test_a_fix_away_from_the_fault(results: dict[str, VerifyResult]) -> None:
+    site = results["cparse-bigger-buffer"].gates["fault-site"]
+    assert (site.passed, site.measurable, site.reasons) == (False, True, ["fix-away-from-fault"])
+    assert "parse_line" in str(site.details["summary"])
+
+
+def test_the_evidence_column_does_not_repeat_the_detail(results: dict[str, VerifyResult]) -> None:
+    """Issue 9, item 4: the evidence says which runs; the detail says what happened, once."""
+    for res in results.values():
+        for c in res.claims:
+            assert not c.detail or c.detail not in c.evidence, (c.evidence, c.detail)
 
 
 def test_wrong_failure_names_what_differed(results: dict[str, VerifyResult]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from engine.candidate import load_candidate
+from engine.gates.core import expectation, oracle
 from engine.graph import load_graph
 from engine.run import RunResult, StepResult
 from engine.verify.command import find_fork, project_root, verify_context
@@ -23,7 +24,7 @@ CAND = FORK / "trace" / "candidates" / "cparse-key-overflow" / "candidate.toml"
 
 @pytest.fixture(scope="module")
 def gate() -> ModuleType:
-    return load_gate(ROOT / "templates" / "verify" / "gate.py")
+    return expectation
 
 
 HARNESS = ROOT / "templates" / "verify" / "harness"
@@ -121,8 +122,9 @@ CHEAT = {"exit_code": 1, "stderr_tail": ASAN_LINE}
         ("pre", [rec(target_ran=False, invocations=[], exit_code=1)], EXPECT, "target-never-ran"),
         ("post", [rec("post"), rec("post", 2)], EXPECT, "ok"),
         ("post", [rec("post", **CRASH)], EXPECT, "post-fix-still-fails"),
-        # a script that still reports a failure after the fix can only deny
-        ("post", [rec("post", exit_code=1)], EXPECT, "post-fix-still-fails"),
+        # the script's own exit never counts, either way: the targets all exited 0 (issue 9)
+        ("post", [rec("post", exit_code=1)], EXPECT, "ok"),
+        ("post", [rec("post", timed_out=True, exit_code=None)], EXPECT, "post-fix-still-fails"),
         ("post", [rec("post", target_ran=False, invocations=[])], EXPECT, "target-never-ran"),
         ("post", [], EXPECT, "run-step-failed"),
     ],
@@ -130,30 +132,30 @@ CHEAT = {"exit_code": 1, "stderr_tail": ASAN_LINE}
 def test_judge_side(
     gate: ModuleType, side: str, records: list[dict[str, Any]], expect: dict[str, Any], reason: str
 ) -> None:
-    row = gate.judge_side(side, records, expect)
+    row = gate.judge_side(side, records, {"expect": expect})
     assert row["reason"] == reason, row
     assert row["holds"] == (reason == "ok")
     assert reason in REASONS
 
 
 def test_gate_record_lists_each_reason_once(gate: ModuleType) -> None:
-    out = gate.gate([rec(), rec(run=2, **CRASH)], [rec("post", **CRASH)], EXPECT)
+    out = gate.gate([rec(), rec(run=2, **CRASH)], [rec("post", **CRASH)], {"expect": EXPECT})
     assert out["passed"] is False
     assert out["reasons"] == ["flaky", "post-fix-still-fails"]
     assert out["details"]["flaky"] == {"pre": True, "post": False}
-    ok = gate.gate([rec(**CRASH)], [rec("post")], EXPECT)
+    ok = gate.gate([rec(**CRASH)], [rec("post")], {"expect": EXPECT})
     assert ok["passed"] is True and ok["reasons"] == []
 
 
 def test_wrong_failure_detail_names_each_mismatch(gate: ModuleType) -> None:
-    got = gate.mismatches(inv(exit_code=134, signal="SIGABRT"), EXPECT | {"output": "overflow"})
+    got = oracle.mismatches(inv(exit_code=134, signal="SIGABRT"), EXPECT | {"output": "overflow"})
     assert got == [
         "expected exit code 1, got 134",
         "expected sanitizer report 'AddressSanitizer: heap-buffer-overflow', got 'none'",
         "the target's output does not match /overflow/",
     ]
-    row = gate.judge_side("pre", [failing(exit_code=134, signal="SIGABRT")], EXPECT)
-    assert row["detail"].startswith("bin/cparse: expected exit code 1, got 134")
+    row = gate.judge_side("pre", [failing(exit_code=134, signal="SIGABRT")], {"expect": EXPECT})
+    assert row["detail"].startswith("bin/cparse: SIGABRT, exit 134: expected exit code 1, got 134")
 
 
 # ---- the harness's pure helpers ----

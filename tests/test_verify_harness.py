@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from engine.gates.core import expectation, oracle
 from engine.records import RunRecord
-from engine.verify.verdict import load_gate
 from tests.test_verify_gate import ASAN, EXPECT, inv, load_harness, rec, run_harness
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def gate() -> ModuleType:
-    return load_gate(ROOT / "templates" / "verify" / "gate.py")
+    return expectation
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_signature_ignores_invocation_order(gate: ModuleType) -> None:
     a = rec(invocations=invs, target_failed=True)
     b = rec(run=2, invocations=shuffled, target_failed=True)
     assert gate.signature(a) == gate.signature(b)
-    assert gate.judge_side("pre", [a, b], EXPECT)["reason"] == "ok"
+    assert gate.judge_side("pre", [a, b], {"expect": EXPECT})["reason"] == "ok"
     c = rec(run=3, invocations=[*invs[:-1], inv(exit_code=2, args=["long"])])
     assert gate.signature(c) != gate.signature(a)  # a different ending still counts
 
@@ -74,8 +74,8 @@ def test_a_background_target_left_running_is_killed_by_the_harness_not_a_crash(
     assert not record["target_failed"] and not record["timed_out"]
     parsed = RunRecord.model_validate({**record, "side": "post"})
     assert not parsed.failed and not parsed.script_failed
-    assert gate.judge_side("post", [record], EXPECT)["reason"] == "ok"
-    assert gate.judge_side("pre", [record], EXPECT)["reason"] == "pre-fix-did-not-fail"
+    assert gate.judge_side("post", [record], {"expect": EXPECT})["reason"] == "ok"
+    assert gate.judge_side("pre", [record], {"expect": EXPECT})["reason"] == "pre-fix-did-not-fail"
 
 
 def test_a_reproducer_timeout_fails_the_run_but_is_no_target_signal(
@@ -87,7 +87,7 @@ def test_a_reproducer_timeout_fails_the_run_but_is_no_target_signal(
     assert (reader["ended"], reader["signal"], reader["exit_code"]) == ("timed-out", None, None)
     assert record["timed_out"] is True and record["signal"] == "SIGKILL"
     assert not record["target_failed"]
-    post = gate.judge_side("post", [record], EXPECT)
+    post = gate.judge_side("post", [record], {"expect": EXPECT})
     assert (post["reason"], "timed out" in post["detail"]) == ("post-fix-still-fails", True)
     assert RunRecord.model_validate(record).script_failed
 
@@ -100,7 +100,7 @@ def test_a_closed_pipe_reaches_the_target_as_sigpipe(gate: ModuleType, tmp_path:
     assert (big["signal"], big["ended"]) == ("SIGPIPE", "broken-pipe")
     assert record["stdout_tail"] == "line\n" and not record["timed_out"]
     assert not record["target_failed"]
-    assert gate.judge_side("post", [record], EXPECT)["reason"] == "ok"
+    assert gate.judge_side("post", [record], {"expect": EXPECT})["reason"] == "ok"
 
 
 def test_realtime_signals_get_a_name(tmp_path: Path) -> None:
@@ -158,7 +158,7 @@ def test_records_without_the_new_fields_still_load(gate: ModuleType) -> None:
     assert "timed_out" not in old and "ended" not in old["invocations"][0]
     parsed = RunRecord.model_validate(old)
     assert parsed.failed and not parsed.timed_out and parsed.invocations[0].ended is None
-    assert gate.invocation_failed(old["invocations"][0])
+    assert oracle.invocation_failed(old["invocations"][0])
 
 
 def test_a_target_that_registers_after_the_harness_ended_its_targets_is_ended_too(

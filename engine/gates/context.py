@@ -4,10 +4,10 @@
   when the graph is loaded. It is computed here with the same pure generator the sandbox runs
   (engine.gates.core.mutate), so both sides agree; the mutation gate checks that they do.
 * The gates' thresholds live in the signing policy only ([gates.mutation] and [gates.coverage]
-  min_score, [gates.scope] max_files/max_hunks/max_lines). Each gate step receives, as its
-  `policy` parameter, `SigningPolicy.applied(gate)` as JSON: the policy's name, version and that
-  gate's thresholds. The gate applies them and writes them back as its record's
-  `details.policy`, which `trace decide` checks against the policy deciding.
+  min_score, [gates.scope] max_files/max_hunks/max_lines, [gates.fault-site] frames). Each gate
+  step receives, as its `policy` parameter, `SigningPolicy.applied(gate)` as JSON: the policy's
+  name, version and that gate's thresholds. The gate applies them and writes them back as its
+  record's `details.policy`, which `trace decide` checks against the policy deciding.
 
 Merge into the load context as `{"gates": gate_context(candidate, ...)}`.
 """
@@ -26,7 +26,7 @@ from engine.gates.core.mutate import generate
 # A fork's own signing policy, where `trace fork` looks for it by default (CONFIG/policy, with
 # CONFIG = trace): it replaces the shipped one, so the gates must apply its thresholds.
 FORK_SIGNING = Path("trace") / "policy" / "signing.toml"
-GATES = ("scope", "mutation", "coverage", "variants", "regression")
+GATES = ("scope", "mutation", "coverage", "variants", "regression", "fault-site")
 VARIANT_BUDGET = 24  # variants per side when the policy sets no [gates.variants] budget
 
 
@@ -83,6 +83,7 @@ def gate_context(
         "scope": {"policy": applied["scope"]},
         "variants": {"steps": variant_steps(applied["variants"]), "policy": applied["variants"]},
         "regression": {"policy": applied["regression"]},
+        "fault_site": {"policy": applied["fault-site"]},
     }
 
 

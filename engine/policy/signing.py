@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from engine.errors import PolicyError
+from engine.gates.core.oracle import judge_pre, post_fix_acceptable
 from engine.paths import resolve_ref
 from engine.policy.evidence import Evidence, SourceRef
 from engine.policy.reasons import Catalogue, load_catalogue, require_code
@@ -64,6 +65,12 @@ class GateRule(Strict):
     seed: int | None = Field(
         default=None, ge=0, description="variants gate only: the seed of the variant generator"
     )
+    frames: int | None = Field(
+        default=None,
+        ge=1,
+        description="fault-site gate only: K, how many innermost frames of the pre-fix failing "
+        "stack (the package's own code) the patch must touch one of",
+    )
 
     def thresholds(self) -> dict[str, float | int]:
         """The thresholds the gate step applies itself (absent: no bound)."""
@@ -71,7 +78,7 @@ class GateRule(Strict):
         return {k: v for k, v in values.items() if v is not None}
 
 
-THRESHOLD_KEYS = ("min_score", "max_files", "max_hunks", "max_lines", "budget", "seed")
+THRESHOLD_KEYS = ("min_score", "max_files", "max_hunks", "max_lines", "budget", "seed", "frames")
 SIZE_BOUNDS = ("max_files", "max_hunks", "max_lines")
 SIZE_GATE = "scope"
 VARIANT_KEYS = ("budget", "seed")
@@ -219,6 +226,21 @@ def _outcome(run: RunRecord) -> Outcome:
     return (run.failed, targets, kind, run.exit_code, run.signal)
 
 
+def _misbehaved(run: RunRecord, oracles: dict[str, Any] | None) -> bool:
+    """The pre-fix run shows the bug: by the declared [expect] when the result carries it."""
+    if oracles is None:
+        return run.failed
+    invs = [i.model_dump() for i in run.invocations]
+    return judge_pre(invs, oracles.get("expect") or {}).holds
+
+
+def _unacceptable(run: RunRecord, oracles: dict[str, Any] | None) -> bool:
+    """The post-fix run is not a fixed behaviour: by the declared [accept] (default: exit 0)."""
+    if oracles is None:
+        return run.failed
+    return not post_fix_acceptable(run.model_dump(by_alias=True), oracles)[0]
+
+
 def _run_hits(ev: Evidence, rules: SigningRules) -> list[Hit]:
     """What the raw reproducer run records show, independent of verify's own verdicts."""
     v = ev.verify
@@ -258,12 +280,12 @@ def _run_hits(ev: Evidence, rules: SigningRules) -> list[Hit]:
             )
         if len({_outcome(r) for r in res.runs}) > 1:
             hits.append(Hit(code="flaky", source=src, detail=f"{side}-fix runs disagree"))
-        if side == "pre" and not any(r.failed for r in res.runs):
+        if side == "pre" and not any(_misbehaved(r, v.oracles) for r in res.runs):
             hits.append(
                 Hit(code="pre-fix-did-not-fail", source=src, detail="no pre-fix run failed")
             )
-        if side == "post" and any(r.failed for r in res.runs):
-            n = sum(r.failed for r in res.runs)
+        if side == "post" and any(_unacceptable(r, v.oracles) for r in res.runs):
+            n = sum(_unacceptable(r, v.oracles) for r in res.runs)
             hits.append(
                 Hit(code="post-fix-still-fails", source=src, detail=f"{n} post-fix run(s) failed")
             )

@@ -5,7 +5,6 @@ store, judge. The `trace verify` command line (with `--bundle`) is
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,9 +37,8 @@ def verify_context(
     `trace decide`/`trace bundle` must load the graph with the very policy they decide with."""
     from engine.gates.context import gate_context
 
-    expect = candidate.spec.expect.model_dump(exclude_none=True)
     return {
-        "candidate": {**candidate.context(), "expect_json": json.dumps(expect, sort_keys=True)},
+        "candidate": candidate.context(),
         "fork": {"root": str(fork)},
         "gates": gate_context(candidate, signing_policy, fork=fork),
     }

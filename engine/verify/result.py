@@ -6,7 +6,7 @@ once published in `REASONS`, never change meaning.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -124,6 +124,12 @@ class VerifyResult(_Model):
     )
     deterministic: bool | None = Field(
         description="post-fix build and records rebuilt identically with --check (None: unknown)"
+    )
+    oracles: dict[str, Any] | None = Field(
+        default=None,
+        description="the candidate's declared oracles ({expect, accept}, as "
+        "engine/gates/core/oracle.py reads them) the claims were judged by; the signing policy "
+        "judges the raw run records by the same (None: an older result, judged by exit 0)",
     )
     flaky: bool
     steps: dict[str, StepRef] = Field(description="every step of the graph by id")

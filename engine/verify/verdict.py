@@ -2,9 +2,11 @@
 
 Every verdict comes from how sandboxed builds exited: step statuses (a package that does not
 build), the reproducer records the runs wrote, the expectation gate's record and the engine's
-`--check` results. The rules that judge records live in one place, the gate script
-(`templates/verify/gate.py`), which runs in the sandbox; this module loads the same file to judge
-one side on its own when the other side's build is broken (then the gate step cannot run).
+`--check` results. The rules that judge records live in one place, the expectation gate
+(`engine/gates/core/expectation.py` and the oracles of `oracle.py`), which runs in the sandbox;
+this module imports the same code to judge one side on its own when the other side's build is
+broken (then the gate step cannot run). A per-invocation oracle that selected no invocation is
+a bad declaration: an input error naming the candidate's key, not a verdict.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 from engine import __version__
 from engine.candidate import Candidate
 from engine.errors import InputError
+from engine.gates.core import expectation
+from engine.graph import find_line
 from engine.model import Graph
 from engine.records import GateRecord, RunRecord, Side
 from engine.run import RunResult, StepResult
@@ -30,7 +34,7 @@ GATE_STEP = "expectation"
 
 
 def load_gate(path: Path) -> ModuleType:
-    """The gate script as a module (the same file the sandboxed gate step ran)."""
+    """A sandbox-side script as a module (tests load the harness's entry module with it)."""
     spec = importlib.util.spec_from_file_location("trace_verify_gate", path)
     if spec is None or spec.loader is None:
         raise InputError("cannot load the expectation gate script", file=path)
@@ -95,8 +99,7 @@ def _claim(row: dict[str, Any]) -> ClaimVerdict:
 
 def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
     """The verdict of one `trace verify` run."""
-    gate_mod = load_gate(graph.steps[GATE_STEP].inputs["gate"].path)
-    expect = candidate.spec.expect.model_dump(exclude_none=True)
+    oracles = candidate.oracles()
     pre, pre_refs = _side("pre", graph, run)
     post, post_refs = _side("post", graph, run)
 
@@ -112,6 +115,7 @@ def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
     if gate_record is not None:
         details: dict[str, Any] = dict(gate_record.details)
         for row in details.get("claims", []):
+            _unmatched(candidate, row)
             c = _claim(row)
             claims[c.claim] = c
         flaky: dict[str, Any] = details.get("flaky", {})
@@ -144,8 +148,10 @@ def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
                     detail=_last_line(run.steps[failed_runs[0]].log_tail or ""),
                 )
             else:
-                claims[name] = _claim(gate_mod.judge_side(side.side, dumps(side), expect))
-                side.flaky = bool(gate_mod.side_flaky(dumps(side)))
+                row = expectation.judge_side(side.side, dumps(side), oracles)
+                _unmatched(candidate, row)
+                claims[name] = _claim(row)
+                side.flaky = expectation.side_flaky(dumps(side), oracles)
         any_flaky = pre.flaky or post.flaky
         claims["runs-agree"] = ClaimVerdict(
             claim="runs-agree",
@@ -187,9 +193,30 @@ def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
         if claims["deterministic"].reason in ("ok", "nondeterministic")
         else None,
         flaky=pre.flaky or post.flaky,
+        oracles=oracles,
         steps=steps,
         graph=str(graph.entry),
         engine_version=__version__,
+    )
+
+
+def _unmatched(candidate: Candidate, row: dict[str, Any]) -> None:
+    """A per-invocation oracle that selected no target invocation: the declaration is wrong (an
+    oracle for an invocation that never happened), so say which key, not a verdict."""
+    keys = row.pop("unmatched", None)
+    if not keys:
+        return
+    key = str(keys[0])
+    text = candidate.path.read_text(encoding="utf-8")
+    raise InputError(
+        f"the oracle '{key}' selected no target invocation of the reproducer "
+        f"({row['claim']}: {', '.join(str(k) for k in keys)})",
+        file=candidate.path,
+        key=key,
+        line=find_line(text, key.split(".")[:2]),
+        hint="fix its selector (target, args regex, 1-based index in canonical order: by "
+        "program, then arguments) or make the reproducer run that invocation; the run records "
+        "list every invocation (`trace verify --json`)",
     )
 
 

@@ -69,13 +69,27 @@ def variants_gate(cfg: dict[str, Any]) -> dict[str, Any]:
     return evaluate(cfg)
 
 
+def expectation_gate(cfg: dict[str, Any]) -> dict[str, Any]:
+    from .expectation import evaluate
+
+    return evaluate(cfg)
+
+
 def regression_gate(cfg: dict[str, Any]) -> dict[str, Any]:
     from .regression import evaluate
 
     return evaluate(cfg)
 
 
+def fault_site_gate(cfg: dict[str, Any]) -> dict[str, Any]:
+    from .faultsite import evaluate
+
+    return evaluate(cfg)
+
+
 GATES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "expectation": expectation_gate,
+    "fault-site": fault_site_gate,
     "scope": scope_gate,
     "mutation": mutation_gate,
     "coverage": coverage_gate,

@@ -13,6 +13,7 @@ import threading
 
 TAIL_CHARS = 4000
 INVOCATION_TAIL_CHARS = 2000
+ORACLE_TEXT_CHARS = 16000  # characters of each stream the record keeps for the oracles
 CAPTURE_HEAD = 1 << 20  # bytes of a stream kept from its start ...
 CAPTURE_TAIL = 1 << 20  # ... and from its end (fixed sizes: independent of read sizes)
 COLLECT_GRACE = 2.0  # seconds to drain the reproducer's pipes once it ended or was killed

@@ -22,7 +22,16 @@ import threading
 import time
 from typing import Any
 
-from capture import COLLECT_GRACE, INVOCATION_TAIL_CHARS, Capture, normalise, signal_name, tee
+from capture import (
+    COLLECT_GRACE,
+    INVOCATION_TAIL_CHARS,
+    ORACLE_TEXT_CHARS,
+    Capture,
+    normalise,
+    signal_name,
+    tee,
+)
+from faults import frames
 
 SANITIZER_RE = re.compile(r"ERROR: (\w+Sanitizer): ([A-Za-z][\w-]*)")
 AUDIT_VAR = "TRACE_TARGET_LOG"
@@ -301,7 +310,23 @@ def invocation_record(entry: dict[str, Any], subs: list[tuple[str, str]]) -> dic
     record["sanitizer"] = {"tool": match.group(1), "kind": match.group(2)} if match else None
     record["stdout_tail"] = stdout[-INVOCATION_TAIL_CHARS:]
     record["stderr_tail"] = stderr[-INVOCATION_TAIL_CHARS:]
+    # what the declared oracles read: the streams as captured (normalised; capped), the stdout's
+    # digest (golden files) and where the target failed (the fault-site gate)
+    record["stdout"] = keep_text(stdout)
+    record["stderr"] = keep_text(stderr)
+    record["stdout_sha256"] = hashlib.sha256(stdout.encode()).hexdigest()
+    record["stderr_sha256"] = hashlib.sha256(stderr.encode()).hexdigest()
+    record["frames"] = frames(stderr, entry.get("kind") == "python")
     return record
+
+
+def keep_text(text: str) -> str:
+    """A stream as the record keeps it: whole up to ORACLE_TEXT_CHARS, else its head and tail."""
+    if len(text) <= ORACLE_TEXT_CHARS:
+        return text
+    half = ORACLE_TEXT_CHARS // 2
+    skipped = len(text) - 2 * half
+    return f"{text[:half]}\n[trace: {skipped} characters omitted]\n{text[-half:]}"
 
 
 # how the harness (not the target) ended an invocation, or a pipeline's normal end: not failures

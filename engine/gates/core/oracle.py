@@ -1,0 +1,256 @@
+"""Declared oracles: how the TARGET must behave, judged on what the harness recorded.
+
+One oracle (a dict, as `engine/candidate.py` `Oracle.sandbox_json` writes it) may hold:
+
+* `exit_code`: a list of accepted exit codes (a set); `signal`: e.g. "SIGSEGV";
+  `sanitizer`: "Tool" or "Tool: kind";
+* `output` (regex over stdout + stderr), `stdout`, `stderr` (regexes over that stream, searched,
+  multi-line), each over the text the harness captured from the target itself (normalised);
+* `golden`: {file, sha256, text}: the target's stdout must be exactly this file;
+  `not_golden`: the same shape, the target's stdout must NOT be this file (a wrong output);
+* selectors, for per-invocation oracles only: `target` ("bin/NAME" or "NAME"), `args` (regex
+  searched in the arguments joined by spaces), `index` (1-based, in the record's canonical
+  order: by program, then arguments).
+
+The candidate's `[expect]` (pre-fix) and `[accept]` (post-fix) each have top-level fields (one
+oracle) and `invocation` (a list of per-invocation oracles). The rules:
+
+* pre-fix holds when every oracle is met (top-level: by some invocation; per-invocation: by every
+  invocation it selects) and at least one met oracle shows a misbehaviour: its invocation failed
+  (non-zero exit, signal, sanitizer report) or the oracle is about output (`stdout`, `stderr`,
+  `not_golden`: a wrong-output bug, the target may exit 0).
+* post-fix holds when no invocation died of a signal or printed a sanitizer report (never
+  acceptable, whatever is declared), every invocation a per-invocation oracle selects meets it,
+  and every other invocation meets the top-level `[accept]` (default: exit code 0).
+* a per-invocation oracle that selects no invocation of a run is a declaration error (its key is
+  reported), never a pass.
+
+Stdlib only: the expectation gate and the mutation gate (which judges mutants by these same
+oracles, `post_fix_acceptable`) run it in the sandbox; `trace verify` imports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+Record = dict[str, Any]
+
+# how the harness (not the target) ended an invocation, or a pipeline's normal end: not failures
+NOT_FAILURES = ("killed-by-harness", "timed-out", "broken-pipe")
+SELECTORS = ("target", "args", "index")
+OUTPUT_FIELDS = ("stdout", "stderr", "not_golden")  # an oracle about a wrong output
+
+
+def invocation_failed(i: Record) -> bool:
+    """Exit code non-zero, a signal or a sanitizer report (harness-ended: not a failure)."""
+    if i.get("ended") in NOT_FAILURES and not i.get("sanitizer"):
+        return False
+    return i.get("exit_code") not in (0, None) or bool(i.get("signal")) or bool(i.get("sanitizer"))
+
+
+def fatal(i: Record) -> bool:
+    """A signal the target died of, or a sanitizer report: never acceptable post-fix."""
+    if i.get("sanitizer"):
+        return True
+    return bool(i.get("signal")) and i.get("ended") not in NOT_FAILURES
+
+
+def sanitizer_text(r: Record) -> str | None:
+    s = r.get("sanitizer")
+    return f"{s['tool']}: {s['kind']}" if s else None
+
+
+def stream(i: Record, name: str) -> str:
+    """The target's own stdout or stderr as the harness captured it (older records: the tail)."""
+    text = i.get(name)
+    return str(text) if isinstance(text, str) else str(i.get(f"{name}_tail", ""))
+
+
+def stdout_digest(i: Record) -> str:
+    digest = i.get("stdout_sha256")
+    if isinstance(digest, str):
+        return digest
+    return hashlib.sha256(stream(i, "stdout").encode()).hexdigest()
+
+
+def describe_invocation(i: Record) -> str:
+    parts = []
+    if i.get("sanitizer"):
+        parts.append(str(sanitizer_text(i)))
+    if i.get("signal"):
+        parts.append(str(i["signal"]))
+    if i.get("exit_code") is not None:
+        parts.append(f"exit {i['exit_code']}")
+    if i.get("ended"):
+        parts.append(str(i["ended"]))
+    args = " ".join(str(a) for a in i.get("args") or [])
+    return f"{i.get('target')}{' ' + args if args else ''}: " + ", ".join(parts)
+
+
+def selects(oracle: Record, i: Record, index: int) -> bool:
+    """Does this per-invocation oracle apply to invocation number `index` (1-based)?"""
+    want = oracle.get("target")
+    if want is not None and str(i.get("target")) not in (want, f"bin/{want}"):
+        return False
+    pattern = oracle.get("args")
+    if pattern is not None and not re.search(
+        pattern, " ".join(str(a) for a in i.get("args") or [])
+    ):
+        return False
+    return oracle.get("index") is None or int(oracle["index"]) == index
+
+
+def _first_difference(want: str, got: str) -> str:
+    wl, gl = want.splitlines(), got.splitlines()
+    for n, (w, g) in enumerate(zip(wl, gl, strict=False), 1):
+        if w != g:
+            return f"line {n}: expected {w[:80]!r}, got {g[:80]!r}"
+    if len(wl) != len(gl):
+        return f"expected {len(wl)} line(s), got {len(gl)}"
+    return "they differ in whitespace or a final newline"
+
+
+def mismatches(i: Record, oracle: Record) -> list[str]:
+    """How one invocation differs from the oracle's fields (empty: it meets them all)."""
+    out: list[str] = []
+    codes = oracle.get("exit_code")
+    if isinstance(codes, int):
+        codes = [codes]
+    if codes is not None and i.get("exit_code") not in codes:
+        want = " or ".join(str(c) for c in codes)
+        out.append(f"expected exit code {want}, got {i.get('exit_code')}")
+    if oracle.get("signal") and i.get("signal") != oracle["signal"]:
+        out.append(f"expected signal {oracle['signal']}, got {i.get('signal') or 'none'}")
+    want_san = oracle.get("sanitizer")
+    if want_san:
+        got = sanitizer_text(i)
+        ok = got == want_san if ":" in want_san else str(got).split(":")[0] == want_san
+        if not ok:
+            out.append(f"expected sanitizer report '{want_san}', got '{got or 'none'}'")
+    texts = {
+        "output": stream(i, "stdout") + "\n" + stream(i, "stderr"),
+        "stdout": stream(i, "stdout"),
+        "stderr": stream(i, "stderr"),
+    }
+    for name in ("output", "stdout", "stderr"):
+        pattern = oracle.get(name)
+        if pattern and not re.search(pattern, texts[name], re.MULTILINE):
+            what = "output" if name == "output" else name
+            out.append(f"the target's {what} does not match /{pattern}/")
+    golden = oracle.get("golden")
+    if golden and stdout_digest(i) != golden["sha256"]:
+        diff = _first_difference(str(golden.get("text", "")), texts["stdout"])
+        out.append(f"stdout differs from {golden['file']}: {diff}")
+    wrong = oracle.get("not_golden")
+    if wrong and stdout_digest(i) == wrong["sha256"]:
+        out.append(f"stdout is exactly {wrong['file']} (the correct output)")
+    return out
+
+
+def _fields(oracle: Record) -> Record:
+    return {k: v for k, v in oracle.items() if k not in (*SELECTORS, "invocation", "key")}
+
+
+def _misbehaves(i: Record, oracle: Record) -> bool:
+    return invocation_failed(i) or any(oracle.get(f) for f in OUTPUT_FIELDS)
+
+
+class Judgement:
+    """The verdict on one run's invocations: holds, what was seen, unmatched selectors."""
+
+    def __init__(self) -> None:
+        self.holds = False
+        self.problems: list[str] = []
+        self.unmatched: list[str] = []  # keys of per-invocation oracles that selected nothing
+        self.failed_differently = False  # pre-fix: a target failed, not as declared
+
+    @property
+    def detail(self) -> str:
+        return "; ".join(self.problems)
+
+
+def _selected(oracles: list[Record], invs: list[Record], j: Judgement) -> list[list[Record]]:
+    chosen = []
+    for k, o in enumerate(oracles, 1):
+        picked = [i for n, i in enumerate(invs, 1) if selects(o, i, n)]
+        if not picked:
+            j.unmatched.append(str(o.get("key") or f"invocation.{k}"))
+        chosen.append(picked)
+    return chosen
+
+
+def judge_pre(invs: list[Record], expect: Record) -> Judgement:
+    """Did the unpatched target misbehave as [expect] declares?"""
+    j = Judgement()
+    top, entries = _fields(expect), list(expect.get("invocation") or [])
+    shown = False
+    if top:
+        met = [i for i in invs if not mismatches(i, top)]
+        shown = any(_misbehaves(i, top) for i in met)
+        bad = [i for i in invs if invocation_failed(i)]
+        if not shown and bad:
+            j.failed_differently = True
+            wrong = mismatches(bad[0], top) or ["it failed, but [expect] declares no failure"]
+            j.problems.append(f"{describe_invocation(bad[0])}: " + "; ".join(wrong))
+        elif not shown:
+            about_output = any(top.get(f) for f in OUTPUT_FIELDS)
+            wrong = mismatches(invs[0], top) if invs and about_output else []
+            j.problems.append("; ".join(["no target invocation failed", *wrong]))
+    for o, picked in zip(entries, _selected(entries, invs, j), strict=True):
+        for i in picked:
+            wrong = mismatches(i, _fields(o))
+            if wrong:
+                j.failed_differently = j.failed_differently or invocation_failed(i)
+                j.problems.append(f"{o.get('key')}: {describe_invocation(i)}: " + "; ".join(wrong))
+            elif _misbehaves(i, o):
+                shown = True
+    if not shown and not j.problems:
+        j.problems.append("no target invocation failed or printed a declared wrong output")
+    j.holds = shown and not j.problems and not j.unmatched
+    return j
+
+
+def _post_fields(oracle: Record) -> Record:
+    fields = _fields(oracle)
+    if fields.get("exit_code") is None:
+        fields["exit_code"] = [0]  # no exit code declared: a patched target exits 0
+    return fields
+
+
+def judge_post(invs: list[Record], accept: Record) -> Judgement:
+    """Is every patched target invocation acceptable under [accept]? (default: all exit 0)"""
+    j = Judgement()
+    entries = list(accept.get("invocation") or [])
+    chosen = _selected(entries, invs, j)
+    for i in invs:
+        if fatal(i):
+            j.problems.append(f"{describe_invocation(i)} (never acceptable after a fix)")
+            continue
+        mine = [o for o, picked in zip(entries, chosen, strict=True) if any(p is i for p in picked)]
+        for o in mine or [accept]:
+            fields = _post_fields(o)
+            if i.get("ended") in NOT_FAILURES:
+                del fields["exit_code"]  # ended by the harness or a closed pipe: no exit code
+            wrong = mismatches(i, fields)
+            if wrong:
+                where = f"{o.get('key')}: " if mine else ""
+                j.problems.append(f"{where}{describe_invocation(i)}: " + "; ".join(wrong))
+    j.holds = bool(invs) and not j.problems and not j.unmatched
+    return j
+
+
+def post_fix_acceptable(record: Record, oracles: Record) -> tuple[bool, str]:
+    """THE rule for a patched build's run (the expectation gate's post-fix side; the mutation
+    gate judges each mutant's run with it: a mutant is killed when this says False). `record` is
+    a trace.run/v1 record, `oracles` the candidate's {"expect": ..., "accept": ...}. A run that
+    timed out, or whose target never ran, is not acceptable."""
+    if not record.get("target_ran"):
+        return False, "the target never ran"
+    if record.get("timed_out"):
+        return False, "the reproducer timed out"
+    j = judge_post(list(record.get("invocations") or []), oracles.get("accept") or {})
+    if j.unmatched:
+        return False, "no invocation for " + ", ".join(j.unmatched)
+    return j.holds, j.detail or "every target invocation is acceptable"
