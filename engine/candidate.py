@@ -17,10 +17,16 @@ script = "repro.sh"                # run with sh; $TARGET is the package, data i
 data = ["crash.txt"]
 runs = 3                           # independent runs per side (flakiness)
 
-[expect]                           # how the UNPATCHED build must fail; all given must hold
-signal = "SIGSEGV"                 # or exit_code = 1
+[expect]                           # how the UNPATCHED target must misbehave (some invocation)
+signal = "SIGSEGV"                 # or exit_code = 1 (or a list: a set of codes)
 sanitizer = "AddressSanitizer: heap-buffer-overflow"
-output = "overflow at .*"          # regex over stdout+stderr
+output = "overflow at .*"          # regex over the target's stdout+stderr; also stdout, stderr,
+                                   # golden / not_golden (files: exact expected / correct stdout)
+
+[[accept.invocation]]              # how the PATCHED target must behave (default: all exit 0)
+args = "long-key"                  # selectors: target, args (regex), index (1-based canonical)
+exit_code = 2
+stderr = "input rejected"
 
 [model]                            # optional, for model-made patches (replay record)
 id = "example-model-2026-01"
@@ -34,7 +40,7 @@ present, every patch a real diff. Routing happens before any model has written a
 reproducer, so `load_candidate(path, for_routing=True)` reads what routing needs only: `id`,
 `package`, `origin` and `[advisory]` (whose OSV file must exist); `patches`, `[reproducer]` and
 `[expect]` may be absent and the files they name need not exist yet. Unknown keys and wrong
-types are still errors.
+types are still errors. The oracles' rules: engine/gates/core/oracle.py and the README.
 """
 
 from __future__ import annotations

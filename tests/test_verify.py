@@ -64,8 +64,6 @@ def results(fork: Path) -> dict[str, VerifyResult]:
         ("cparse-reject-everything", False, ["post-fix-still-fails"]),
         # a wrong-output bug (shell + awk, exit 0) shown by the target's own stdout, and fixed
         ("roster-wrong-field", True, []),
-        # the claims hold: the fault-site gate (below) is what sees this one
-        ("cparse-bigger-buffer", True, []),
     ],
 )
 def test_fixture_candidate_verdict(
@@ -170,7 +168,8 @@ def test_a_wrong_output_bug_without_python(results: dict[str, VerifyResult]) -> 
 
 
 def test_a_fix_away_from_the_fault(results: dict[str, VerifyResult]) -> None:
-    site = results["cparse-bigger-buffer"].gates["fault-site"]
+    """The wrong fix (KEY_MAX 16 -> 64) changes no function on the failing stack."""
+    site = results["cparse-wrong-fix"].gates["fault-site"]
     assert (site.passed, site.measurable, site.reasons) == (False, True, ["fix-away-from-fault"])
     assert "parse_line" in str(site.details["summary"])
 

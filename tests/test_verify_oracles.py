@@ -305,11 +305,11 @@ def test_fault_site_a_fix_in_the_failing_function_passes(tmp_path: Path) -> None
 
 
 def test_fault_site_a_bigger_constant_is_away_from_the_fault(tmp_path: Path) -> None:
-    rec_ = _gate(tmp_path, CANDS / "cparse-bigger-buffer" / "fix.patch", ASAN_REPORT)
+    rec_ = _gate(tmp_path, CANDS / "cparse-wrong-fix" / "fix.patch", ASAN_REPORT)
     assert (rec_["passed"], rec_["reasons"]) == (False, ["fix-away-from-fault"])
     assert "parse_line /build/source/cparse.c:18" in rec_["details"]["summary"]
     # without the source, the function comes from the patch alone: the same answer here
-    assert _gate(tmp_path, CANDS / "cparse-bigger-buffer" / "fix.patch", ASAN_REPORT, src=False)[
+    assert _gate(tmp_path, CANDS / "cparse-wrong-fix" / "fix.patch", ASAN_REPORT, src=False)[
         "reasons"
     ] == ["fix-away-from-fault"]
 

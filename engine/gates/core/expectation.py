@@ -154,7 +154,10 @@ def _held(side: str, r: Record, oracles: Record) -> str:
     invs = list(r.get("invocations") or [])
     if side == "pre":
         bad = failing(r)
-        return describe_invocation(bad[0]) if bad else "declared wrong output seen"
+        if bad:
+            return describe_invocation(bad[0])
+        shown = [describe_invocation(i) for i in invs]
+        return (shown[0] if shown else "no invocation") + ": a wrong output as [expect] declares"
     accept = oracles.get("accept") or {}
     declared = bool(accept.get("invocation")) or any(k != "invocation" for k in accept)
     how = "as [accept] declares" if declared else "all exit 0"
