@@ -64,6 +64,7 @@ def coverage_gates() -> dict[str, dict[str, Any]]:
             "files": [{"file": "x.c", "covered": [1], "missed": [], "executable": [1]}],
         },
     )
+    docs["fault-site"] = gate("fault-site", details={"policy": applied("fault-site")})
     return docs
 
 
