@@ -220,5 +220,5 @@ def test_decide_on_a_real_verify_result(tmp_path: Path, capsys: pytest.CaptureFi
     code, out, err = trace(capsys, "decide", str(PAGER), *args)
     assert code == 2 and out == "", out
     assert "verified under another signing policy" in err, err
-    assert "gate-coverage, gate-mutation, gate-scope" in err
+    assert "gate-coverage, gate-fault-site, gate-mutation, gate-scope" in err
     assert "(same name and version, other thresholds)" in err

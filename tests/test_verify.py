@@ -131,8 +131,9 @@ def test_a_clean_rejection_passes_claims_gates_and_policy(
         ]
     # the pre-fix failure names where it failed: ASan frames with file:line (built with -g)
     crash = next(i for i in res.pre.runs[0].invocations if i.sanitizer)
-    assert crash.frames[1].function == "parse_line" and crash.frames[1].line
-    assert str(crash.frames[1].file).endswith("/cparse.c")
+    [frame] = [f for f in crash.frames[:2] if f.function == "parse_line"]  # under memcpy, or #0
+    assert frame.line and str(frame.file).endswith("/cparse.c") and frame.source == "sanitizer"
+    assert [f.function for f in crash.frames].index("main") > crash.frames.index(frame)
     site = res.gates["fault-site"]
     assert (site.passed, site.measurable, site.reasons) == (True, True, [])
     cand = fork / CANDIDATES / "cparse-reject-long-key" / "candidate.toml"
@@ -384,7 +385,8 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> dict[str, VerifyResult]:
         ("pre-build-broken", ["pre-fix-build-broken"]),
         ("never-ran", ["target-never-ran"]),
         ("did-not-fail", ["pre-fix-did-not-fail"]),
-        ("cheat", ["pre-fix-did-not-fail", "post-fix-still-fails"]),
+        # the script's own exit 1 after the fix no longer counts either way (issue 9)
+        ("cheat", ["pre-fix-did-not-fail"]),
     ],
 )
 def test_reason_codes_from_broken_inputs(
@@ -426,6 +428,7 @@ def test_a_failure_only_the_reproducer_reports_does_not_pass(
         # the reproducer sees no side in its environment (it printed all of it)
         assert "TRACE_RUN=" in rec.stdout_tail and "SIDE" not in rec.stdout_tail
     # it cannot tell the sides apart any more (no target store path in its namespace): it fakes
-    # the failure on both sides, and the target survives on both
-    assert not res.claims[1].holds and all(r.exit_code == 1 for r in res.post.runs)
-    assert res.claims[0].detail.startswith("target survived")
+    # the failure on both sides, and the target survives on both; the script's exit is never
+    # evidence, so the post-fix claim holds and the pre-fix one (the bug) does not
+    assert res.claims[1].holds and all(r.exit_code == 1 for r in res.post.runs)
+    assert not res.passed and res.claims[0].detail.startswith("no target invocation failed")
