@@ -31,9 +31,21 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     ("cparse-stale-header", "allow", set()),  # its hunk header is 2 lines off
     ("cparse-alloc-fix", "allow", set()),  # its one survivor only over-allocates
     ("pager-last-page", "allow", set()),
+    # issue 9: the key bug fixed by a clean rejection (exit 2 + message, declared in [accept])
+    ("cparse-reject-long-key", "allow", set()),
     ("textcols-zero-width", "allow", set()),  # src/ layout, installed to site-packages
     # plausible wrong fixes: DENY, by the gates that see them
-    ("cparse-wrong-fix", "deny", {"mutation-score-below-threshold", "variant-still-fails"}),
+    # ... and the fault-site gate: the patch changes no function on the failing stack
+    (
+        "cparse-wrong-fix",
+        "deny",
+        {"mutation-score-below-threshold", "variant-still-fails", "fix-away-from-fault"},
+    ),
+    # rejects the good input too: its [[accept.invocation]] for good.conf fails (issue 9)
+    ("cparse-reject-everything", "deny", {"post-fix-still-fails"}),
+    # a correct fix of a wrong-output bug in a shell + awk tool: its claims hold (test_verify),
+    # but no mutation or coverage tool measures shell: denied until a reviewer waives
+    ("roster-wrong-field", "deny", {"mutation-not-measurable", "coverage-not-measurable"}),
     # skips the PoC's 47-byte line: scope sees the literal, the variants a 41-byte key
     ("cparse-poc-special-case", "deny", {"fix-matches-poc-literal", "variant-still-fails"}),
     ("cparse-refuse-all", "deny", {"regression-introduced"}),

@@ -29,7 +29,7 @@ def policy(min_score: float | None) -> str:
     return json.dumps({"name": "test-signing", "version": "1.0", "thresholds": thresholds})
 
 
-JUDGE = str(REPO / "templates" / "verify" / "gate.py")
+JUDGE = str(REPO / "engine" / "gates" / "core" / "oracle.py")  # the post-fix judge
 
 
 def run_record(exit_code: int | None = 0, script: int = 0, **kw: Any) -> dict[str, Any]:

@@ -254,3 +254,19 @@ def post_fix_acceptable(record: Record, oracles: Record) -> tuple[bool, str]:
     if j.unmatched:
         return False, "no invocation for " + ", ".join(j.unmatched)
     return j.holds, j.detail or "every target invocation is acceptable"
+
+
+def failed(record: Record) -> bool:
+    """Some target invocation of the run failed (exit code, signal, its own sanitizer report):
+    the mutation gate's current rule (it loads this file as its `judge`)."""
+    return any(invocation_failed(i) for i in record.get("invocations") or [])
+
+
+def describe(record: Record) -> str:
+    """One run in a few words, for the mutation gate's results."""
+    if not record.get("target_ran"):
+        return "target never ran"
+    bad = [i for i in record.get("invocations") or [] if invocation_failed(i)]
+    if bad:
+        return "failed: " + describe_invocation(bad[0])
+    return f"target survived ({len(record.get('invocations') or [])} invocation(s), all exit 0)"
