@@ -29,3 +29,25 @@ def test_verify_imports_nothing_above_it() -> None:
         if m.startswith(ABOVE)
     }
     assert bad == set()
+
+
+def _importers(folder: Path, banned: tuple[str, ...]) -> set[str]:
+    return {
+        f"{p.relative_to(ENGINE.parent)}: {m}"
+        for p in sorted(folder.rglob("*.py"))
+        for m in _imports(p)
+        if m.startswith(banned)
+    }
+
+
+def test_gates_never_import_the_verify_pipeline_that_composes_them() -> None:
+    """engine.verify loads the gate steps' context (engine.gates.context) and judges with the
+    sandbox's own expectation code; the gates never reach back up into engine.verify."""
+    assert _importers(ENGINE / "gates", ("engine.verify",)) == set()
+
+
+def test_the_policy_registry_imports_no_policy_module() -> None:
+    """routing, signing, gates, evidence and fork import the registry; it imports none of them
+    (it used to import routing and signing, which imported it: a circle)."""
+    mods = _imports(ENGINE / "policy" / "registry.py")
+    assert {m for m in mods if m.startswith("engine.")} == {"engine.paths"}
