@@ -1,13 +1,15 @@
-"""Load a stdlib-only script the pipeline hands a gate (the reproducer harness, the expectation
-gate's rules) as a module, from its store path: the gate runs the very code the verify steps
-run, not a copy of it."""
+"""Load what the pipeline hands a gate: a stdlib-only script (the reproducer harness, the
+expectation gate's rules) as a module, from its store path, so the gate runs the very code the
+verify steps run, not a copy of it; and the JSON records of upstream steps."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from types import ModuleType
+from typing import Any
 
 
 def load_module(name: str, path: str, what: str) -> ModuleType:
@@ -22,3 +24,12 @@ def load_module(name: str, path: str, what: str) -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def load_json_object(path: str) -> dict[str, Any]:
+    """A JSON record an upstream step wrote; anything but an object is an error."""
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return data

@@ -23,7 +23,7 @@ from typing import Any
 from .applied import applied_policy, threshold
 from .codes import CODES, code_of
 from .landing import landed, load_landing
-from .modules import load_module
+from .modules import load_json_object, load_module
 from .mutate import Mutant, generate
 
 
@@ -69,14 +69,6 @@ def oracle_failed(judge: ModuleType, record: dict[str, Any]) -> bool:
     report; what the expectation gate calls `failed`). The reproducer script's own exit never
     counts: a reproducer that exits 1 while every target behaved kills nothing."""
     return bool(judge.failed(record))
-
-
-def _load(path: str) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a JSON object")
-    return data
 
 
 def classify(
@@ -130,12 +122,12 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     expected = generate([_read(p) for p in cfg["patches"]])
     results: list[dict[str, Any]] = []
     for run_dir in cfg["mutant_runs"]:
-        meta = _load(os.path.join(run_dir, "mutant.json"))
+        meta = load_json_object(os.path.join(run_dir, "mutant.json"))
         if meta.get("id") is None:
             continue  # the placeholder step of a patch without mutants
-        record = _load(os.path.join(run_dir, "outcome.json"))
+        record = load_json_object(os.path.join(run_dir, "outcome.json"))
         check_path = os.path.join(run_dir, "check.json")
-        check = _load(check_path) if os.path.exists(check_path) else {}
+        check = load_json_object(check_path) if os.path.exists(check_path) else {}
         status, why = classify(meta, check, record, judge)
         line = landed(landing, str(meta["file"]), int(meta["line"]))
         diff = str(meta["diff"])
@@ -151,7 +143,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     want = [m.id for m in expected]
     if ids != want:
         raise ValueError(f"mutant runs {ids} do not match the patch's mutants {want}")
-    post = [_load(os.path.join(d, "outcome.json")) for d in cfg["post_runs"]]
+    post = [load_json_object(os.path.join(d, "outcome.json")) for d in cfg["post_runs"]]
     post_fails = [r for r in post if r.get("build") == "failed" or oracle_failed(judge, r)]
 
     counts = {s: sum(1 for r in results if r["status"] == s) for s in STATUSES}

@@ -17,13 +17,13 @@ the same on both sides does not depend on the patched build: it is listed, not c
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Any
 
 from .applied import applied_policy
 from .codes import CODES, code_of
+from .modules import load_json_object
 
 CHECK_PHASES = ("checkPhase", "installCheckPhase")
 _PHASE_RE = re.compile(r"^Running phase: (\w+)\s*$")
@@ -98,11 +98,7 @@ def tests_record(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _load(path: str) -> dict[str, Any]:
-    with open(os.path.join(path, "outcome.json"), encoding="utf-8") as fh:
-        data = json.load(fh)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a JSON object")
-    return data
+    return load_json_object(os.path.join(path, "outcome.json"))
 
 
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -26,20 +26,13 @@ from typing import Any
 
 from .applied import applied_policy, bound
 from .codes import CODES, code_of
+from .modules import load_json_object
 from .variants import Invocation, generate
 
 FATAL = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP", "SIGSYS")
 NOT_CRASHES = ("killed-by-harness", "timed-out", "broken-pipe")
 DEFAULT_BUDGET = 24
 DEFAULT_SEED = 0
-
-
-def _load(path: str) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a JSON object")
-    return data
 
 
 def _store_name(path: str) -> str:
@@ -101,7 +94,7 @@ def patched_sources(patches: list[str], src: str | None) -> list[str]:
 def write_plan(cfg: dict[str, Any], out: str) -> None:
     policy = applied_policy(cfg)
     budget, seed = budget_and_seed(policy)
-    runs = [_load(os.path.join(d, "outcome.json")) for d in cfg["pre_runs"]]
+    runs = [load_json_object(os.path.join(d, "outcome.json")) for d in cfg["pre_runs"]]
     first = runs[0] if runs else {}
     invocations = poc_invocations(first)
     files: dict[str, bytes] = {}
@@ -182,10 +175,10 @@ def same_bug(crash: str, expect: dict[str, Any]) -> bool:
 def _runs_by_index(dirs: list[str]) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
     out = {}
     for d in dirs:
-        meta = _load(os.path.join(d, "variant.json"))
+        meta = load_json_object(os.path.join(d, "variant.json"))
         if meta.get("id") is None:
             continue  # a placeholder step: the plan made fewer variants than the budget
-        out[int(meta["index"])] = (meta, _load(os.path.join(d, "outcome.json")))
+        out[int(meta["index"])] = (meta, load_json_object(os.path.join(d, "outcome.json")))
     return out
 
 
@@ -193,7 +186,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg: plan (dir), post and pre (variant run dirs), post_runs (the PoC's post-fix run
     dirs), expect (the candidate's [expect]), policy."""
     policy = applied_policy(cfg)
-    plan = _load(os.path.join(cfg["plan"], "plan.json"))
+    plan = load_json_object(os.path.join(cfg["plan"], "plan.json"))
     expect = cfg.get("expect") or {}
     if isinstance(expect, str):
         expect = json.loads(expect)
@@ -202,7 +195,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     want = list(range(1, len(plan["variants"]) + 1))
     if sorted(post) != want or sorted(pre) != want:
         raise ValueError(f"variant runs {sorted(post)}/{sorted(pre)} do not match the plan {want}")
-    poc_post = [_load(os.path.join(d, "outcome.json")) for d in cfg["post_runs"]]
+    poc_post = [load_json_object(os.path.join(d, "outcome.json")) for d in cfg["post_runs"]]
     results = []
     for n in want:
         meta, post_rec = post[n]
