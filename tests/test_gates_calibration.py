@@ -49,6 +49,15 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # skips the PoC's 47-byte line: scope sees the literal, the variants a 41-byte key
     ("cparse-poc-special-case", "deny", {"fix-matches-poc-literal", "variant-still-fails"}),
     ("cparse-refuse-all", "deny", {"regression-introduced"}),
+    # a real CVE in a real library with its real upstream fix (issue 13): the claims hold and
+    # coverage measures the landed lines, but its reproducer has no good-input invocation, so
+    # negating the fix's new check is not observed (mutation 1/3), and the package brings no
+    # tests of its own: not allowed until a stronger reproducer or a reviewer's waiver
+    (
+        "cjson-cve-2023-53154",
+        "deny",
+        {"mutation-score-below-threshold", "regression-not-measurable"},
+    ),
     # broken evidence: DENY
     ("cparse-other-failure", "deny", {"pre-fix-wrong-failure", "post-fix-still-fails"}),
     ("stamp-release", "deny", {"nondeterministic"}),
