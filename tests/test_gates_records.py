@@ -122,6 +122,39 @@ def test_the_reproducer_scripts_own_exit_kills_no_mutant(tmp_path: Path) -> None
     assert [r["status"] for r in d["results"]] == ["survived"] * 4 + ["killed"]
 
 
+def test_a_declared_clean_rejection_is_no_kill_and_the_post_fix_runs_are_measurable(
+    tmp_path: Path,
+) -> None:
+    """Issue 9: a fix that rejects bad input with exit 2 (declared in [accept]) was
+    `mutation-not-measurable` ("post-fix already fails") because any non-zero exit counted as a
+    failure. Mutants are judged by post_fix_acceptable under the declared oracles: exit 2 is
+    acceptable there, exit 1 or a sanitizer report is a kill."""
+    oracles = json.dumps({"expect": {}, "accept": {"exit_code": [0, 2]}})
+    asan = {"tool": "AddressSanitizer", "kind": "x"}
+    runs = [run_record(2), run_record(1), run_record(2, sanitizer=asan), run_record(0)]
+    runs.append(run_record(2))
+    cfg = {
+        "patches": [str(PTR)],
+        "policy": policy(0.5),
+        "mutant_runs": mutant_dirs(tmp_path, PTR, runs),
+        "post_runs": [post_dir(tmp_path, run_record(2))],
+        "judge": JUDGE,
+        "oracles": oracles,
+    }
+    rec = mutation_gate(cfg)
+    assert rec["measurable"] is True, rec
+    assert [r["status"] for r in rec["details"]["results"]] == [
+        "survived",
+        "killed",
+        "killed",
+        "survived",
+        "survived",
+    ]
+    # without the declaration, the same post-fix runs fail their oracles: nothing to measure
+    undeclared = mutation_gate({**cfg, "oracles": "{}"})
+    assert undeclared["measurable"] is False
+
+
 def test_stillborn_equivalent_not_code_and_unobservable_count_nowhere(tmp_path: Path) -> None:
     patch = tmp_path / "alloc.patch"
     patch.write_text(

@@ -337,3 +337,30 @@ def test_fault_site_hunk_functions_from_the_patch() -> None:
     functions, lines = faultsite.touched(fd.hunks[0])
     assert lines == {15} and functions == set()  # plain `diff -u`: no section, no def in hunk
     assert faultsite.base_function("ns::Parser::parse(int)") == "parse"
+
+
+def test_fault_site_python_frames_count_only_under_the_package() -> None:
+    """The interpreter's own library frames (a traceback through /usr/lib/python3.x) do not push
+    the package's frames past K: textcols' correct fix was called away from the fault."""
+    from engine.gates.core.faultsite import own_frames
+
+    frames = [
+        {"file": "/usr/lib/python3.11/textwrap.py", "function": "wrap", "line": 1},
+        {"file": "/usr/lib/python3.11/textwrap.py", "function": "_wrap_chunks", "line": 2},
+        {"file": "<target>/lib/python3.11/site-packages/textcols/cols.py", "function": "cols"},
+        {"file": "<work>/repro.py", "function": "<module>", "line": 3},
+    ]
+    assert [f["function"] for f in own_frames(frames, 1)] == ["cols"]
+
+
+def test_fault_site_matches_a_src_layout_patch_to_the_installed_file() -> None:
+    """textcols' correct fix patches src/textcols/layout.py; its traceback names the installed
+    <target>/lib/python3.11/site-packages/textcols/layout.py: the same file."""
+    from engine.gates.core.faultsite import same_file
+
+    installed = "<target>/lib/python3.11/site-packages/textcols/layout.py"
+    assert same_file(installed, "src/textcols/layout.py")
+    assert same_file(installed, "textcols/layout.py")
+    assert not same_file(installed, "src/other/layout.py")
+    assert same_file("/build/cparse/cparse.c", "cparse.c")
+    assert not same_file("/build/cparse/cparse.c", "lib/cparse.h")

@@ -92,11 +92,15 @@ def touched(hunk: Hunk) -> tuple[set[str], set[int]]:
 
 
 def same_file(frame_file: str, patch_path: str) -> bool:
-    """The frame's file is the patched one: one path ends with the other, by components."""
+    """The frame's file is the patched one: the paths end alike, by components: the file name,
+    and its folder too where both name one (`src/pkg/x.py` is what the build installed as
+    `<target>/lib/python3.11/site-packages/pkg/x.py`; a source layout is not an install's)."""
     a = [p for p in frame_file.split("/") if p not in ("", ".")]
     b = [p for p in patch_path.split("/") if p not in ("", ".")]
-    n = min(len(a), len(b))
-    return n > 0 and a[-n:] == b[-n:]
+    common = 0
+    while common < min(len(a), len(b)) and a[-1 - common] == b[-1 - common]:
+        common += 1
+    return common > 0 and common >= min(2, len(a), len(b))
 
 
 def own_frames(frames: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
@@ -107,6 +111,10 @@ def own_frames(frames: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
         if not file or fn.startswith(RUNTIME) or str(file).startswith(("<work>", "<string>")):
             continue
         if str(file).startswith("/nix/store/"):
+            continue
+        # a Python frame is the package's own only under the package (`<target>/…`): the
+        # interpreter's library (/usr/lib/python3.x/…) would push the package's frames past k
+        if str(file).endswith(".py") and not str(file).startswith("<target>/"):
             continue
         kept.append(f)
     return kept[:k]

@@ -6,7 +6,7 @@ directory the mutant build applies. The mutant-run step then checks the built mu
 (`equiv.check_mutant`: stillborn, equivalent by TCE or AST, not code) and runs the reproducer
 only against the others. `evaluate` reads every mutant's records: killed when a TARGET
 invocation failed on the mutant, judged by the one rule that judges the post-fix runs
-(`oracle_failed`: the expectation gate's own `failed`, loaded from templates/verify/gate.py; the
+(`oracle_failed`: oracle.py's `post_fix_acceptable` under the declared oracles; the
 reproducer script's exit is never a kill), survived otherwise; a survivor that only
 over-allocates is unobservable. Score = killed / (killed + survived); stillborn, equivalent,
 not-code and unobservable mutants are counted nowhere, and each is listed with why. The
@@ -58,21 +58,29 @@ def write_mutant(cfg: dict[str, Any], out: str) -> None:
 
 
 def load_judge(path: str) -> ModuleType:
-    """The expectation gate's rules (templates/verify/gate.py), loaded from the file the
-    pipeline gives this gate: mutants are judged by the very function that judges post-fix."""
+    """The oracle rules (engine/gates/core/oracle.py), loaded from the file the pipeline gives
+    this gate: mutants are judged by the very function that judges post-fix."""
     return load_module("trace_verify_gate", path, "the post-fix judge")
 
 
-def oracle_failed(judge: ModuleType, record: dict[str, Any]) -> bool:
+def oracle_failed(
+    judge: ModuleType, record: dict[str, Any], oracles: dict[str, Any]
+) -> tuple[bool, str]:
     """THE rule for "this build still fails", for the unmutated post-fix runs and every mutant:
-    a target invocation failed as the harness recorded it (exit code, signal, its own sanitizer
-    report; what the expectation gate calls `failed`). The reproducer script's own exit never
+    the run is not acceptable post-fix behaviour under the candidate's declared oracles
+    (`post_fix_acceptable`: a clean rejection declared in [accept] is acceptable; a sanitizer
+    report, a fatal signal or a timeout never is). The reproducer script's own exit never
     counts: a reproducer that exits 1 while every target behaved kills nothing."""
-    return bool(judge.failed(record))
+    ok, why = judge.post_fix_acceptable(record, oracles)
+    return (not ok), str(why)
 
 
 def classify(
-    meta: dict[str, Any], check: dict[str, Any], record: dict[str, Any], judge: ModuleType
+    meta: dict[str, Any],
+    check: dict[str, Any],
+    record: dict[str, Any],
+    judge: ModuleType,
+    oracles: dict[str, Any],
 ) -> tuple[str, str]:
     """(status, why) of one mutant: stillborn, equivalent, not-code (none counted), killed,
     survived, or unobservable (survived, but only over-allocates: not counted)."""
@@ -83,8 +91,9 @@ def classify(
         return status, str(check.get("why") or "")
     if not record.get("target_ran"):
         return "stillborn", "the reproducer never ran the mutant's programs (does it import?)"
-    if oracle_failed(judge, record):
-        return "killed", str(judge.describe(record))
+    failed, why = oracle_failed(judge, record, oracles)
+    if failed:
+        return "killed", why
     if meta.get("effect") == "over-allocates":
         return "unobservable", "survived, but it only makes an allocation larger: no oracle sees it"
     return "survived", str(judge.describe(record))
@@ -118,6 +127,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     policy = applied_policy(cfg)
     min_score = threshold(policy, "min_score")
     judge = load_judge(cfg["judge"])
+    oracles = json.loads(cfg.get("oracles") or "{}")
     landing = load_landing(cfg.get("landing"))
     expected = generate([_read(p) for p in cfg["patches"]])
     results: list[dict[str, Any]] = []
@@ -128,7 +138,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         record = load_json_object(os.path.join(run_dir, "outcome.json"))
         check_path = os.path.join(run_dir, "check.json")
         check = load_json_object(check_path) if os.path.exists(check_path) else {}
-        status, why = classify(meta, check, record, judge)
+        status, why = classify(meta, check, record, judge, oracles)
         line = landed(landing, str(meta["file"]), int(meta["line"]))
         diff = str(meta["diff"])
         if line != meta["line"]:
@@ -144,7 +154,9 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     if ids != want:
         raise ValueError(f"mutant runs {ids} do not match the patch's mutants {want}")
     post = [load_json_object(os.path.join(d, "outcome.json")) for d in cfg["post_runs"]]
-    post_fails = [r for r in post if r.get("build") == "failed" or oracle_failed(judge, r)]
+    post_fails = [
+        r for r in post if r.get("build") == "failed" or oracle_failed(judge, r, oracles)[0]
+    ]
 
     counts = {s: sum(1 for r in results if r["status"] == s) for s in STATUSES}
     judged = counts["killed"] + counts["survived"]
@@ -179,7 +191,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             "did_not_build": counts["stillborn"],
             "threshold": min_score,
             "policy": policy,
-            "judge": "target invocations (the expectation gate's `failed`)",
+            "judge": "target invocations under the declared oracles (post_fix_acceptable)",
             "post_fix_runs": len(post),
             "post_fix_failed": len(post_fails),
             "results": [
