@@ -76,9 +76,11 @@ RULES: tuple[RedactionRule, ...] = (
     RedactionRule(
         id="pem-body",
         description="PEM bodies without their BEGIN line (3+ lines of 64 base64 characters, e.g. "
-        "a key whose header a tail cut off), with a partial first line and the END line",
+        "a key whose header a tail cut off), with a partial first line and the END line; also "
+        "when the lines are joined by a literal \\n (a key written into a string literal)",
         pattern=r"(?m)^(?:[A-Za-z0-9+/]{1,63}\n)?(?:[A-Za-z0-9+/]{64}\n){3,}"
-        r"(?:[A-Za-z0-9+/]{0,63}={0,2}(?:\n|$))?(?:-----END [A-Z0-9 ]*-----)?",
+        r"(?:[A-Za-z0-9+/]{0,63}={0,2}(?:\n|$))?(?:-----END [A-Z0-9 ]*-----)?"
+        r"|(?:[A-Za-z0-9+/]{1,63}\\n)?(?:[A-Za-z0-9+/]{64}\\n){3,}(?:[A-Za-z0-9+/]{0,63}={0,2})?",
     ),
     RedactionRule(
         id="github-token",
