@@ -75,6 +75,40 @@ def test_forced_identity_fails_verification_without_the_no_op_warning(
     assert log.ok and "not the locked one" in log.detail
 
 
+def test_the_fork_signer_checks_the_same_lock(fake: FakeSigstore, tmp_path: Path) -> None:
+    """`trace fork`'s keyless signer refuses a token outside the lock of its (merged) policy
+    folder as `trace bundle` does (one code path), and signs the locked identity."""
+    import argparse
+
+    from engine.fork.candidate import Signer
+
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    write_policy(policy / "signing-identity.json")  # locks SIGNER via TEST_ISSUER
+    trust = fake.write_trust_config(tmp_path / "trust.json")
+
+    def signer(email: str, force: bool = False) -> Signer:
+        return Signer(
+            argparse.Namespace(
+                key=None,
+                identity_token=fake.token(email=email),
+                trust_config=trust,
+                no_sign=False,
+                signer_lock=None,
+                force_identity=force,
+            )
+        )
+
+    statement = assembled().statement_bytes
+    with pytest.raises(SigningError) as err:
+        signer("mallory@trace.test").sign(statement, policy)
+    assert "nothing was signed" in err.value.message and SIGNER in err.value.message
+    sig, how, _ = signer(SIGNER).sign(statement, policy)
+    assert how == "keyless" and sig is not None and json.loads(sig)["dsseEnvelope"]
+    sig, how, _ = signer("mallory@trace.test", force=True).sign(statement, policy)
+    assert how == "keyless" and sig is not None
+
+
 def test_one_deadline_for_every_signing_step(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [100.0]
     monkeypatch.setattr(deadline_mod.time, "monotonic", lambda: now[0])

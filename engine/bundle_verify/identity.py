@@ -111,3 +111,40 @@ def load_identity_policy(path: Path) -> IdentityPolicy:
     return IdentityPolicy(
         path=path, version=spec.version, keyless=spec.keyless, keys=keys, known_versions=known
     )
+
+
+def signer_lock(given: Path | None, signing_policy: Path) -> Path:
+    """The identity lock keyless signing checks the token against: `--signer-lock`, else the
+    one beside the signing policy, else trace's shipped one (what verify-bundle defaults to)."""
+    from engine.paths import data_dir
+
+    if given is not None:
+        return given
+    beside = signing_policy.parent / "signing-identity.json"
+    return beside if beside.is_file() else data_dir() / "policy" / "signing-identity.json"
+
+
+def sign_keyless_locked(
+    statement: bytes,
+    *,
+    token: str,
+    trust_config: Path | None,
+    lock_path: Path,
+    force_identity: bool = False,
+) -> str:
+    """Keyless signing that refuses, before anything is sent to Fulcio, a token whose identity
+    the lock does not name (`force_identity` signs anyway; verify-bundle then refuses it). The
+    one keyless path of `trace bundle`, `trace verify --bundle` and `trace fork`."""
+    from engine.signing.keyless import sign_keyless
+
+    lock = load_identity_policy(lock_path)
+
+    def accept(identity: str, issuer: str) -> str | None:
+        if force_identity or any(
+            s.identity == identity and s.issuer == issuer for s in lock.keyless
+        ):
+            return None
+        named = ", ".join(f"{s.identity} ({s.issuer})" for s in lock.keyless) or "no signer"
+        return f"{lock_path} locks {named}; nothing was signed"
+
+    return sign_keyless(statement, token=token, trust_config=trust_config, accept=accept)

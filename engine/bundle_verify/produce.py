@@ -132,17 +132,6 @@ def request_from_args(args: argparse.Namespace, **fields: object) -> BundleReque
     )
 
 
-def signer_lock(given: Path | None, signing_policy: Path) -> Path:
-    """The identity lock keyless signing checks the token against: `--signer-lock`, else the
-    one beside the signing policy, else trace's shipped one (what verify-bundle defaults to)."""
-    from engine.paths import data_dir
-
-    if given is not None:
-        return given
-    beside = signing_policy.parent / "signing-identity.json"
-    return beside if beside.is_file() else data_dir() / "policy" / "signing-identity.json"
-
-
 def _sign(req: BundleRequest, statement: bytes, policy: Path) -> str:
     from engine.evidence.statement import PAYLOAD_TYPE
 
@@ -152,26 +141,15 @@ def _sign(req: BundleRequest, statement: bytes, policy: Path) -> str:
 
         assert req.key is not None
         return sign_with_key(statement, PAYLOAD_TYPE, load_private_key(req.key))
-    from engine.bundle_verify.identity import load_identity_policy
-    from engine.signing.keyless import sign_keyless
+    from engine.bundle_verify.identity import sign_keyless_locked, signer_lock
     from engine.signing.oidc import identity_token
 
-    lock_path = signer_lock(req.signer_lock, policy)
-    lock = load_identity_policy(lock_path)
-
-    def accept(identity: str, issuer: str) -> str | None:
-        if req.force_identity or any(
-            s.identity == identity and s.issuer == issuer for s in lock.keyless
-        ):
-            return None
-        named = ", ".join(f"{s.identity} ({s.issuer})" for s in lock.keyless) or "no signer"
-        return f"{lock_path} locks {named}; nothing was signed"
-
-    return sign_keyless(
+    return sign_keyless_locked(
         statement,
         token=identity_token(req.identity_token),
         trust_config=req.trust_config,
-        accept=accept,
+        lock_path=signer_lock(req.signer_lock, policy),
+        force_identity=req.force_identity,
     )
 
 

@@ -35,6 +35,8 @@ class Signer:
         self.explicit: str | None = args.identity_token
         self.trust_config: Path | None = args.trust_config
         self.enabled = not args.no_sign
+        self.lock: Path | None = getattr(args, "signer_lock", None)
+        self.force_identity: bool = bool(getattr(args, "force_identity", False))
         self._token: str | None = None
         self._why_not: str | None = None
 
@@ -49,7 +51,12 @@ class Signer:
                 self._why_not = exc.render()
         return self._token
 
-    def sign(self, statement: bytes) -> tuple[str | None, Literal["key", "keyless", "no"], str]:
+    def sign(
+        self, statement: bytes, policy: Path
+    ) -> tuple[str | None, Literal["key", "keyless", "no"], str]:
+        """Sign under `policy` (the merged policy folder): keyless signing checks the token
+        against the identity lock first (`--signer-lock`, else `signing-identity.json` there),
+        the same path as `trace bundle`; a token outside it is refused (SigningError)."""
         if not self.enabled:
             return None, "no", "signing disabled (--no-sign)"
         from engine.evidence.statement import PAYLOAD_TYPE
@@ -62,9 +69,17 @@ class Signer:
         token = self._identity()
         if token is None:
             return None, "no", f"unsigned: {self._why_not}"
-        from engine.signing.keyless import sign_keyless
+        from engine.bundle_verify.identity import sign_keyless_locked, signer_lock
+        from engine.policy.registry import SIGNING
 
-        return sign_keyless(statement, token=token, trust_config=self.trust_config), "keyless", ""
+        signature = sign_keyless_locked(
+            statement,
+            token=token,
+            trust_config=self.trust_config,
+            lock_path=signer_lock(self.lock, policy / SIGNING),
+            force_identity=self.force_identity,
+        )
+        return signature, "keyless", ""
 
 
 def _route(candidate: Candidate, policy: Path) -> RouteDecision:
@@ -250,7 +265,7 @@ def verify_candidate(
         how: Literal["key", "keyless", "no"] = "no"
         note = ""
         if decision.decision == "allow":
-            signature, how, note = signer.sign(assembled.statement_bytes)
+            signature, how, note = signer.sign(assembled.statement_bytes, policy)
         bundle = replace_bundle(cfg.bundles / cid, assembled, signature)
     statuses = [r.status for r in run.steps.values()]
     return Outcome(

@@ -50,6 +50,19 @@ def register(sub: Any) -> None:
     p.add_argument("--key", type=Path, default=None, help="sign offline with this private key")
     p.add_argument("--identity-token", default=None, help="OIDC token for keyless signing")
     p.add_argument("--trust-config", type=Path, default=None, help="Sigstore ClientTrustConfig")
+    p.add_argument(
+        "--signer-lock",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="keyless: the identity lock the token must match before anything is signed "
+        "(default: signing-identity.json of the merged policy)",
+    )
+    p.add_argument(
+        "--force-identity",
+        action="store_true",
+        help="keyless: sign even when the token's identity is not in the lock",
+    )
     p.add_argument("--no-sign", action="store_true", help="never sign")
     p.add_argument("-j", "--jobs", type=int, default=None, help="parallel builds (nix -j)")
     p.add_argument("--wait", type=float, default=0, metavar="SECONDS", help="wait for the state")
