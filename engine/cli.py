@@ -37,6 +37,7 @@ COMMAND_MODULES: list[str] = [
     "engine.agent.scout",
     "engine.agent.land",
     "engine.fork.init",
+    "engine.remote.command",
 ]
 
 

@@ -14,6 +14,7 @@ from engine.policy.registry import SCHEMAS as POLICY_SCHEMAS
 SCHEMAS: dict[str, str] = {
     "pipeline": "engine.model:PipelineFile",
     "candidate": "engine.candidate:CandidateFile",
+    "machine": "engine.remote.machine:MachineConfig",
     **POLICY_SCHEMAS,
     # model-drafted fixes (engine/roles, engine/models, engine/agent)
     "agent": "engine.roles.agentfile:AgentFileSpec",
@@ -185,7 +186,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         counts = ", ".join(
             f"{result.count(s)} {s}"
-            for s in ("built", "reused", "cached", "failed", "skipped")
+            for s in ("built", "substituted", "reused", "cached", "failed", "skipped")
             if result.count(s)
         )
         print(f"{len(result.steps)} steps: {counts or 'nothing to do'}")

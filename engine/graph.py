@@ -412,9 +412,10 @@ def _merge_nix(files: list[_File]) -> NixSettings:
                     file=f.path,
                     key=f"nix.options.{opt}",
                     line=f.line("nix", "options"),
-                    hint="trace always builds in the Nix sandbox with no substituters or remote "
-                    "builders of the pipeline's choosing (verdicts come only from sandboxed "
-                    "builds); paths the sandbox needs go in [nix] extra_sandbox_paths",
+                    hint="trace always builds in the Nix sandbox; binary caches, their keys and "
+                    "remote builders are the machine's (Nix's configuration or trace's machine "
+                    "config, docs/evidence.md), never a pipeline's; paths the sandbox needs go "
+                    "in [nix] extra_sandbox_paths",
                 )
         data = f.spec.nix.model_dump(exclude_unset=True)
         sandbox.extend(p for p in data.pop("extra_sandbox_paths", []) if p not in sandbox)

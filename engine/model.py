@@ -96,7 +96,8 @@ class NixSettings(FileModel):
 
 
 # Settings a pipeline may not pass as `[nix] options`: verdicts come only from sandboxed builds,
-# so the sandbox is trace's, not the pipeline's (and results must never come from a cache).
+# so the sandbox is trace's, not the pipeline's; binary caches, the keys that make their contents
+# acceptable and remote builders are the machine's (engine/remote/machine.py), never a pipeline's.
 FORBIDDEN_OPTIONS = frozenset(
     {
         "sandbox",
@@ -113,6 +114,7 @@ FORBIDDEN_OPTIONS = frozenset(
         "require-sigs",
         "trusted-public-keys",
         "builders",
+        "secret-key-files",
         "post-build-hook",
         "pre-build-hook",
         "diff-hook",

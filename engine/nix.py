@@ -19,15 +19,20 @@ from pathlib import Path
 
 from engine.errors import NixError
 from engine.model import NixSettings
+from engine.remote.machine import MachineConfig, load_machine
 
-_BUILDING = re.compile(r"^building '(/nix/store/[^']+\.drv)'")
+_BUILDING = re.compile(r"^building '(/nix/store/[^']+\.drv)'(?: on '([^']+)')?")
+_COPYING = re.compile(r"^copying path '(/nix/store/[^']+)' from '([^']+)'")
 _FAILED = re.compile(r"builder for '(/nix/store/[^']+\.drv)' failed")
 _NONDET = re.compile(r"derivation '(/nix/store/[^']+\.drv)' may not be deterministic")
 _OUT = re.compile(r'^Derive\(\[\("out","(/nix/store/[^"]+)"')
 _MODIFIED = re.compile(r"path '(/nix/store/[^']+)' was modified!")
 
 
-ENFORCED = ("--option", "sandbox", "true", "--option", "substituters", "")
+# Last on every call, so nothing overrides them: the sandbox on, and a substituted path only with
+# a signature by a trusted key (engine/remote/machine.py says where caches and keys come from).
+ENFORCED = ("--option", "sandbox", "true", "--option", "require-sigs", "true")
+NO_SUBSTITUTES = ("--option", "substituters", "")
 ARGV_BUDGET = 256 * 1024  # bytes of store paths per nix-store call (Linux allows ~2 MB in all)
 BUILD_FAILURE_CODES = range(100, 108)  # 100 + bits: 1 timeout, 2 hash mismatch, 4 --check differs
 
@@ -64,6 +69,10 @@ class RealiseReport:
     returncode: int
     built: set[str] = field(default_factory=set)
     failed: set[str] = field(default_factory=set)
+    # drv -> the machine that built it ("local" or the remote builder's URI)
+    built_on: dict[str, str] = field(default_factory=dict)
+    # store path -> the binary cache it was substituted from (signature checked by Nix)
+    substituted: dict[str, str] = field(default_factory=dict)
     stderr_tail: list[str] = field(default_factory=list)
 
     @property
@@ -97,18 +106,33 @@ def output_of(drv: str) -> str:
 
 
 class Nix:
-    def __init__(self, settings: NixSettings, jobs: int | None = None) -> None:
+    def __init__(
+        self,
+        settings: NixSettings,
+        jobs: int | None = None,
+        *,
+        substitute: bool = True,
+        machine: MachineConfig | None = None,
+    ) -> None:
+        """`substitute=False`: no binary cache at all (a replay must rebuild, not download);
+        `machine`: the machine config (default: the one in force, engine/remote/machine.py)."""
         self.settings = settings
         self.jobs = jobs or settings.jobs
+        self.substitute = substitute
+        self.machine = machine if machine is not None else load_machine()
 
     def option_args(self) -> list[str]:
-        """The graph's settings, then the ones trace enforces (last, so nothing overrides them):
-        the sandbox on, and no substituters (a result must come from a build here)."""
+        """The graph's settings, the machine's cache and builder settings, then the ones trace
+        enforces (last, so nothing overrides them): the sandbox on, signatures required."""
         args: list[str] = []
         for k, v in sorted(self.settings.options.items()):
             args += ["--option", k, v]
         if self.settings.extra_sandbox_paths:
             args += ["--option", "extra-sandbox-paths", " ".join(self.settings.extra_sandbox_paths)]
+        for k, v in self.machine.nix_options():
+            args += ["--option", k, v]
+        if not self.substitute:
+            args += NO_SUBSTITUTES
         return [*args, *ENFORCED]
 
     def _cmd(self, name: str):  # type: ignore[no-untyped-def]
@@ -147,6 +171,8 @@ class Nix:
             part = self._realise(batch, on_event=on_event, check=check)
             report.built |= part.built
             report.failed |= part.failed
+            report.built_on.update(part.built_on)
+            report.substituted.update(part.substituted)
             report.stderr_tail = part.stderr_tail
             if part.returncode != 0 and (report.returncode == 0 or part.nix_failed):
                 report.returncode = part.returncode
@@ -163,8 +189,15 @@ class Nix:
     ) -> RealiseReport:
         cmd = self._cmd("nix-store")
         args = ["--realise", *drvs, "--keep-going", *self.option_args()]
-        # unset: one build per core (Nix's own default is a single build at a time)
-        args += ["--max-jobs", str(self.jobs) if self.jobs else "auto"]
+        remote_check = check and bool(self.machine.check_builders)
+        if remote_check:
+            # the rebuild goes to the check builders only (no local build): a check that passes
+            # then means bit-identical on two machines
+            builders = " ; ".join(self.machine.check_builders or [])
+            args += ["--option", "builders", builders, "--max-jobs", "0"]
+        else:
+            # unset: one build per core (Nix's own default is a single build at a time)
+            args += ["--max-jobs", str(self.jobs) if self.jobs else "auto"]
         if check:
             args.append("--check")
         report = RealiseReport(returncode=0)
@@ -178,12 +211,15 @@ class Nix:
                 del tail[:100]
             if m := _BUILDING.match(line):
                 report.built.add(m.group(1))
+                report.built_on[m.group(1)] = m.group(2) or "local"
                 if on_event:
                     on_event("building", m.group(1))
             elif m := _FAILED.search(line):
                 report.failed.add(m.group(1))
                 if on_event:
                     on_event("failed", m.group(1))
+            elif m := _COPYING.match(line):
+                report.substituted[m.group(1)] = m.group(2)
             elif check and (m := _NONDET.search(line)):
                 report.failed.add(m.group(1))
         report.returncode = proc.wait()

@@ -11,6 +11,7 @@ STYLES = {
     "building": "yellow",
     "built": "green",
     "reused": "green",
+    "substituted": "green",
     "cached": "cyan",
     "failed": "bold red",
     "skipped": "magenta",

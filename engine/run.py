@@ -30,7 +30,8 @@ from engine.render import NixExpr, nix_path, nix_string, render
 # Generated Nix files kept in STATE/build (the newest); `trace gc` removes them all.
 KEEP_BUILD_FILES = 8
 
-Status = Literal["cached", "built", "reused", "failed", "skipped"]
+# substituted: fetched from a binary cache whose signature Nix checked (counts like a build)
+Status = Literal["cached", "built", "substituted", "reused", "failed", "skipped"]
 
 
 class StepPlan(BaseModel):
@@ -62,6 +63,14 @@ class StepResult(BaseModel):
     deterministic: bool | None = None
     log_tail: str | None = None
     reasons: list[str] = Field(default_factory=list)
+    built_on: str | None = Field(
+        default=None,
+        description="where this run's result came from: 'local', a remote builder's URI, or "
+        "'cache:<url>' (substituted); None when it was not made by this run",
+    )
+    checked_on: str | None = Field(
+        default=None, description="the machine that did the --check rebuild ('local' or a URI)"
+    )
 
 
 class RunResult(BaseModel):
@@ -318,6 +327,9 @@ def run_graph(
 
     `state` is a state directory (locked for the duration) or an Index the caller already holds.
     """
+    from engine.remote.machine import load_machine
+
+    load_machine()  # a bad machine config is refused before anything is written
     if isinstance(state, Index):
         return _run(graph, state, jobs, reporter or _default_reporter(progress))
     with Index(state, wait=wait) as index:
@@ -382,6 +394,9 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
         drv, out = drv_of[sid], out_of[sid]
         if out not in invalid:
             status: Status = "built" if drv in built else "reused"
+            origin = rep.built_on.get(drv)
+            if drv not in built and out in rep.substituted:
+                status, origin = "substituted", f"cache:{rep.substituted[out]}"
             res = StepResult(
                 id=sid,
                 key=sp.key,
@@ -390,6 +405,7 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
                 out=out,
                 outcome=read_outcome(out),
                 reasons=sp.reasons,
+                built_on=origin,
             )
             report(sid, status)
         else:
@@ -419,7 +435,7 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
     checks = [
         sid
         for sid in dirty
-        if results[sid].status in ("built", "reused") and graph.steps[sid].check
+        if results[sid].status in ("built", "substituted", "reused") and graph.steps[sid].check
     ]
     if checks:
         rep = nix.realise([drv_of[s] for s in checks], check=True)
@@ -432,6 +448,7 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
         unexplained = rep.returncode != 0 and not rep.failed
         for sid in checks:
             results[sid].deterministic = drv_of[sid] not in rep.failed and not unexplained
+            results[sid].checked_on = rep.built_on.get(drv_of[sid])
             report(sid, "checked" if results[sid].deterministic else "nondeterministic")
 
     index.record(new_results(results, dirty), last, p.graph)
@@ -444,7 +461,7 @@ def new_results(results: dict[str, StepResult], dirty: list[str]) -> list[Cached
     new: list[CachedResult] = []
     for sid in dirty:
         r = results[sid]
-        if r.status in ("built", "reused") and r.out and r.drv:
+        if r.status in ("built", "substituted", "reused") and r.out and r.drv:
             new.append(
                 CachedResult(
                     key=r.key,

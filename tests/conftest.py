@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# The suite runs on no binary cache, whatever the machine's configuration says: no trace machine
+# config (engine/remote/machine.py), and Nix's own substituters empty. Tests of caches and
+# builders pass their own settings explicitly (tests/test_scale_*.py).
+os.environ["TRACE_MACHINE_CONFIG"] = ""
+os.environ["NIX_CONFIG"] = os.environ.get("NIX_CONFIG", "") + "\nsubstituters =\n"
 
 # Fixture packages carry their own test suites (run inside their Nix builds by the regression
 # gate); they are data here, never part of trace's suite.

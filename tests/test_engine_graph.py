@@ -213,7 +213,17 @@ def test_schema_is_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "opt", ["sandbox", "sandbox-fallback", "substituters", "extra-substituters"]
+    "opt",
+    [
+        "sandbox",
+        "sandbox-fallback",
+        "substituters",
+        "extra-substituters",
+        "require-sigs",
+        "trusted-public-keys",
+        "extra-trusted-public-keys",
+        "builders",
+    ],
 )
 def test_pipeline_cannot_turn_the_sandbox_off(tmp_path: Path, opt: str) -> None:
     graph = make_project(tmp_path, '[steps.a]\nkind = "text"\n')
@@ -232,7 +242,7 @@ def test_nix_calls_end_with_the_enforced_settings() -> None:
 
     args = Nix(NixSettings(options={"cores": "1"}, extra_sandbox_paths=["/usr"])).option_args()
     assert args[:3] == ["--option", "cores", "1"]
-    assert args[-6:] == ["--option", "sandbox", "true", "--option", "substituters", ""]
+    assert args[-6:] == ["--option", "sandbox", "true", "--option", "require-sigs", "true"]
 
 
 def test_a_utf8_byte_order_mark_is_ignored(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ ROUTING_PATH = "decisions/routing.json"
 VERIFY_PATH = "verify-result.json"
 GATES_DIR = "gates"
 PAYLOAD_PREFIX = "payload/"
-OK_STATUSES = ("built", "cached", "reused")
+OK_STATUSES = ("built", "cached", "substituted", "reused")
 
 
 def _fail(name: str, reason: str, problems: list[str]) -> Check:

@@ -66,7 +66,7 @@ def rebuild(graph: Graph, keys: dict[str, str], drvs: dict[str, str], work: Path
     settings = graph.nix.model_copy(
         update={"options": {**graph.nix.options, "keep-failed": "true"}}
     )
-    nix = Nix(settings)
+    nix = Nix(settings, substitute=False)  # a replay rebuilds: nothing from a binary cache
     steps = {
         sid: Rebuilt(id=sid, key=keys[sid], drv=drv, out=output_of(drv))
         for sid, drv in drvs.items()

@@ -287,6 +287,7 @@ def verify_candidate(
         note=note,
         built=sum(s == "built" for s in statuses),
         reused=sum(s == "reused" for s in statuses),
+        substituted=sum(s == "substituted" for s in statuses),
         cached=sum(s == "cached" for s in statuses),
         steps=sorted(run.steps),
     )

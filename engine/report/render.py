@@ -95,6 +95,7 @@ STATUS_MARKS = {
     "built": "✓ ",
     "cached": "✓ ",
     "reused": "✓ ",
+    "substituted": "✓ ",
     "recorded": "✓ ",
     "failed": "✗ ",
     "missing": "✗ ",

@@ -59,7 +59,7 @@ REASONS: dict[str, tuple[str, str]] = {
 }
 
 Claim = Literal["pre-fix-fails-as-expected", "post-fix-survives", "runs-agree", "deterministic"]
-StepStatus = Literal["built", "cached", "reused", "failed", "skipped", "missing"]
+StepStatus = Literal["built", "cached", "substituted", "reused", "failed", "skipped", "missing"]
 
 
 class _Model(BaseModel):

@@ -27,7 +27,7 @@ from engine.run import RunResult, StepResult
 from engine.verify.buildlog import build_failure_detail
 from engine.verify.result import ClaimVerdict, SideResult, StepRef, VerifyResult
 
-OK_STATUSES = ("built", "cached", "reused")
+OK_STATUSES = ("built", "cached", "substituted", "reused")
 BUILD_STEP = {"pre": "pre-fix", "post": "post-fix"}
 RUN_STEP = {"pre": "pre-fix-run", "post": "post-fix-run"}
 GATE_STEP = "expectation"

@@ -1,0 +1,187 @@
+"""The machine's settings for binary caches and remote builders: never a pipeline's.
+
+Where substituters, trusted keys and builders come from, in order:
+
+1. a trace machine config, the first that exists of `$TRACE_MACHINE_CONFIG`,
+   `$XDG_CONFIG_HOME/trace/machine.toml` (default `~/.config/trace/machine.toml`) and
+   `/etc/trace/machine.toml`: each setting it gives replaces Nix's own;
+2. otherwise the machine's Nix configuration (`/etc/nix/nix.conf`, `NIX_CONFIG` ...), as it is.
+
+A pipeline file can set none of them (engine/model.py FORBIDDEN_OPTIONS), and whatever the
+configuration says, trace passes `require-sigs = true` on every Nix call (engine/nix.py), so a
+substituted path is accepted only with a signature by a key in `trusted-public-keys`. A machine
+config that turns signatures off or lists a cache without a trusted key is refused (exit 2).
+
+Lower layer: imports only engine.errors (engine/nix.py reads it).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engine.errors import InputError
+
+ENV_VAR = "TRACE_MACHINE_CONFIG"
+SYSTEM_PATH = Path("/etc/trace/machine.toml")
+
+_KEY = re.compile(r"^[A-Za-z0-9._+-]+:[A-Za-z0-9+/=]+$")
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://\S*$")
+
+
+def _strs(description: str) -> Any:
+    return Field(default=None, description=description)
+
+
+class MachineConfig(BaseModel):
+    """`machine.toml`: this machine's caches and builders (`trace schema machine`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    substituters: list[Annotated[str, Field(min_length=1)]] | None = _strs(
+        "binary caches to substitute from, in order (replaces Nix's `substituters`); every one "
+        "must be signed by a key in trusted-public-keys"
+    )
+    trusted_public_keys: list[str] | None = Field(
+        default=None,
+        alias="trusted-public-keys",
+        description="`name:base64` Ed25519 public keys (as `nix-store "
+        "--generate-binary-cache-key` writes them) whose signatures make a cached path "
+        "acceptable (replaces Nix's `trusted-public-keys`)",
+    )
+    require_sigs: bool | None = Field(
+        default=None,
+        alias="require-sigs",
+        description="may only be true: trace never accepts an unsigned substituted path",
+    )
+    builders: list[str] | None = _strs(
+        "Nix remote builder specifications (`ssh-ng://host system key jobs speed features`), "
+        "used as they are by the one `nix-store --realise` of a run (replaces Nix's `builders`)"
+    )
+    check_builders: list[str] | None = Field(
+        default=None,
+        alias="check-builders",
+        description="builders for the `--check` rebuilds of determinism checks (only there: "
+        "local builds off), so `deterministic` means bit-identical on two machines",
+    )
+    push_to: str | None = Field(
+        default=None, alias="push-to", description="`trace push`'s cache when --to is not given"
+    )
+    secret_key_file: str | None = Field(
+        default=None,
+        alias="secret-key-file",
+        description="`trace push`'s signing key (a `nix-store --generate-binary-cache-key` "
+        "secret key file) when --key is not given",
+    )
+
+    def nix_options(self) -> list[tuple[str, str]]:
+        """The settings this config gives, as Nix options (unset ones leave Nix's own)."""
+        out: list[tuple[str, str]] = []
+        if self.substituters is not None:
+            out.append(("substituters", " ".join(self.substituters)))
+        if self.trusted_public_keys is not None:
+            out.append(("trusted-public-keys", " ".join(self.trusted_public_keys)))
+        if self.builders is not None:
+            out.append(("builders", " ; ".join(self.builders)))
+        return out
+
+
+def config_path() -> Path | None:
+    """The machine config in force: the first candidate that exists (None: Nix's own only)."""
+    env = os.environ.get(ENV_VAR)
+    if env is not None:
+        return Path(env) if env else None  # set but empty: no trace machine config at all
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    for p in (Path(xdg) / "trace" / "machine.toml", SYSTEM_PATH):
+        if p.is_file():
+            return p
+    return None
+
+
+def _refuse(path: Path, key: str, message: str, hint: str) -> InputError:
+    return InputError(message, file=path, key=key, hint=hint)
+
+
+def _check(cfg: MachineConfig, path: Path) -> MachineConfig:
+    if cfg.require_sigs is False:
+        raise _refuse(
+            path,
+            "require-sigs",
+            "require-sigs = false would accept unsigned cache contents as build results",
+            "remove the line: trace always requires a trusted signature on substituted paths",
+        )
+    for i, key in enumerate(cfg.trusted_public_keys or []):
+        raw = key.split(":", 1)[-1]
+        try:
+            ok = bool(_KEY.match(key)) and len(base64.b64decode(raw, validate=True)) == 32
+        except ValueError:
+            ok = False
+        if not ok:
+            raise _refuse(
+                path,
+                f"trusted-public-keys.{i + 1}",
+                f"'{key}' is not a Nix binary-cache public key (name:base64 of 32 bytes)",
+                "copy the .pub file that `nix-store --generate-binary-cache-key` wrote",
+            )
+    for i, url in enumerate(cfg.substituters or []):
+        if not _URL.match(url):
+            raise _refuse(
+                path,
+                f"substituters.{i + 1}",
+                f"'{url}' is not a store URL",
+                "write it as Nix does: file:///path, https://host, s3://bucket, ssh-ng://host",
+            )
+    if cfg.substituters and not cfg.trusted_public_keys:
+        raise _refuse(
+            path,
+            "substituters",
+            "substituters are listed without trusted-public-keys: no cached path could be "
+            "checked against a key",
+            "add the caches' public keys as trusted-public-keys (or remove substituters)",
+        )
+    for name in ("builders", "check_builders"):
+        for i, spec in enumerate(getattr(cfg, name) or []):
+            if not spec.strip() or ";" in spec or "\n" in spec:
+                key = name.replace("_", "-")
+                raise _refuse(
+                    path,
+                    f"{key}.{i + 1}",
+                    f"'{spec}' is not one builder specification",
+                    "one machine per list entry: `ssh-ng://host system key jobs speed features`",
+                )
+    return cfg
+
+
+def load_machine(path: Path | None = None) -> MachineConfig:
+    """The machine config in force (an empty one when there is none); bad files exit 2."""
+    path = path if path is not None else config_path()
+    if path is None:
+        return MachineConfig()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
+    except FileNotFoundError:
+        raise InputError(
+            "the machine config does not exist",
+            file=path,
+            hint=f"create it or unset {ENV_VAR}",
+        ) from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"cannot read the machine config: {exc}", file=path) from None
+    try:
+        cfg = MachineConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise InputError(
+            f"{err['msg']}",
+            file=path,
+            key=key,
+            hint="see `trace schema machine` for the keys a machine config may hold",
+        ) from None
+    return _check(cfg, path)
