@@ -33,6 +33,7 @@ _MODIFIED = re.compile(r"path '(/nix/store/[^']+)' was modified!")
 # a signature by a trusted key (engine/remote/machine.py says where caches and keys come from).
 ENFORCED = ("--option", "sandbox", "true", "--option", "require-sigs", "true")
 NO_SUBSTITUTES = ("--option", "substituters", "")
+NIX_COMMAND = ("--extra-experimental-features", "nix-command")
 ARGV_BUDGET = 256 * 1024  # bytes of store paths per nix-store call (Linux allows ~2 MB in all)
 BUILD_FAILURE_CODES = range(100, 108)  # 100 + bits: 1 timeout, 2 hash mismatch, 4 --check differs
 
@@ -90,6 +91,16 @@ class RealiseReport:
             hint="fix what Nix reports (free disk space, [nix] options, -j) and run again; "
             "steps already built are kept",
         )
+
+
+def store_uri(spec: str) -> str:
+    """The store URI of a Nix builder specification (`URI system key jobs ...`): its first field,
+    with the key file (third field, when not `-`) as the `ssh-key` store parameter."""
+    fields = spec.split()
+    uri = fields[0]
+    if len(fields) > 2 and fields[2] != "-" and "ssh-key=" not in uri:
+        uri += ("&" if "?" in uri else "?") + f"ssh-key={fields[2]}"
+    return uri
 
 
 def output_of(drv: str) -> str:
@@ -187,21 +198,60 @@ class Nix:
         on_event: Callable[[str, str], None] | None = None,
         check: bool = False,
     ) -> RealiseReport:
-        cmd = self._cmd("nix-store")
+        if check and self.machine.check_builders:
+            return self._check_on(self.machine.check_builders[0], drvs)
         args = ["--realise", *drvs, "--keep-going", *self.option_args()]
-        remote_check = check and bool(self.machine.check_builders)
-        if remote_check:
-            # the rebuild goes to the check builders only (no local build): a check that passes
-            # then means bit-identical on two machines
-            builders = " ; ".join(self.machine.check_builders or [])
-            args += ["--option", "builders", builders, "--max-jobs", "0"]
-        else:
-            # unset: one build per core (Nix's own default is a single build at a time)
-            args += ["--max-jobs", str(self.jobs) if self.jobs else "auto"]
+        # unset: one build per core (Nix's own default is a single build at a time)
+        args += ["--max-jobs", str(self.jobs) if self.jobs else "auto"]
         if check:
             args.append("--check")
+        return self._stream(args, check=check, on_event=on_event)
+
+    def _check_on(self, spec: str, drvs: Sequence[str]) -> RealiseReport:
+        """`--check` the derivations on another machine: copy their build closure AND the outputs
+        built here to that store, then `nix-store --store URI --realise --check` there, so its
+        rebuild is compared with this machine's bits by that machine's Nix. (Nix 2.8's build hook
+        does not compare a remote `--check` rebuild with anything: a nondeterministic derivation
+        passes it, hence not `--max-jobs 0` with the builders.)"""
+        uri = store_uri(spec)
+        closure: set[str] = set()
+        for batch in batches(drvs):
+            rc, out, err = self._cmd("nix-store").run(
+                ["--query", "--requisites", "--include-outputs", *batch], retcode=None
+            )
+            if rc != 0:
+                return RealiseReport(returncode=int(rc), stderr_tail=str(err).splitlines()[-40:])
+            closure |= set(str(out).split())
+        # the derivations (with their own closure of .drv files and sources), then the outputs
+        plain = sorted(p for p in closure if not p.endswith(".drv"))
+        for how, paths in ((["--derivation"], list(drvs)), ([], plain)):
+            for batch in batches(paths):
+                rc, _, err = self._cmd("nix").run(
+                    [*NIX_COMMAND, "copy", *how, "--no-check-sigs", "--to", uri, *batch],
+                    retcode=None,
+                )
+                if rc != 0:
+                    tail = [f"copying the build closure to the check builder {uri} failed:"]
+                    return RealiseReport(
+                        returncode=int(rc), stderr_tail=tail + str(err).split("\n")
+                    )
+        args = ["--store", uri, "--realise", *drvs, "--keep-going", "--check"]
+        # the check builder builds itself: not on further builders
+        args += [*self.option_args(), "--option", "builders", "", "--max-jobs", "1"]
+        report = self._stream(args, check=True, on_event=None)
+        report.built_on = dict.fromkeys(drvs, uri)
+        if report.returncode == 1 and report.failed:  # the remote's status is not passed on
+            report.returncode = 104  # 100 + 4: a --check differed
+        return report
+
+    def _stream(
+        self, args: list[str], *, check: bool, on_event: Callable[[str, str], None] | None
+    ) -> RealiseReport:
+        """Run `nix-store ARGS`, following its stderr for builds, failures and substitutions."""
         report = RealiseReport(returncode=0)
-        proc = cmd.popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = self._cmd("nix-store").popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         assert proc.stderr is not None
         tail: list[str] = []
         for raw in proc.stderr:
@@ -211,7 +261,10 @@ class Nix:
                 del tail[:100]
             if m := _BUILDING.match(line):
                 report.built.add(m.group(1))
-                report.built_on[m.group(1)] = m.group(2) or "local"
+                if m.group(2):  # sent to a remote builder (which then prints its own line)
+                    report.built_on[m.group(1)] = m.group(2)
+                else:
+                    report.built_on.setdefault(m.group(1), "local")
                 if on_event:
                     on_event("building", m.group(1))
             elif m := _FAILED.search(line):
