@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.errors import TraceError
+from engine.errors import TraceError, UsageError
 from engine.fork.candidate import Signer, verify_candidate
 from engine.fork.config import discover, make_config
 from engine.fork.entry import merged_policy, write_if_changed
@@ -75,15 +75,48 @@ def register(sub: Any) -> None:
         help="also write DIR/index.html, a findings page of every candidate (engine.report)",
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="verify only shard I of N (a CI job of a matrix): the candidates whose name hashes "
+        "to I (docs/scale.md); also write the shard directory for --merge",
+    )
+    p.add_argument(
+        "--shard-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --shard: where the shard's rows, bundles and policy go "
+        "(default: STATE/shards/I-of-N)",
+    )
+    p.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="DIR",
+        help="join the shard directories of one sharded run into one table (and --report "
+        "page, --json report); refuses shards of different runs or a missing shard",
+    )
     p.set_defaults(handler=cmd_fork)
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
     from engine.errors import BusyError
 
+    if args.merge is not None:
+        from engine.fork.merge import cmd_merge
+
+        return cmd_merge(args)
+    shard = _shard(args)
     cfg = make_config(args)
     dirty = check_clean(cfg, args.allow_dirty)
-    files = discover(cfg, args.candidates_)
+    every = files = discover(cfg, args.candidates_)
+    if shard is not None:
+        from engine.fork.shard import select
+
+        files = select(every, *shard)
     policy = merged_policy(cfg)
     signer = Signer(args)
     outcomes: list[Outcome] = []
@@ -110,6 +143,13 @@ def cmd_fork(args: argparse.Namespace) -> int:
         fork=str(cfg.root), commit=git_commit(cfg.root), dirty=dirty, candidates=outcomes
     )
     write_if_changed(cfg.state / "fork" / "report.json", report.to_json().encode())
+    if shard is not None:
+        from engine.fork.shard import write_shard
+
+        i, n = shard
+        dest = args.shard_dir or cfg.state / "shards" / f"{i}-of-{n}"
+        done = write_shard(dest, cfg, report, policy, shard=shard, every=every, mine=files)
+        print(f"shard {i}/{n}: {done}", file=sys.stderr if args.json else sys.stdout)
     if args.report is not None:
         from engine.report.findings import fork_findings
 
@@ -120,3 +160,13 @@ def cmd_fork(args: argparse.Namespace) -> int:
     else:
         print_table(report, cfg)
     return report.exit_code
+
+
+def _shard(args: argparse.Namespace) -> tuple[int, int] | None:
+    if args.shard is None:
+        if args.shard_dir is not None:
+            raise UsageError("--shard-dir goes with --shard I/N")
+        return None
+    from engine.fork.shard import parse_spec
+
+    return parse_spec(args.shard)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from engine.errors import InputError
@@ -69,10 +70,20 @@ def check_clean(cfg: ForkConfig, allow_dirty: bool) -> bool:
 
 
 def print_table(report: ForkReport, cfg: ForkConfig) -> None:
+    show_table(
+        report,
+        f"trace fork {cfg.root} ({(report.commit or 'no commit')[:12]})",
+        f"{cfg.bundles}/<candidate id>",
+        cfg.state / "policy",
+    )
+
+
+def show_table(report: ForkReport, title: str, bundles: str, policy: Path) -> None:
+    """The summary table, then where the bundles are and how to check one."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"trace fork {cfg.root} ({(report.commit or 'no commit')[:12]})")
+    table = Table(title=title)
     table.add_column("candidate", no_wrap=True)
     for col in ("verify", "route", "signing", "bundle", "steps"):
         table.add_column(col, overflow="fold")
@@ -96,8 +107,8 @@ def print_table(report: ForkReport, cfg: ForkConfig) -> None:
     console.print(table)
     n_ok = sum(o.decision == "allow" for o in report.candidates)
     console.print(f"{n_ok} of {len(report.candidates)} candidates allowed")
-    console.print(f"bundles: {cfg.bundles}/<candidate id>")
+    console.print(f"bundles: {bundles}")
     console.print(
-        f"check one: {cli('verify-bundle')} {cfg.bundles}/<candidate id> "
-        f"--identity {cfg.state}/policy/signing-identity.json (key-signed: add --key KEY.pub)"
+        f"check one: {cli('verify-bundle')} {bundles} "
+        f"--identity {policy}/signing-identity.json (key-signed: add --key KEY.pub)"
     )
