@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from engine.errors import InputError
 from engine.fork.config import ForkConfig, Source
-from engine.fork.entry import pipeline_entry, signing_source, write_if_changed
+from engine.fork.entry import pipeline_entry, signing_source, swap_dir, write_if_changed
 from engine.fork.report import Outcome
 
 if TYPE_CHECKING:
@@ -176,13 +174,7 @@ def replace_bundle(dest: Path, assembled: Assembled, signature: str | None) -> P
     fresh = Path(tempfile.mkdtemp(prefix=f".{dest.name}.new.", dir=dest.parent))
     fresh.rmdir()
     write_bundle(fresh, assembled, signature)
-    old = None
-    if dest.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
-        os.replace(dest, old / dest.name)
-    os.replace(fresh, dest)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    swap_dir(fresh, dest)
     return dest
 
 

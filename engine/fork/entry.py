@@ -29,6 +29,20 @@ def write_if_changed(path: Path, data: bytes) -> None:
         raise
 
 
+def swap_dir(fresh: Path, dest: Path) -> None:
+    """Put the finished directory `fresh` at `dest` (replacing what was there) by renames: a
+    reader never sees half of it."""
+    import shutil
+
+    old = None
+    if dest.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+        os.replace(dest, old / dest.name)
+    os.replace(fresh, dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def _declared_excludes(files: list[Path]) -> list[str]:
     import tomli
 

@@ -22,7 +22,6 @@ It is written beside its place and swapped in, so a reader never sees half of on
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import tempfile
 from dataclasses import replace
@@ -33,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.errors import UsageError
 from engine.fork.config import ForkConfig
+from engine.fork.entry import swap_dir
 from engine.fork.report import ForkReport
 
 MANIFEST = "shard.json"
@@ -115,17 +115,6 @@ def policy_digest(policy: Path) -> str:
         if p.is_file()
     )
     return hashlib.sha256(lines.encode()).hexdigest()
-
-
-def swap_dir(fresh: Path, dest: Path) -> None:
-    """Put the finished directory `fresh` at `dest` (replacing what was there) by renames."""
-    old = None
-    if dest.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
-        os.replace(dest, old / dest.name)
-    os.replace(fresh, dest)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_shard(
