@@ -19,6 +19,7 @@ mkShell {
         hypothesis
         mypy
         pyjwt
+        pyyaml
       ])
     ))
     ruff

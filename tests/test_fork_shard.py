@@ -5,11 +5,15 @@ different runs, a missing or doubled shard, or a doctored shard directory must b
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
 import random
+import re
+import shlex
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -295,3 +299,103 @@ def test_option_mistakes_exit_2(tmp_path: Path) -> None:
     assert rc == 2 and "--merge does not go with --shard" in err
     rc, _, err = run("fork", "--fork", str(tmp_path), "--shard", "3/2")
     assert rc == 2 and "is not I/N" in err
+
+
+# ---- the fork template's CI workflow (nix/templates/fork/.github/workflows/trace.yml) ----
+
+WORKFLOW = Path(__file__).resolve().parent.parent / "nix/templates/fork/.github/workflows/trace.yml"
+NIX_RUN = re.compile(r"\bnix run \.#(?P<app>verify|trace) -- (?P<args>.*)$")
+EXPR = re.compile(r"\$\{\{\s*(?P<e>[^}]*?)\s*\}\}")
+
+
+def workflow() -> dict[Any, Any]:
+    yaml = pytest.importorskip("yaml")
+    doc = yaml.safe_load(WORKFLOW.read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def invocations(doc: dict[Any, Any], values: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """Every `nix run .#verify|trace -- …` line of every `run:` step, as trace's argv, with the
+    workflow's ${{ … }} expressions replaced by `values` (anything else: X)."""
+    found: list[tuple[str, list[str]]] = []
+    for name, job in doc["jobs"].items():
+        for step in job["steps"]:
+            for line in str(step.get("run", "")).splitlines():
+                m = NIX_RUN.search(line)
+                if m is None:
+                    continue
+                text = EXPR.sub(lambda e: values.get(e.group("e"), "X"), m.group("args"))
+                argv = shlex.split(text)
+                found.append((name, ["fork", *argv] if m.group("app") == "verify" else argv))
+    return found
+
+
+def test_the_workflow_parses_and_shards_over_its_whole_matrix() -> None:
+    doc = workflow()
+    assert set(doc.get("on", doc.get(True))) >= {"push", "pull_request"}
+    assert doc["permissions"]["id-token"] == "write"  # keyless signing in CI
+    verify, merge_job = doc["jobs"]["verify"], doc["jobs"]["merge"]
+    assert merge_job["needs"] == "verify" and merge_job["if"] == "always()"
+    assert verify["strategy"]["fail-fast"] is False
+    shards = verify["strategy"]["matrix"]["shard"]
+    n = len(shards)
+    assert shards == list(range(1, n + 1)) and n >= 2
+    uploads = [s for s in verify["steps"] if str(s.get("uses", "")).startswith("actions/upload")]
+    assert uploads and uploads[0]["if"] == "always()"  # a denied shard still reports
+    downloads = [s for s in merge_job["steps"] if "download-artifact" in str(s.get("uses"))]
+    assert downloads[0]["with"]["pattern"] == uploads[0]["with"]["name"].split("$")[0] + "*"
+
+
+def test_the_workflow_runs_real_trace_commands() -> None:
+    from engine.cli import build_parser
+
+    doc = workflow()
+    shards = doc["jobs"]["verify"]["strategy"]["matrix"]["shard"]
+    parser = build_parser()
+    commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    seen: dict[str, int] = {}
+    needs_push: list[list[str]] = []
+    for i in shards:
+        values = {"matrix.shard": str(i), "strategy.job-total": str(len(shards))}
+        for job, argv in invocations(doc, values):
+            if argv[0] == "push" and "push" not in commands:
+                needs_push.append(argv)
+                continue
+            args = parser.parse_args(argv)  # argparse exits (fails the test) on a wrong option
+            seen[args.command] = seen.get(args.command, 0) + 1
+            if job == "verify" and args.command == "fork":
+                assert parse_spec(args.shard) == (i, len(shards))
+                assert args.shard_dir is not None and args.merge is None
+            if job == "merge":
+                assert args.command == "fork" and args.merge and args.report is not None
+                assert args.shard is None
+    assert seen.get("fork", 0) == 2 * len(shards)  # a shard run and the merge, per value
+    if needs_push:
+        pytest.skip(
+            f"`trace push` (issue 17, binary caches) is not in this trace yet: {needs_push[0]}"
+        )
+    assert seen.get("push", 0) == len(shards)
+
+
+def test_init_adds_the_workflow_and_keeps_an_own_one(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    git(fresh, "init", "-q")
+    rc, out, _ = run("init", "--fork", str(fresh), "--trace-url", "path:/x", "--no-lock")
+    assert rc == 0, out
+    target = fresh / ".github" / "workflows" / "trace.yml"
+    assert target.read_bytes() == WORKFLOW.read_bytes()
+    assert "added .github/workflows/trace.yml" in out
+    staged = subprocess.run(
+        ["git", "-C", str(fresh), "diff", "--cached", "--name-only"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert ".github/workflows/trace.yml" in staged
+    own = tmp_path / "own"
+    (own / ".github" / "workflows").mkdir(parents=True)
+    (own / ".github" / "workflows" / "trace.yml").write_text("name: ours\n")
+    git(own, "init", "-q")
+    rc, out, _ = run("init", "--fork", str(own), "--trace-url", "path:/x", "--no-lock")
+    assert rc == 0 and "kept .github/workflows/trace.yml" in out
+    assert (own / ".github" / "workflows" / "trace.yml").read_text() == "name: ours\n"

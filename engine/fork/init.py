@@ -9,7 +9,9 @@ At the fork's root (a git work tree, usually with its own flake.nix) it:
    which adds `apps.<system>.verify` and `apps.<system>.trace`. The edit is checked with
    `nix-instantiate --parse`; when the file's shape does not allow it (outputs not the last
    attribute), nothing is changed and the exact lines to add are printed (exit 1);
-3. adds `/.trace/` (trace's state and bundles) to .gitignore;
+3. adds `/.trace/` (trace's state and bundles) to .gitignore, and the CI workflow
+   .github/workflows/trace.yml (a GitHub Actions matrix of `trace fork --shard I/N` jobs sharing
+   a binary cache, then one `trace fork --merge` job) unless the fork has a file of that name;
 4. stages everything (`git add`, real entries, not intent-to-add), runs `nix flake lock` and
    stages flake.lock, so the first `nix run .#verify` after a commit finds a clean tree.
 
@@ -32,6 +34,7 @@ from engine.fork.git import git_root, run_git
 TEMPLATE = "nix/templates/fork"
 PLACEHOLDER = "github:OWNER/trace"
 IGNORE = "/.trace/"
+WORKFLOWS = ".github/workflows"  # the template's CI workflow (docs/scale.md)
 NIX_DEADLINE = 600.0
 OUTPUTS = re.compile(r"^(?P<indent>[ \t]*)outputs[ \t]*=", re.M)
 # the file's end after the outputs' `;`: the closing brace, blank lines and comments only
@@ -180,6 +183,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     url = check_url(args.trace_url) if state != "done" else ""
     say: list[str] = []
     added, kept = copy_template(template / "trace", root / config, root)
+    # the CI workflow: a job matrix over `trace fork --shard`, a shared cache, one merge job
+    ci_added, ci_kept = copy_template(template / WORKFLOWS, root / WORKFLOWS, root)
+    added, kept = added + ci_added, kept + ci_kept
     say += [f"added {p}" for p in added] + [f"kept {p} (already there)" for p in kept]
     lines: str | None = None
     if state == "absent":
@@ -204,8 +210,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
     if ensure_ignored(root):
         say.append(f"added {IGNORE} to .gitignore")
-    staged = ["flake.nix", ".gitignore", f"{config}/"]
-    stage(root, ["flake.nix", ".gitignore", config])
+    staged = ["flake.nix", ".gitignore", f"{config}/", *ci_added]
+    stage(root, ["flake.nix", ".gitignore", config, *ci_added])
     if lines is None and not args.no_lock:
         proc = _nix(root, "nix", "flake", "lock", *args.nix_args)
         if proc.returncode != 0:
