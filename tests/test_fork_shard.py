@@ -90,6 +90,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     other = tmp / "later" / "shard-2"
     o_rc, _, o_err = fork_run(root, key, "later", "--shard", "2/2", "--shard-dir", str(other))
     assert o_rc == 0, o_err
+    l_rc, _, l_err = fork_run(
+        root, key, "later1", "--shard", "1/2", "--shard-dir", str(tmp / "later" / "shard-1")
+    )
+    assert l_rc == 1, l_err
     return Runs(root, key, json.loads(out), tmp / "whole-report", root / ".trace" / "whole",
                 rc, shards, other)  # fmt: skip
 
@@ -192,6 +196,34 @@ def refused(dirs: list[Path], *words: str) -> str:
 def test_shards_of_another_commit_are_refused(runs: Runs) -> None:
     one, _ = runs.shards[2]
     refused([one, runs.other_commit], "fork commit", str(runs.other_commit))
+
+
+@pytest.mark.nix
+def test_a_merge_at_the_fork_checks_its_commit_and_policy(runs: Runs, tmp_path: Path) -> None:
+    later = [runs.other_commit.parent / "shard-1", runs.other_commit]
+    page = tmp_path / "page"
+    argv = ["fork", "--merge", *map(str, later), "--fork", str(runs.root), "--key", str(runs.key)]
+    rc, out, err = run(*argv, "--report", str(page))
+    assert rc == 1 and "not at a fork" not in err, err
+    # the pager bundle, key-signed, verifies against the fork's own signing identity
+    assert 'data-verified="true"' in (page / "TRACE-2026-0002-pager.html").read_text()
+    assert "2 of 3 candidates allowed" in out
+    # shards of the fork's previous commit
+    rc, _, err = run("fork", "--merge", *map(str, runs.shards[2]), "--fork", str(runs.root))
+    assert rc == 2 and "the shards verified commit" in err, err
+    # the fork's policy now differs from the one the shards ran under
+    own = runs.root / "trace" / "policy" / "routing.toml"
+    shipped = Path(__file__).resolve().parent.parent / "policy" / "routing.toml"
+    own.parent.mkdir()
+    try:
+        own.write_text(shipped.read_text() + "\n# stricter, later\n")
+        rc, _, err = run(*argv)
+        assert rc == 2 and "another policy" in err, err
+    finally:
+        shutil.rmtree(own.parent)
+    # not at a fork: the shards' own policy copy, said so
+    rc, _, err = run("fork", "--merge", *map(str, later))
+    assert rc == 1 and "not at a fork" in err
 
 
 @pytest.mark.nix

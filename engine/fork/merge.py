@@ -191,6 +191,43 @@ def merge(paths: Sequence[Path]) -> tuple[ForkReport, list[Shard]]:
     ), shards
 
 
+def fork_policy(args: Any, shard: Shard) -> Path | None:
+    """At the fork (--fork, or the current directory when it is one): the fork's own merged
+    policy, once the shards are shown to have run its commit under that policy. The findings
+    page then checks every bundle against the fork's signing identity, not against the copy a
+    shard directory brought along. None when not at a fork (and no --fork given)."""
+    from engine.fork.config import make_config
+    from engine.fork.entry import merged_policy
+    from engine.fork.git import git_commit
+
+    try:
+        cfg = make_config(args)
+    except UsageError:
+        if args.fork is not None:
+            raise
+        return None
+    m, where = shard.manifest, shard.path / MANIFEST
+    head = git_commit(cfg.root)
+    if head != m.commit:
+        raise InputError(
+            f"the shards verified commit {m.commit}, the fork {cfg.root} is at {head}",
+            file=where,
+            key="commit",
+            hint="merge in a checkout of the commit the shards ran (in CI: the same ref)",
+        )
+    policy = merged_policy(cfg)
+    got = policy_digest(policy)
+    if got != m.policy_digest:
+        raise InputError(
+            f"the shards ran under another policy than the fork {cfg.root} has now "
+            f"(policy digest {m.policy_digest[:12]}, the fork's {got[:12]})",
+            file=where,
+            key="policy_digest",
+            hint="merge with the fork's committed trace/policy, or re-run every shard",
+        )
+    return policy
+
+
 # options of a verify run that mean nothing to a merge (it reads finished shards only)
 RUN_ONLY = ("candidates_", "shard", "shard_dir", "source", "allow_dirty", "identity_token")
 
@@ -208,7 +245,14 @@ def cmd_merge(args: Any) -> int:
             hint="run each shard with --shard I/N first; --merge only joins their directories",
         )
     report, shards = merge(args.merge)
-    policy = shards[0].path / POLICY
+    policy = fork_policy(args, shards[0])
+    if policy is None:
+        policy = shards[0].path / POLICY
+        print(
+            "trace: note: not at a fork: bundles are checked against the shards' own policy "
+            "copy (pass --fork DIR to check them against the fork's)",
+            file=sys.stderr,
+        )
     if args.report is not None:
         from engine.report.findings import fork_findings
 
