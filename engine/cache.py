@@ -191,8 +191,12 @@ class Index:
 
     def add_root(self, key: str, out: str) -> None:
         link = self.gcroots / key
-        if link.is_symlink() and os.readlink(link) == out:
+        try:  # a new root: one syscall (symlink creation is atomic)
+            os.symlink(out, link)
             return
+        except FileExistsError:
+            if os.path.islink(link) and os.readlink(link) == out:
+                return
         tmp = self.gcroots / f".{key}.tmp"
         if tmp.is_symlink():
             tmp.unlink()

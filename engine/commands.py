@@ -217,18 +217,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from engine.graph import load_graph
     from engine.hashing import StatCache
     from engine.nix import Nix
-    from engine.run import evaluate, plan, render_expression
+    from engine.run import evaluate, known_drvs, plan, render_expression
 
     state = _state_dir(args)
     hasher = StatCache.read_only(state / "state.db")
     graph = load_graph(args.graph, root=_root(args), hasher=hasher)
     with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
         hasher.flush(index.db)
-        p, _ = plan(graph, index)
+        p, cached = plan(graph, index)
+        known = known_drvs(p, cached)  # clean upstream steps: imported, not rendered again
         if p.dirty and args.no_eval:  # a template that does not render is bad input
-            render_expression(graph, p, p.dirty)
+            render_expression(graph, p, p.dirty, known)
         elif p.dirty:  # ... and so is a graph that does not evaluate
-            evaluate(graph, p, p.dirty, Nix(graph.nix), state, index)
+            evaluate(graph, p, p.dirty, Nix(graph.nix), state, index, known)
     if args.json:
         print(
             json.dumps(

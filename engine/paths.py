@@ -29,7 +29,15 @@ def resolve_ref(value: str, base: Path) -> Path:
 # The engine modules whose code shapes derivations and keys: their digest is part of every step
 # key, so a changed engine never answers from results an older engine built (even without a
 # version bump, as in a development checkout).
-KEY_SOURCES = ("model.py", "graph.py", "hashing.py", "render.py", "run.py", "nix.py")
+KEY_SOURCES = (
+    "model.py",
+    "graph.py",
+    "hashing.py",
+    "render.py",
+    "expression.py",
+    "run.py",
+    "nix.py",
+)
 
 
 def key_source_paths() -> list[Path]:

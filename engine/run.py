@@ -3,10 +3,12 @@
 Plan: each step's key is the digest of its components (kind, template digest, resolved params,
 input digests, the keys of the steps it needs, package-set digest, Nix settings, engine version).
 A step whose key has a result in the index and whose output still exists is clean: no Nix
-evaluation at all. Execute: the dirty steps and their upstream closure are rendered into one Nix
-file, evaluated by one `nix-instantiate`, and the dirty derivations built by one
-`nix-store --realise --keep-going`. Failures are reported with their log tail, never cached, and
-their downstream steps are skipped. Steps of `check` kinds are rebuilt once with `--check`.
+evaluation at all. Execute: the dirty steps are rendered into one Nix file, their clean upstream
+steps imported by their recorded `.drv` (only the dirty frontier is rendered; the `.drv` paths are
+those of a from-scratch evaluation: engine/expression.py), evaluated by one `nix-instantiate`, and
+the dirty derivations built by one `nix-store --realise --keep-going`. Failures are reported
+with their log tail, never cached, and their downstream steps are skipped. Steps of `check` kinds
+are rebuilt once with `--check`.
 """
 
 from __future__ import annotations
@@ -14,18 +16,18 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
-from engine import __version__
+from engine import __version__, expression
 from engine.cache import CachedResult, Index
-from engine.errors import InputError, NixError
+from engine.errors import NixError
 from engine.hashing import digest_bytes, key_digest
 from engine.model import Graph, InputRef, Step
-from engine.render import NixExpr, nix_path, nix_string, render
 
 # Generated Nix files kept in STATE/build (the newest); `trace gc` removes them all.
 KEEP_BUILD_FILES = 8
@@ -78,6 +80,10 @@ class RunResult(BaseModel):
     steps: dict[str, StepResult]
     evaluated: bool = False
     nix_calls: int = 0
+    rendered: int = 0  # templates rendered (clean upstream steps are imported by their .drv)
+    # seconds per phase: plan, render, instantiate, realise (with --check rebuilds), collect
+    # (reading outcomes), record
+    timings: dict[str, float] = Field(default_factory=dict)
 
     def count(self, status: Status) -> int:
         return sum(1 for s in self.steps.values() if s.status == status)
@@ -194,95 +200,26 @@ def plan(graph: Graph, index: Index) -> tuple[Plan, dict[str, CachedResult]]:
     return Plan(graph=graph_id(graph), steps=steps, order=list(graph.order)), cached
 
 
-def _context(graph: Graph, step: Step, keys: dict[str, str]) -> dict[str, Any]:
-    def ref(sid: str) -> NixExpr:
-        return NixExpr(f"steps.{nix_string(sid)}")
+def render_expression(
+    graph: Graph, p: Plan, targets: list[str], known: Mapping[str, tuple[str, str]] | None = None
+) -> tuple[str, dict[int, str]]:
+    """One Nix file evaluating to the list of target derivations; also line -> step id.
 
-    params: dict[str, Any] = {}
-    for name, value in step.params.items():
-        if isinstance(value, InputRef):
-            params[name] = nix_path(str(value.path))
-        elif isinstance(value, list) and value and isinstance(value[0], InputRef):
-            params[name] = [nix_path(str(v.path)) for v in value]
-        else:
-            params[name] = value
-    needs: dict[str, Any] = {}
-    for base, ids in step.needs_base.items():
-        repeated = graph.steps[ids[0]].repeat_index is not None
-        needs[base] = [ref(i) for i in ids] if repeated else ref(ids[0])
-    return {
-        "params": params,
-        "inputs": {k: nix_path(str(v.path)) for k, v in step.inputs.items()},
-        "needs": needs,
-        "step": {"id": step.id, "key": keys[step.id], "base_id": step.base_id},
-        "repeat_index": step.repeat_index,
-    }
-
-
-def _closure(graph: Graph, targets: list[str]) -> list[str]:
-    seen: set[str] = set()
-    stack = list(targets)
-    while stack:
-        sid = stack.pop()
-        if sid in seen:
-            continue
-        seen.add(sid)
-        stack.extend(graph.steps[sid].needs)
-    return [s for s in graph.order if s in seen]
-
-
-def render_expression(graph: Graph, p: Plan, targets: list[str]) -> tuple[str, dict[int, str]]:
-    """One Nix file evaluating to the list of target derivations; also line -> step id."""
+    From scratch (every step of the targets' closure rendered) unless `known` names clean steps'
+    existing .drv files (engine/expression.py)."""
     keys = {sid: sp.key for sid, sp in p.steps.items()}
-    if graph.package_set is not None:
-        pkgs = f"import (/. + {nix_string(str(graph.package_set.path))}) {{ }}"
-    else:
-        pkgs = 'throw "this pipeline declares no [nix] package_set"'
-    lines = ["# generated by trace; do not edit", "let", f"  pkgs = {pkgs};", "  steps = {"]
-    owner: dict[int, str] = {}
-    for sid in _closure(graph, targets):
-        step = graph.steps[sid]
-        kind = graph.kinds[step.kind]
-        try:
-            body = render(kind.template_text, str(kind.template_path), _context(graph, step, keys))
-        except Exception as exc:  # jinja2: syntax errors, undefined names, filters, types
-            what = (
-                "does not compile"
-                if type(exc).__name__ == "TemplateSyntaxError"
-                else (f"does not render for step '{sid}'")
-            )
-            raise InputError(
-                f"template {what}: {getattr(exc, 'message', None) or exc}",
-                file=kind.template_path,
-                line=getattr(exc, "lineno", None) or _template_line(exc),
-                key=f"steps.{step.base_id}",
-                hint=f"fix the template or the step's params (step declared in {step.source})",
-            ) from None
-        start = len(lines) + 1
-        lines.append(f"    {nix_string(sid)} = (")
-        # The body goes in byte for byte: split on "\n" only (as Nix counts lines), never
-        # re-indented (str.splitlines() would also break at U+2028, \v, \x1c, \x85 ... inside a
-        # rendered string and so change a value's bytes).
-        lines.extend(body.rstrip("\n").split("\n"))
-        lines.append("    );")
-        for n in range(start, len(lines) + 1):
-            owner[n] = sid
-    lines.append("  };")
-    lines.append("in [")
-    lines.extend(f"  steps.{nix_string(t)}" for t in targets)
-    lines.append("]")
-    return "\n".join(lines) + "\n", owner
+    expr = expression.build(graph, keys, targets, known)
+    return expr.text, expr.owner
 
 
-def _template_line(exc: BaseException) -> int | None:
-    """The template line a jinja2 runtime error happened on (jinja maps its frames to it)."""
-    line = None
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == "<template>":
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
+def known_drvs(p: Plan, cached: Mapping[str, CachedResult]) -> dict[str, tuple[str, str]]:
+    """Clean step -> (.drv, output) of its cached result: what the frontier may import."""
+    known: dict[str, tuple[str, str]] = {}
+    for sid, sp in p.steps.items():
+        hit = cached.get(sp.key)
+        if not sp.dirty and hit is not None:
+            known[sid] = (hit.drv, hit.out)
+    return known
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -340,7 +277,9 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
     from engine.nix import Nix, output_of
 
     state_dir = index.state_dir
+    clock = _Clock()
     p, cached = plan(graph, index)
+    clock.mark("plan")
     results: dict[str, StepResult] = {}
     for sid in p.order:
         sp = p.steps[sid]
@@ -363,15 +302,20 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
     }
     if not dirty:
         index.record([], last, p.graph)
-        run.steps = results
+        clock.mark("record")
+        run.steps, run.timings = results, clock.laps
         return run
 
     nix = Nix(graph.nix, jobs)
     for sid in dirty:
         report(sid, "queued")
-    _, drvs = evaluate(graph, p, dirty, nix, state_dir, index)
+    ev = evaluate(graph, p, dirty, nix, state_dir, index, known_drvs(p, cached))
+    drvs = ev.drvs
     run.evaluated = True
     run.nix_calls += 1
+    run.rendered = ev.rendered
+    clock.laps["render"], clock.laps["instantiate"] = ev.seconds
+    clock.mark(None)
     drv_of = dict(zip(dirty, drvs, strict=True))
     step_of = {d: s for s, d in drv_of.items()}
     out_of = {s: output_of(d) for s, d in drv_of.items()}
@@ -386,7 +330,11 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
     if rep.nix_failed:  # whatever did build is kept in the store: the next run reuses it
         raise rep.nix_error("nix-store --realise")
     built, failed_drvs = rep.built, rep.failed
-    invalid = nix.invalid([out_of[s] for s in dirty])
+    # exit 0: every output is valid; otherwise ask (a failed build may leave an unregistered dir)
+    invalid = nix.invalid([out_of[s] for s in dirty]) if rep.returncode != 0 else set()
+    if rep.returncode != 0:
+        run.nix_calls += 1
+    clock.mark("realise")
 
     failed_steps: set[str] = set()
     for sid in dirty:
@@ -437,6 +385,7 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
         for sid in dirty
         if results[sid].status in ("built", "substituted", "reused") and graph.steps[sid].check
     ]
+    clock.mark("collect")
     if checks:
         rep = nix.realise([drv_of[s] for s in checks], check=True)
         run.nix_calls += 1
@@ -450,10 +399,27 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
             results[sid].deterministic = drv_of[sid] not in rep.failed and not unexplained
             results[sid].checked_on = rep.built_on.get(drv_of[sid])
             report(sid, "checked" if results[sid].deterministic else "nondeterministic")
+    clock.mark("realise")
 
     index.record(new_results(results, dirty), last, p.graph)
-    run.steps = {sid: results[sid] for sid in p.order}
+    clock.mark("record")
+    run.steps, run.timings = {sid: results[sid] for sid in p.order}, clock.laps
     return run
+
+
+class _Clock:
+    """Seconds per phase of a run, for `trace run --timings` and the bench."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def mark(self, phase: str | None) -> None:
+        """The time since the last mark goes to `phase` (None: to nothing)."""
+        now = time.perf_counter()
+        if phase is not None:
+            self.laps[phase] = self.laps.get(phase, 0.0) + now - self._t
+        self._t = now
 
 
 def new_results(results: dict[str, StepResult], dirty: list[str]) -> list[CachedResult]:
@@ -475,26 +441,47 @@ def new_results(results: dict[str, StepResult], dirty: list[str]) -> list[Cached
     return new
 
 
-def evaluate(
-    graph: Graph, p: Plan, dirty: list[str], nix: Any, state_dir: Path, index: Index | None = None
-) -> tuple[Path, list[str]]:
-    """Render the dirty steps into one file and instantiate it: (file, one .drv per step).
+class Evaluated(NamedTuple):
+    file: Path  # the generated Nix file
+    drvs: list[str]  # one .drv per target step
+    rendered: int  # templates rendered (the rest of the closure was imported by .drv)
+    seconds: tuple[float, float]  # (render, instantiate)
 
-    An evaluation error is bad input (exit 2) blamed on a step and its template; a failure of Nix
-    itself is a NixError (exit 4)."""
+
+def evaluate(
+    graph: Graph,
+    p: Plan,
+    dirty: list[str],
+    nix: Any,
+    state_dir: Path,
+    index: Index | None = None,
+    known: Mapping[str, tuple[str, str]] | None = None,
+) -> Evaluated:
+    """Render the dirty steps into one file and instantiate it (one .drv per step).
+
+    With `known` (clean steps' recorded derivations), only the frontier is rendered; should that
+    evaluation fail, a from-scratch one decides. An evaluation error is bad input (exit 2) blamed
+    on a step and its template; a failure of Nix itself is a NixError (exit 4)."""
     from engine import blame
 
-    text, owner = render_expression(graph, p, dirty)
-    expr_file = state_dir / "build" / f"{digest_bytes(text.encode())[:32]}.nix"
-    _write_atomic(expr_file, text)
+    t0 = time.perf_counter()
+    keys = {sid: sp.key for sid, sp in p.steps.items()}
+    expr = expression.build(graph, keys, dirty, known)
+    expr_file = state_dir / "build" / f"{digest_bytes(expr.text.encode())[:32]}.nix"
+    _write_atomic(expr_file, expr.text)
     if index is not None:
         index.prune_build_files(keep=KEEP_BUILD_FILES)  # the newest, to read after a failure
+    t1 = time.perf_counter()
     rc, drvs, err = nix.instantiate(expr_file)
+    seconds = (t1 - t0, time.perf_counter() - t1)
     if rc == 0 and len(drvs) == len(dirty):
-        return expr_file, drvs
+        return Evaluated(expr_file, drvs, len(expr.rendered), seconds)
     failure = blame.nix_failure(rc, err, "nix-instantiate")
     if failure is not None:
         raise failure
+    if expr.referenced:  # e.g. a recorded .drv Nix cannot read: evaluate from scratch
+        full = evaluate(graph, p, dirty, nix, state_dir, index)
+        return full._replace(seconds=(seconds[0] + full.seconds[0], seconds[1] + full.seconds[1]))
     if rc == 0:
         raise NixError(f"nix-instantiate printed {len(drvs)} derivations for {len(dirty)} steps")
 
@@ -506,6 +493,6 @@ def evaluate(
         lambda prefix: render_expression(graph, p, prefix)[0], run_file, expr_file.parent
     )
     starts: dict[str, int] = {}
-    for line, sid in owner.items():
+    for line, sid in expr.owner.items():
         starts[sid] = min(line, starts.get(sid, line))
-    raise blame.blame(graph, dirty, err, owner, starts, expr_file, evaluator)
+    raise blame.blame(graph, dirty, err, expr.owner, starts, expr_file, evaluator)
