@@ -4,8 +4,9 @@ Layout written under `root`:
   pkgs/default.nix      tests/fixtures/minipkgs: a minimal nixpkgs-shaped package set
   templates/step.nix.j2 one tiny template: echo a salt, a note, its input and upstream paths
   data/in-<i>.txt       one small input file per first-layer step
-  graph.toml            layers of width 10; a step in layer L>0 needs steps i and i+1 (mod 10)
-                        of layer L-1; every first-layer step reads data/in-<i>.txt
+  graph.toml            layers of `width` steps (default 10; 1: a chain, N/10: wide); a step in
+                        layer L>0 needs steps i and i+1 (mod width) of layer L-1; first-layer
+                        steps read data/in-<i mod 10>.txt
 
 Every step has a `salt` param (the kind's default, so one edit changes every derivation: a cold
 build) and a `note` param (set on one sink to make a "leaf change").
@@ -50,6 +51,7 @@ class Project:
     n: int
     salt: str
     notes: dict[str, str] = field(default_factory=dict)
+    width: int = WIDTH  # steps per layer: 1 is a chain, N // 10 a wide graph of 10 layers
 
     @property
     def graph(self) -> Path:
@@ -57,16 +59,16 @@ class Project:
 
     @property
     def layers(self) -> int:
-        if self.n % WIDTH:
-            raise ValueError(f"N must be a multiple of {WIDTH}, got {self.n}")
-        return self.n // WIDTH
+        if self.n % self.width:
+            raise ValueError(f"N must be a multiple of {self.width}, got {self.n}")
+        return self.n // self.width
 
     def ids(self) -> list[str]:
-        return [step_id(layer, i) for layer in range(self.layers) for i in range(WIDTH)]
+        return [step_id(layer, i) for layer in range(self.layers) for i in range(self.width)]
 
     def sinks(self) -> list[str]:
         """Steps no other step needs: the last layer."""
-        return [step_id(self.layers - 1, i) for i in range(WIDTH)]
+        return [step_id(self.layers - 1, i) for i in range(self.width)]
 
     def toml(self) -> str:
         out = [
@@ -86,14 +88,14 @@ class Project:
             'default = ""',
         ]
         for layer in range(self.layers):
-            for i in range(WIDTH):
+            for i in range(self.width):
                 sid = step_id(layer, i)
                 out += ["", f"[steps.{sid}]", 'kind = "step"']
                 if layer == 0:
-                    out.append(f'inputs = {{ src = "data/in-{i}.txt" }}')
+                    out.append(f'inputs = {{ src = "data/in-{i % WIDTH}.txt" }}')
                 else:
-                    a, b = step_id(layer - 1, i), step_id(layer - 1, (i + 1) % WIDTH)
-                    out.append(f'needs = ["{a}", "{b}"]')
+                    a, b = step_id(layer - 1, i), step_id(layer - 1, (i + 1) % self.width)
+                    out.append(f'needs = ["{a}", "{b}"]' if a != b else f'needs = ["{a}"]')
                 if sid in self.notes:
                     out.append(f"params = {{ note = {json.dumps(self.notes[sid])} }}")
         return "\n".join(out) + "\n"

@@ -1,33 +1,44 @@
-"""trace vs raw nix, side by side on the same derivations (issue 2, "Performance").
+"""trace vs raw nix, side by side on the same derivations (issues 2 and 14, "Performance").
 
     .venv/bin/python bench/run_bench.py [--sizes 10,100,1000] [--repeat 3] [--jobs 2]
+                                        [--scale 10000 [--scale-cold]]
 
-Scenarios (medians of --repeat runs; every trace call is a real `trace run --quiet` subprocess):
-  no-op       every N in --sizes: trace vs `nix-build --no-out-link` of the same expression
-              (identical .drv paths asserted); the goal (<= 0.2) applies at N=1000
-  leaf        N=max(--sizes): one sink's param changed; trace vs whole-expression `nix-build`
-              (goal <= 1.0), and `nix-build -A <sink>` for context
+Every row prints its goal and whether this run met it. Scenarios (medians of --repeat runs;
+every trace call is a real `trace run --quiet` subprocess):
+  no-op       every N in --sizes: trace vs `nix-build --no-out-link` of the same derivations
+              (identical .drv paths asserted); goal <= 0.2 at N=1000
+  leaf        N=max(--sizes): one sink's param changed; trace vs `nix-build -A <sink>`
+              (goal <= 1.0) and the whole-expression `nix-build` (context); the .drv trace
+              builds is the one raw Nix instantiates (asserted)
   cold        N=--cold-size (100): a fresh salt per repetition, the same for both tools, and the
-              outputs deleted between the tools so each really builds (goal <= 1.15)
-Each scenario has its own trace state dir; everything lives in a temp dir removed at the end
-(trace's GC roots of it included).
+              outputs deleted between the tools so each really builds (goal <= 1.05); trace's
+              split (load, plan, render, instantiate, realise, collect, record) is printed
+  scale       with --scale N (bench/scale.py): wide and chain graphs of 1000 and N steps: no-op
+              (<= 0.3 s), `trace plan` (<= 1 s), one change, peak RSS (<= 300 MB) and the growth
+              factor 1000 -> N of each (<= N/1000: nothing super-linear)
+  suites      more rows from bench/fork_bench.py when it exists (see SUITES)
+The raw-Nix side is the expression a Nix user would write (tools.render_all). Each scenario has
+its own trace state dir; everything lives in a temp dir removed at the end (trace's GC roots of
+it included).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from graphgen import Project
+from rows import Row, table
 from tools import (
     BenchError,
     Expression,
@@ -37,36 +48,18 @@ from tools import (
     nix_build,
     output_of,
     render_all,
+    split,
+    trace_call,
     trace_drvs,
     trace_run,
 )
 
-# (scenario, N) -> goal for trace / raw nix
-GOALS = {("no-op", 1000): 0.2, ("leaf change", 1000): 1.0, ("cold build", 100): 1.15}
+# goals on trace / raw nix (issue 14)
+GOAL_NOOP, GOAL_LEAF, GOAL_COLD = 0.2, 1.0, 1.05
 NOOP_SALT = "bench-noop-v1"  # shared by no-op/leaf graphs: their outputs may persist across runs
-
-
-@dataclass
-class Row:
-    scenario: str
-    n: int
-    trace: list[float] = field(default_factory=list)
-    raw: list[float] = field(default_factory=list)
-    raw_label: str = "nix-build"
-    context: bool = False  # a row for context (no trace column)
-
-    @property
-    def paired(self) -> float | None:
-        """Median of per-repetition ratios (both sides ran back to back): robust to load drift."""
-        if not self.trace or len(self.trace) != len(self.raw):
-            return None
-        return statistics.median(t / r for t, r in zip(self.trace, self.raw, strict=True))
-
-    @property
-    def ratio(self) -> float | None:
-        if not self.trace or not self.raw:
-            return None
-        return statistics.median(self.trace) / statistics.median(self.raw)
+# Other suites: modules in bench/ with `add_args(parser)` and `run(args, work: Path) -> list[Row]`
+# (skipped when absent). bench/fork_bench.py: the fork no-op rows (`nix run .#verify`).
+SUITES = ("scale", "fork_bench")
 
 
 def record(into: list[float], fn: Callable[..., float], *args: Any) -> None:
@@ -94,10 +87,11 @@ class LeafChange:
 
     def trace(self) -> float:
         self._fresh()
-        dt, counts = trace_run(self.proj, self.state, self.bench.jobs)
+        t, counts = trace_call(self.proj, self.state, self.bench.jobs, "--timings")
         self.bench.expect("trace leaf change: built steps", counts.get("built"), 1)
         self._check("trace")
-        return dt
+        self.bench.splits.setdefault(("leaf change", self.proj.n), []).append(split(t))
+        return t.seconds
 
     def nix(self, attr: int | None) -> float:
         self._fresh()
@@ -115,14 +109,15 @@ class Bench:
         self.nonce = uuid.uuid4().hex[:10]
         self.states: list[Path] = []
         self.extra_rows: list[Row] = []  # context rows (e.g. the no-op without the fast path)
+        self.splits: dict[tuple[str, int], list[dict[str, float]]] = {}  # trace --timings
 
     def state(self, name: str) -> Path:
         path = self.work / "state" / name
         self.states.append(path)
         return path
 
-    def project(self, name: str, n: int, salt: str) -> Project:
-        proj = Project(self.work / name, n, salt)
+    def project(self, name: str, n: int, salt: str, width: int = 10) -> Project:
+        proj = Project(self.work / name, n, salt, width=width)
         proj.write()
         return proj
 
@@ -152,8 +147,9 @@ class Bench:
         # records it (engine/fastpath.py): let the just-generated files age, then one full run.
         time.sleep(1.2)
         trace_run(proj, state, self.jobs, "--full")
-        row = Row("no-op", n)
-        full = Row("no-op, --full", n)
+        goal = GOAL_NOOP if n == 1000 else None
+        row = Row("no-op", n, raw_label="nix-build", shape="layered", goal=goal)
+        full = Row("no-op, --full (no fast path)", n, raw_label="nix-build", shape="layered")
         for _ in range(self.repeat):
             dt, counts = trace_run(proj, state, self.jobs)
             self.expect(f"trace no-op N={n} cached steps", counts.get("cached"), n)
@@ -183,8 +179,10 @@ class Bench:
         self.log(f"leaf change N={n}: initial build")
         trace_run(proj, state, self.jobs)
         sink = proj.sinks()[0]
-        row = Row("leaf change", n)
-        ctx = Row("leaf change", n, raw_label="nix-build -A <sink>", context=True)
+        row = Row(
+            "leaf change", n, raw_label="nix-build -A <sink>", shape="layered", goal=GOAL_LEAF
+        )
+        whole = Row("leaf change", n, raw_label="nix-build", shape="layered")
         for r in range(self.repeat):
             proj.notes = {sink: f"leaf-{self.nonce}-{r}"}
             proj.write()
@@ -194,16 +192,23 @@ class Bench:
             change = LeafChange(self, proj, state, expr, drv, output_of(drv))
             sides: list[Callable[[], None]] = [
                 partial(record, row.trace, change.trace),
-                partial(record, row.raw, change.nix, None),
-                partial(record, ctx.raw, change.nix, idx),
+                partial(record, whole.raw, change.nix, None),
+                partial(record, row.raw, change.nix, idx),
             ]
             self.alternate(r, sides)
-        ctx.trace = row.trace
+            # the frontier build's .drv paths are those raw Nix instantiates (every step)
+            ours = trace_drvs(proj, state, self.jobs)
+            self.expect(
+                f"leaf change N={n}: .drv paths of trace == nix-instantiate",
+                [ours[s] for s in expr.order],
+                instantiate(expr),
+            )
+        whole.trace = row.trace
         self.log(f"leaf change N={n}: sink {sink} rebuilt {self.repeat}x by each tool")
-        return row, ctx
+        return row, whole
 
     def cold(self, n: int) -> Row:
-        row = Row("cold build", n)
+        row = Row("cold build", n, raw_label="nix-build", shape="layered", goal=GOAL_COLD)
         proj = self.project(f"cold-{n}", n, "")
         for r in range(self.repeat):
             proj.salt = f"cold-{self.nonce}-{r}"
@@ -235,9 +240,10 @@ class Bench:
         return [output_of(d) for d in drvs] + drvs
 
     def cold_trace(self, proj: Project, state: Path) -> float:
-        dt, counts = trace_run(proj, state, self.jobs)
+        t, counts = trace_call(proj, state, self.jobs, "--timings")
         self.expect(f"trace cold N={proj.n} built steps", counts.get("built"), proj.n)
-        return dt
+        self.splits.setdefault(("cold build", proj.n), []).append(split(t))
+        return t.seconds
 
     def cold_nix(self, expr: Expression) -> float:
         dt, builds = nix_build(expr, self.jobs)
@@ -249,34 +255,31 @@ class Bench:
             drop_gcroots(state)
 
 
-def fmt(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds:8.3f}"
-
-
-def table(rows: list[Row]) -> str:
-    head = f"{'scenario':<12} {'N':>5}  {'trace s':>8}  {'raw nix s':>9}  {'raw command':<19}"
-    head += f"  {'ratio':>6}  {'goal':>6}  met  {'paired':>6}"
-    lines = [head, "-" * len(head)]
-    for row in rows:
-        t = statistics.median(row.trace) if row.trace else None
-        raw = statistics.median(row.raw) if row.raw else None
-        ratio = row.ratio
-        goal = None if row.context else GOALS.get((row.scenario, row.n))
-        met = "-" if goal is None or ratio is None else ("yes" if ratio <= goal else "NO")
-        lines.append(
-            f"{row.scenario:<12} {row.n:>5}  {fmt(t)}  {fmt(raw):>9}  {row.raw_label:<19}"
-            f"  {'-' if ratio is None else f'{ratio:6.3f}':>6}"
-            f"  {'-' if goal is None else f'<={goal}':>6}  {met:<3}"
-            f"  {'-' if row.paired is None else f'{row.paired:6.3f}':>6}"
-        )
-    lines.append("ratio = median(trace) / median(raw); paired = median of per-repetition ratios")
-    lines.append("")
-    lines.append("samples (s):")
-    for row in rows:
-        tr = ", ".join(f"{x:.3f}" for x in row.trace)
-        rw = ", ".join(f"{x:.3f}" for x in row.raw)
-        lines.append(f"  {row.scenario} N={row.n}: trace [{tr}]  {row.raw_label} [{rw}]")
+def splits(bench: Bench, rows: list[Row]) -> str:
+    """trace's own phases (medians of `trace run --timings`); `startup` = the rest of the wall
+    time: interpreter start, imports, argument parsing, the lock, printing."""
+    lines = ["trace's time by phase (medians, s):"]
+    for (case, n), laps in bench.splits.items():
+        total = next((r.median for r in rows if r.case == case and r.n == n and r.trace), None)
+        names = list(dict.fromkeys(k for lap in laps for k in lap))
+        med = {k: statistics.median(lap.get(k, 0.0) for lap in laps) for k in names}
+        parts = [f"{k} {v:.3f}" for k, v in med.items()]
+        if total is not None:
+            parts.append(f"startup+other {total - sum(med.values()):.3f}")
+        lines.append(f"  {case} N={n}: " + ", ".join(parts))
     return "\n".join(lines)
+
+
+def suites() -> list[Any]:
+    """The other bench modules that exist (see SUITES)."""
+    found = []
+    for name in SUITES:
+        try:
+            found.append(importlib.import_module(name))
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,27 +289,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2, help="max parallel builds, same for both")
     ap.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
+    ap.add_argument("--only", default="", help="comma-separated suites to run (engine, scale, …)")
+    mods = suites()
+    for mod in mods:
+        mod.add_args(ap)
     args = ap.parse_args(argv)
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     if args.repeat < 1 or not sizes:
         ap.error("need --repeat >= 1 and at least one size")
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="trace-bench-", dir=args.workdir) as tmp:
         bench = Bench(Path(tmp), args.jobs, args.repeat)
         rows: list[Row] = []
         try:
-            rows.extend(bench.noop(n) for n in sizes)
-            rows.extend(bench.extra_rows)
-            rows.extend(bench.leaf(max(sizes)))
-            rows.append(bench.cold(args.cold_size))
+            if not only or "engine" in only:
+                rows.extend(bench.noop(n) for n in sizes)
+                rows.extend(bench.extra_rows)
+                rows.extend(bench.leaf(max(sizes)))
+                rows.append(bench.cold(args.cold_size))
+            for mod in mods:
+                if not only or mod.__name__ in only:
+                    rows.extend(mod.run(args, Path(tmp) / mod.__name__))
         except BenchError as exc:
             print(f"bench: FAILED: {exc}", file=sys.stderr)
             return 1
         finally:
             bench.cleanup()
     print(table(rows))
-    print(f"\ntotal bench time {time.perf_counter() - started:.0f} s; jobs={args.jobs}")
+    if bench.splits:
+        print("\n" + splits(bench, rows))
+    met = [r for r in rows if r.goal is not None]
+    missed = [r for r in met if r.met != "yes"]
+    print(f"\ngoals met: {len(met) - len(missed)} of {len(met)}")
+    print(f"total bench time {time.perf_counter() - started:.0f} s; jobs={args.jobs}")
     return 0
 
 

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,18 +34,26 @@ class Timed:
     seconds: float
     stdout: str
     stderr: str
+    rss_mb: float = 0.0  # peak RSS of the process and the children it waited for (Nix's)
 
 
 def timed(cmd: list[str], cwd: Path) -> Timed:
-    """Run a command as a real subprocess; wall-clock seconds; fail loudly on a non-zero exit."""
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
-    dt = time.perf_counter() - t0
+    """Run a command as a real subprocess; wall-clock seconds and peak RSS (wait4); fail loudly
+    on a non-zero exit."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        dt = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
     if proc.returncode != 0:
         raise BenchError(
-            f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stderr[-3000:]}{proc.stdout[-1000:]}"
+            f"{' '.join(cmd)} exited {proc.returncode}\n{stderr[-3000:]}{stdout[-1000:]}"
         )
-    return Timed(dt, proc.stdout, proc.stderr)
+    return Timed(dt, stdout, stderr, usage.ru_maxrss / 1024)
 
 
 # ---- trace ----
@@ -65,10 +74,39 @@ def trace_cmd(project: Project, state: Path, jobs: int, *extra: str) -> list[str
     ]
 
 
+_TIMINGS = re.compile(r"^timings: (.*)$", re.M)
+
+
 def trace_run(
     project: Project, state: Path, jobs: int, *extra: str
 ) -> tuple[float, dict[str, int]]:
     """`trace run --quiet`: seconds and the status counts of its summary line."""
+    t, counts = trace_call(project, state, jobs, *extra)
+    return t.seconds, counts
+
+
+def split(t: Timed) -> dict[str, float]:
+    """The phases `trace run --timings` printed: phase -> seconds."""
+    m = _TIMINGS.search(t.stderr)
+    if not m:
+        raise BenchError(f"no timings line in trace's stderr:\n{t.stderr[-2000:]}")
+    out: dict[str, float] = {}
+    for part in m.group(1).split(", "):
+        name, value, _ = part.split(" ")
+        out[name] = float(value)
+    return out
+
+
+def trace_plan(project: Project, state: Path) -> Timed:
+    """`trace plan` (evaluates the dirty steps, builds nothing)."""
+    cmd = [TRACE, "plan", str(project.graph), "--root", str(project.root)]
+    return timed([*cmd, "--state-dir", str(state)], project.root)
+
+
+def trace_call(
+    project: Project, state: Path, jobs: int, *extra: str
+) -> tuple[Timed, dict[str, int]]:
+    """`trace run --quiet`: the call and the status counts of its summary line."""
     t = timed(trace_cmd(project, state, jobs, "--quiet", *extra), project.root)
     m = _SUMMARY.search(t.stdout)
     if not m:
@@ -78,7 +116,7 @@ def trace_run(
         num, _, status = part.partition(" ")
         if num.isdigit():
             counts[status] = int(num)
-    return t.seconds, counts
+    return t, counts
 
 
 def trace_drvs(project: Project, state: Path, jobs: int) -> dict[str, str]:
@@ -115,21 +153,19 @@ class Expression:
 
 
 def render_all(project: Project) -> Expression:
-    """Render every step of the graph into one Nix file with the engine's renderer."""
+    """Every step of the graph in one Nix file, as a Nix user would write it: each step bound to
+    its rendered template (engine/expression.py with plain=True: no `view`, nothing imported)."""
+    from engine import expression
     from engine.graph import load_graph
-    from engine.hashing import digest_json
-    from engine.run import Plan, StepPlan, components, graph_id, render_expression
+    from engine.hashing import key_digest
+    from engine.run import components
 
     graph = load_graph(project.graph, root=project.root)
     keys: dict[str, str] = {}
-    steps: dict[str, StepPlan] = {}
     for sid in graph.order:
-        comp = components(graph, graph.steps[sid], keys)
-        keys[sid] = digest_json(comp)
-        steps[sid] = StepPlan(id=sid, key=keys[sid], dirty=True, components=comp)
+        keys[sid] = key_digest(components(graph, graph.steps[sid], keys))
     order = list(graph.order)
-    plan = Plan(graph=graph_id(graph), steps=steps, order=order)
-    text, _ = render_expression(graph, plan, order)
+    text = expression.build(graph, keys, order, plain=True).text
     path = project.root / "raw" / "all.nix"
     path.parent.mkdir(exist_ok=True)
     tmp = path.with_name(".all.nix.tmp")

@@ -97,6 +97,12 @@ def register(sub: Any) -> None:
         action="store_true",
         help="skip the stat-only no-op check: load, hash and plan the whole graph",
     )
+    p.add_argument(
+        "--timings",
+        action="store_true",
+        help="print seconds per phase (load, plan, render, instantiate, realise, collect, "
+        "record) to stderr",
+    )
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("plan", help="show every step's key and whether (and why) it would build")
@@ -163,7 +169,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     state = _state_dir(args)
     # Load and validate first: bad input exits 2 having written nothing, not even a state dir.
     hasher = StatCache.read_only(state / "state.db")
+    started = time.perf_counter()
     graph = load_graph(args.graph, root=_root(args), hasher=hasher)
+    loaded = time.perf_counter() - started
     # The fast path's stamp is taken now, before the build: what the keys were computed from.
     try:
         before: list[fastpath.Entry] | None = fastpath.stamp(graph.reads)
@@ -181,6 +189,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         else:
             fastpath.forget(index.db, key)
+    if args.timings:
+        laps = {"load": loaded, **result.timings}
+        print("timings: " + ", ".join(f"{k} {v:.3f} s" for k, v in laps.items()), file=sys.stderr)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:

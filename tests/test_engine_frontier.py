@@ -199,3 +199,13 @@ def test_plan_evaluates_the_frontier_only(project: Path, capsys: Any) -> None:
     )
     body = newest.read_text()
     assert body.count(" = view (") == 1 and body.count(IMPORTED) == 2
+
+
+def test_run_timings_name_every_phase(project: Path, capsys: Any) -> None:
+    from engine.cli import main
+
+    edit_message(project, SINK, "timed")
+    assert main(["run", str(project), "--root", str(project.parent), "-q", "--timings"]) == 0
+    line = next(ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("timings: "))
+    phases = [part.split(" ")[0] for part in line.removeprefix("timings: ").split(", ")]
+    assert phases == ["load", "plan", "render", "instantiate", "realise", "collect", "record"]
