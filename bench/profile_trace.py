@@ -28,7 +28,7 @@ from pathlib import Path
 
 from graphgen import Project
 from run_bench import NOOP_SALT
-from tools import TRACE, drop_gcroots, timed, trace_cmd, trace_run
+from tools import ENV, TRACE, drop_gcroots, timed, trace_cmd, trace_run
 
 # (file suffix, function name) -> label, for the cumulative-time table
 FOCUS = [
@@ -67,7 +67,7 @@ FOCUS = [
 
 def importtime(cmd: list[str], cwd: Path, top: int) -> str:
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", *cmd], cwd=cwd, capture_output=True, text=True
+        [sys.executable, "-X", "importtime", *cmd], cwd=cwd, capture_output=True, text=True, env=ENV
     )
     rows: list[tuple[int, str]] = []
     for line in proc.stderr.splitlines():

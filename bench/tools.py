@@ -21,6 +21,9 @@ from pathlib import Path
 from graphgen import Project
 
 TRACE = str(Path(sys.executable).with_name("trace"))
+# Subprocesses run as a user's would: with bytecode caching (an environment that turns it off
+# makes every trace call compile the engine from source, ~1 s on a loaded 2-core machine).
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 _SUMMARY = re.compile(r"^(\d+) steps: (.*)$", re.M)
 _BUILDING = re.compile(r"^building '/nix/store/[^']+\.drv'", re.M)
 
@@ -42,7 +45,7 @@ def timed(cmd: list[str], cwd: Path) -> Timed:
     on a non-zero exit."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, env=ENV)
         _, status, usage = os.wait4(proc.pid, 0)
         dt = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
