@@ -156,6 +156,36 @@ def test_the_drafted_candidate_bundles_and_verifies(
     rc = main(["verify-bundle", str(out), "--key", f"{key}.pub", "--fork", str(world.fork)])
     assert rc == 0, capsys.readouterr().out
     assert transcript_problems(payload, replay) == []
+    # the accuracy comparison is a claim of the bundle (kind accuracy) and a column of the
+    # findings page and of `trace fork`'s table: both verdicts, what each touches, the overlap
+    index = json.loads((payload / "index.json").read_bytes())["files"]
+    assert index["agent/accuracy.json"]["kind"] == "accuracy"
+    pages = world.fork.parent / "findings"
+    rc = main(["report", str(out), "--findings", str(pages), "--key", f"{key}.pub",
+               "--fork", str(world.fork)])  # fmt: skip
+    assert rc == 0, capsys.readouterr()
+    page = (pages / "index.html").read_text()
+    assert "model passes, upstream passes; identical changes; model: cparse.c:15" in page
+    from engine.candidate import load_candidate
+    from engine.fork.candidate import _accuracy
+
+    assert _accuracy(load_candidate(cand)).splitlines() == [
+        "model passes, upstream passes; identical changes",
+        "model: cparse.c:15",
+        "upstream: cparse.c:15",
+    ]
+    from types import SimpleNamespace
+
+    from engine.fork.report import ForkReport, Outcome, print_table
+
+    capsys.readouterr()
+    acc = _accuracy(load_candidate(cand))
+    row = Outcome(candidate="TRACE-2026-0001-cparse", file="c", verified=True, decision="allow",
+                  route="human-review-required", accuracy=acc)  # fmt: skip
+    cfg = SimpleNamespace(root=world.fork, bundles=out.parent, state=world.fork / ".trace")
+    print_table(ForkReport(fork="f", commit=None, dirty=False, candidates=[row]), cfg)  # type: ignore[arg-type]
+    table = capsys.readouterr().out
+    assert "vs upstream fix" in table and "identical" in table and "cparse.c:15" in table
     # a transcript whose prompt was edited (its digest kept) no longer hashes to its digest;
     # one whose key was edited is not the digest of its own fields
     t = payload / pins["review"].path
@@ -169,6 +199,31 @@ def test_the_drafted_candidate_bundles_and_verifies(
     assert any("own fields" in p for p in found) and any("pin of step review" in p for p in found)
     t.unlink()
     assert any("not bundled" in p for p in transcript_problems(payload, replay))
+
+
+def test_decide_reads_the_review_claims(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    """`trace decide` alone applies the signing policy's [review] rule to draft.json's claims,
+    records them in the decision, and refuses a claim its transcript does not bear out."""
+    cand = world.fork / CAND
+    decide = ["decide", str(cand / "candidate.toml"), "--fork", str(world.fork), "--json"]
+    assert main(decide) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["policy"]["version"] == "1.2.0"
+    assert doc["review"]["patcher_families"] == ["anthropic"]
+    [seen] = doc["review"]["reviews"]
+    assert (seen["verdict"], seen["family"], seen["forged"], seen["reviewed_patch"]) == (
+        "approve", "openai", [], True
+    )  # fmt: skip
+    t = cand / "transcripts" / "review.json"
+    original = t.read_bytes()
+    try:
+        t.write_bytes(original.replace(b"approve", b"approve "))  # one byte: digest mismatch
+        assert main(decide) == 1
+        doc = json.loads(capsys.readouterr().out)
+        assert [r["code"] for r in doc["reasons"]] == ["review-claim-forged"]
+        assert "does not hash to the digest" in doc["reasons"][0]["details"][0]
+    finally:
+        t.write_bytes(original)
 
 
 def test_land_makes_a_local_branch_only(world: World, capsys: pytest.CaptureFixture[str]) -> None:
@@ -198,7 +253,7 @@ def test_land_makes_a_local_branch_only(world: World, capsys: pytest.CaptureFixt
     # signer lock beside it makes verify-bundle know that policy's name, version and digest
     lock = fork / "trace" / "lock"
     lock.mkdir(parents=True)
-    for f in (REPO / "policy").iterdir():
+    for f in (REPO / "policy").glob("*.*"):
         shutil.copy(f, lock / f.name)
     (lock / "routing.toml").write_text(
         'critical_packages = "critical-packages.toml"\n[policy]\nname = "fork-routing"\n'
@@ -259,11 +314,11 @@ def test_a_fork_adds_a_reviewer_without_python(
     it fails the cross-family rule, recorded as review-same-family."""
     agent = world.fork / "trace" / "agent-two-reviewers.toml"
     text = answers.agent_toml(world.server.anthropic_url, world.server.openai_url)
-    text = text.replace("[review]", (
+    text += (
         '[steps.second-review]\nrole = "reviewer"\nmodel = "drafter"\n'
         'template = "trace:templates/agent/reviewer.md.j2"\n'
-        'needs = ["advisory", "patch.diff", "verify"]\n[review]'
-    ))  # fmt: skip
+        'needs = ["advisory", "patch.diff", "verify"]\n'
+    )
     agent.write_text(text)
     asked = len(world.server.requests)
     rc, rec = world.draft("--agent", str(agent), "--upstream-mirror", str(world.mirror))
@@ -284,6 +339,12 @@ def test_malformed_answers_are_recorded(world: World, capsys: pytest.CaptureFixt
     rc, rec = world.draft("--refresh")
     assert rc == 1 and rec["steps"][-1]["outcome"] == "model-output-no-diff"
     assert rec["decision"]["reasons"] == ["model-output-no-diff"]
+    # the earlier draft's patch, reproducer and review are gone: the folder is the skeleton,
+    # this draft's record and the transcript of the step that failed, nothing half-written
+    cand = world.fork / CAND
+    left = sorted(p.relative_to(cand).as_posix() for p in cand.rglob("*") if p.is_file())
+    assert left == ["advisory.json", "candidate.toml", "draft.json", "transcripts/patch.json"]
+    assert "patches" not in (cand / "candidate.toml").read_text()
     world.script["Patcher"] = answers.NOT_APPLYING
     rc, rec = world.draft("--refresh")
     assert rc == 1 and rec["steps"][-1]["outcome"] == "patch-does-not-apply"
@@ -310,10 +371,21 @@ def test_a_hanging_model_and_missing_credentials_end_with_exit_2(
     err = capsys.readouterr().err
     assert "model-deadline" in err and world.server.anthropic_url in err
     assert (world.fork / CAND / "draft.json").read_bytes() == before  # nothing half-written
+    # from an advisory not drafted before: the skeleton this run wrote is removed too
+    adv = json.loads((world.fork / ADVISORY).read_text())
+    adv["id"] = "TRACE-2026-0099"
+    other = world.fork.parent / "TRACE-2026-0099.json"
+    other.write_text(json.dumps(adv))
+    assert world.draft("--refresh", "--agent", str(agent), target=str(other))[0] == 2
+    assert "model-deadline" in capsys.readouterr().err
+    assert not (world.fork / "trace/candidates/TRACE-2026-0099-cparse").exists()
     world.script["Patcher"] = answers.GOOD_PATCH
     monkeypatch.delenv("FAKE_MODEL_KEY")
     assert world.draft("--refresh")[0] == 2
     assert "$FAKE_MODEL_KEY" in capsys.readouterr().err
+    assert world.draft("--refresh", target=str(other))[0] == 2
+    assert "$FAKE_MODEL_KEY" in capsys.readouterr().err
+    assert not (world.fork / "trace/candidates/TRACE-2026-0099-cparse").exists()
 
 
 def test_a_wrong_fix_is_denied(world: World, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -438,7 +439,8 @@ def test_thresholds_come_from_the_policy_file(
     shutil.copy(policy_copy / "reasons.toml", lenient_dir / "reasons.toml")
     lenient_file = lenient_dir / "signing.toml"
     text = strict_file.read_text()
-    lenient_text = text.replace('version = "1.1.0"', 'version = "1.1.1"', 1)
+    # another version of whatever version the shipped policy has
+    lenient_text = re.sub(r'^version = "[^"]*"', 'version = "0.0.1"', text, count=1, flags=re.M)
     lenient_file.write_text(
         lenient_text.replace(
             'min_score = 0.8\nbelow_threshold = "mutation',
@@ -455,7 +457,7 @@ def test_thresholds_come_from_the_policy_file(
     assert (lenient_rec["passed"], lenient_rec["reasons"], lenient_rec["score"]) == (True, [], 0.5)
     assert lenient_rec["details"]["policy"] == {
         "name": "trace-signing",
-        "version": "1.1.1",
+        "version": "0.0.1",
         "thresholds": {"min_score": 0.0},
     }
     # each policy allows or denies its own gate's record
@@ -470,11 +472,11 @@ def test_thresholds_come_from_the_policy_file(
         assert codes["policy-unknown-version"].sources == ["gate:mutation"]
     # the same name and version with other thresholds: edited without a version bump
     unbumped = lenient_dir / "unbumped.toml"
-    unbumped.write_text(lenient_file.read_text().replace('version = "1.1.1"', 'version = "1.1.0"'))
+    unbumped.write_text(lenient_file.read_text().replace('version = "0.0.1"', 'version = "1.2.0"'))
     d = _decide_with(unbumped, strict_rec, routed)
     (mismatch,) = [r for r in d.reasons if r.code == "policy-unknown-version"]
     assert mismatch.details == [
-        "applied thresholds min_score=0.8, but trace-signing 1.1.0 sets min_score=0.0 "
+        "applied thresholds min_score=0.8, but trace-signing 1.2.0 sets min_score=0.0 "
         "(was the policy edited without a version bump?)"
     ]
 

@@ -94,7 +94,13 @@ def test_agent_file_errors_name_the_key(tmp_path: Path) -> None:
         load_agent(_agent(tmp_path, '["advisory", "patch.script", "verify"]'))
     agent = load_agent(_agent(tmp_path, '["advisory", "patch.diff", "verify"]'))
     assert [s.role for s in agent.steps] == ["patcher", "reproducer", "reviewer"]
-    assert load_agent(REPO / "graphs" / "agent.toml").review.require_different_family
+    load_agent(REPO / "graphs" / "agent.toml")
+    # the review rule is the signing policy's, where `trace decide` sees it: not here
+    path = _agent(tmp_path, '["advisory", "patch.diff", "verify"]')
+    path.write_text(path.read_text() + "[review]\nrequire_approval = false\n")
+    with pytest.raises(InputError, match="moved to the signing policy") as exc:
+        load_agent(path)
+    assert exc.value.key == "review" and exc.value.line is not None
 
 
 def test_a_template_sees_only_its_needs(tmp_path: Path) -> None:

@@ -30,6 +30,9 @@ from engine.roles.reproducer import Reproduction, parse_reproducer
 from engine.roles.reviewer import Review, parse_review
 
 DRAFTABLE = ("auto-merge-eligible", "human-review-required")
+# what a step's record copies from its transcript as it is
+_FROM_TRANSCRIPT = ("model", "family", "backend", "parameters", "system_sha256", "prompt_sha256",
+                    "inputs")  # fmt: skip
 
 
 class DraftOptions(BaseModel):
@@ -99,15 +102,9 @@ class _Run:
         rel = f"transcripts/{step.id}.json"
         self.folder.write(rel, raw)
         rec = StepRecord(
+            **t.model_dump(include=set(_FROM_TRANSCRIPT)),
             id=step.id,
             role=step.role,
-            model=t.model,
-            family=t.family,
-            backend=t.backend,
-            parameters=t.parameters,
-            system_sha256=t.system_sha256,
-            prompt_sha256=t.prompt_sha256,
-            inputs=t.inputs,
             transcript_key=t.key,
             transcript=rel,
             transcript_sha256=hashlib.sha256(raw).hexdigest(),
@@ -133,6 +130,7 @@ class _Run:
         if routing.state not in DRAFTABLE:
             return self.deny("routing-not-drafted", routing=routing.state)
         self.values["sources"] = source_files(self.opts.source, _upstream_files(self.opts.upstream))
+        self.reset()
         draft: Draft | None = None
         repro: Reproduction | None = None
         patch_step: AgentStep | None = None
@@ -176,6 +174,31 @@ class _Run:
         self.compare_upstream()
         self.stage = "decide"
         return self.decide(routing.state)
+
+    def reset(self) -> None:
+        """Back to the skeleton before any model is asked: a step that fails now must not leave
+        an earlier draft's patch, reproducer or review beside this draft's record (an error
+        restores them all: `Folder.rollback`)."""
+        from engine.agent.skeleton import skeleton_toml
+
+        if not (self.folder.path / "draft.json").is_file():
+            return
+        s = self.spec
+        drafted = {*s.patches, "rationale.md", "prompt.txt", "review.md", "accuracy.json"}
+        if s.reproducer is not None:
+            drafted |= {s.reproducer.script, *s.reproducer.data}
+        root = self.folder.path
+        for sub in ("transcripts", "upstream"):
+            drafted |= {p.relative_to(root).as_posix() for p in (root / sub).rglob("*")
+                        if p.is_file()}  # fmt: skip
+        for rel in sorted(drafted):
+            inside = (root / rel).resolve().is_relative_to(root.resolve())
+            if inside and rel != s.advisory.osv:
+                self.folder.remove(rel)
+        self.folder.write(
+            "candidate.toml",
+            skeleton_toml(s.id, s.package, s.advisory.osv, s.advisory.upstream_fix, list(s.scope)),
+        )
 
     def compare_upstream(self) -> None:
         """With a grounded upstream patch: verify it too and compare (accuracy.json)."""
@@ -261,15 +284,11 @@ class _Run:
         reasons: list[str] = []
         if not self.verify_passed:
             reasons.append("verify-failed")
+        # the review claims are evidence `trace decide` reads (the signing policy's [review]
+        # rule): the record holding them is written before the policy decides
+        self.deny("decision-pending", routing=routing)
         signing, signing_reasons = signing_decision(self.skeleton.path, self.opts)
         reasons += signing_reasons
-        rule = self.agent.review
-        if rule.require_approval and (
-            not self.reviews or any(r.verdict != "approve" for r in self.reviews)
-        ):
-            reasons.append("review-not-approved")
-        if rule.require_different_family and not all(r.cross_family for r in self.reviews):
-            reasons.append("review-same-family")
         reasons = list(dict.fromkeys(reasons))
         return self.record(
             DraftDecision(
@@ -294,6 +313,6 @@ def run_draft(skeleton: Path, agent: Agent, opts: DraftOptions) -> DraftRecord:
     run = _Run(skeleton, agent, opts)
     try:
         return run.run()
-    except TraceError:
+    except (TraceError, KeyboardInterrupt):
         run.folder.rollback()
         raise

@@ -17,6 +17,21 @@ def candidate_id(advisory: OsvAdvisory, package: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", raw).strip("-.") or "candidate"
 
 
+def skeleton_toml(
+    cid: str, package: str, osv: str, upstream_fix: str | None, scope: list[str] | None = None
+) -> str:
+    """A routing-only candidate.toml: what the candidate is about, nothing drafted yet."""
+    return candidate_toml(
+        {"id": cid, "package": package, "origin": "model",
+         "scope": scope or [f"pkgs/{package}/**"]},
+        {"advisory": {"osv": osv, "upstream_fix": upstream_fix}},
+    )  # fmt: skip
+
+
+def skeleton_folder(fork: Path, advisory: OsvAdvisory, package: str) -> Path:
+    return fork / CANDIDATES / candidate_id(advisory, package)
+
+
 def write_skeleton(
     fork: Path, advisory: OsvAdvisory, raw: bytes, package: str, upstream_fix: str | None
 ) -> Path:
@@ -27,11 +42,5 @@ def write_skeleton(
     if target.is_file():
         return target
     folder.write("advisory.json", raw)
-    folder.write(
-        "candidate.toml",
-        candidate_toml(
-            {"id": cid, "package": package, "origin": "model", "scope": [f"pkgs/{package}/**"]},
-            {"advisory": {"osv": "advisory.json", "upstream_fix": upstream_fix}},
-        ),
-    )
+    folder.write("candidate.toml", skeleton_toml(cid, package, "advisory.json", upstream_fix))
     return target

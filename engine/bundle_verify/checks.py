@@ -147,7 +147,9 @@ def policy_version_check(
 def known_policy_files(directory: Path) -> dict[str, dict[str, set[str]]]:
     """name -> version -> sha256 of the policy files (`[policy]` header) in `directory`."""
     known: dict[str, dict[str, set[str]]] = {}
-    for f in sorted(directory.glob("*.toml")):
+    from engine.policy.registry import policy_files
+
+    for f in policy_files(directory):
         try:
             raw = f.read_bytes()
             header = tomllib.loads(raw.decode("utf-8")).get("policy", {})

@@ -300,11 +300,27 @@ def verdict_problems(verify: Any) -> list[str]:
 
 
 def _policy_file(digest: str, directories: list[Path]) -> Path | None:
+    from engine.policy.registry import policy_files
+
     for d in directories:
-        for f in sorted(d.glob("*.toml")) if d.is_dir() else []:
+        for f in policy_files(d):
             if hashlib.sha256(f.read_bytes()).hexdigest() == digest:
                 return f
     return None
+
+
+def _bundled_review(payload: Path, decided: Any) -> Any:
+    """The review claims of the bundled draft record, checked against the bundled transcripts;
+    whether the reviewer saw this very patch is the signed decision's own check (the bundle
+    holds the patch in canonical form only)."""
+    from engine.roles.claims import payload_review
+
+    found = payload_review(payload)
+    if found is None or decided is None:
+        return found
+    saw = {r.step: r.reviewed_patch for r in decided.reviews}
+    reviews = [r.model_copy(update={"reviewed_patch": saw.get(r.step)}) for r in found.reviews]
+    return found.model_copy(update={"source": decided.source, "reviews": reviews})
 
 
 def rerun_decision(b: Bundled, policy_dirs: list[Path]) -> Check:
@@ -333,7 +349,13 @@ def rerun_decision(b: Bundled, policy_dirs: list[Path]) -> Check:
         detail = f"the catalogue beside {path.name} is not the one the decision used"
         return _fail(name, "decision.not-reproduced", [detail])
     routing = b.routing or d.routing
-    evidence = Evidence(candidate=d.candidate, verify=b.verify, gates=b.gates, sources=d.evidence)
+    evidence = Evidence(
+        candidate=d.candidate,
+        verify=b.verify,
+        gates=b.gates,
+        sources=d.evidence,
+        review=_bundled_review(b.payload, d.review),
+    )
     waivers = WaiverSet(ref=d.waivers_file, waivers=[u.waiver for u in d.waivers])
     again = decide(evidence, routing, signing, catalogue, waivers, d.date)
 

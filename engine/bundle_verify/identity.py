@@ -65,8 +65,10 @@ class IdentityPolicy(BaseModel):
 
 
 def _policy_headers(directory: Path) -> dict[str, set[str]]:
+    from engine.policy.registry import policy_files
+
     known: dict[str, set[str]] = {}
-    for f in sorted(directory.glob("*.toml")):
+    for f in policy_files(directory):
         try:
             header = tomli.loads(f.read_text(encoding="utf-8")).get("policy", {})
         except (OSError, tomli.TOMLDecodeError):

@@ -53,6 +53,7 @@ from engine.evidence.payload import PayloadEntry
 from engine.model import Graph
 from engine.policy.routing import RouteDecision, route_candidate
 from engine.policy.signing import Decision
+from engine.roles.claims import candidate_review
 from engine.run import RunResult
 from engine.verify.result import VerifyResult
 
@@ -239,6 +240,7 @@ def produce_bundle(
         policy=policy,
         waivers=req.waivers,
         today=req.today or dt.datetime.now(dt.UTC).date(),
+        review=candidate_review(candidate),
     )
     if req.decision is not None:  # only ever a cross-check: the policy decides again, here
         bundled = {src.sha256: src.path for src in sources}

@@ -61,7 +61,7 @@ def draft_entries(candidate: Candidate) -> list[PayloadEntry]:
     accuracy = candidate.dir / "accuracy.json"
     if accuracy.is_file():
         out.append(
-            json_entry(f"{AGENT_DIR}/accuracy.json", "other", json.loads(accuracy.read_bytes()))
+            json_entry(f"{AGENT_DIR}/accuracy.json", "accuracy", json.loads(accuracy.read_bytes()))
         )
     for s in doc.get("steps", []):
         raw = json.loads((candidate.dir / s["transcript"]).read_text(encoding="utf-8"))

@@ -24,6 +24,7 @@ from engine.errors import InputError
 from engine.evidence.payload import PayloadEntry
 from engine.evidence.redact import redact_entry, redact_path
 from engine.policy.evidence import Evidence, SourceRef
+from engine.policy.review import ReviewEvidence
 from engine.policy.routing import RouteDecision
 from engine.policy.signing import Decision
 from engine.records import GateRecord
@@ -48,6 +49,7 @@ def signing_decision(
     policy: Path | None = None,
     waivers: Path | None = None,
     today: dt.date,
+    review: ReviewEvidence | None = None,
 ) -> Decision:
     """`trace decide` in-process: the signing policy over the verify result and gate records."""
     from engine.policy.registry import SIGNING, policy_dir
@@ -56,7 +58,9 @@ def signing_decision(
 
     signing, catalogue = load_signing(policy or policy_dir() / SIGNING)
     waiver_set = load_waivers(waivers, catalogue) if waivers else NO_WAIVERS
-    evidence = Evidence(candidate=result.candidate, verify=result, gates=gates, sources=sources)
+    evidence = Evidence(
+        candidate=result.candidate, verify=result, gates=gates, sources=sources, review=review
+    )
     return decide(evidence, routing, signing, catalogue, waiver_set, today)
 
 

@@ -93,6 +93,7 @@ def _decide(
     routing: RouteDecision,
     policy: Path,
     waivers_file: Path | None,
+    candidate: Candidate | None = None,
 ) -> Decision:
     """As `trace decide`, over the verdict judged from this run's builds (never the result file
     written beside it); waivers apply only when the fork has its own waivers file."""
@@ -101,6 +102,7 @@ def _decide(
     from engine.policy.registry import SIGNING
     from engine.policy.signing import decide, load_signing
     from engine.policy.waivers import NO_WAIVERS, load_waivers
+    from engine.roles.claims import candidate_review
 
     signing, catalogue = load_signing(policy / SIGNING)
     waivers = load_waivers(waivers_file, catalogue) if waivers_file else NO_WAIVERS
@@ -110,6 +112,7 @@ def _decide(
         verify=verify,
         gates=gates,
         sources=evidence_sources(verify, gates),
+        review=candidate_review(candidate) if candidate is not None else None,
     )
     return decide(evidence, routing, signing, catalogue, waivers, dt.datetime.now(dt.UTC).date())
 
@@ -234,7 +237,7 @@ def verify_candidate(
         own_waivers = cfg.policy / WAIVERS if cfg.policy else None
         waivers = policy / WAIVERS if own_waivers and own_waivers.is_file() else None
         # every gate record (the standard gates and the fork's own steps) comes from the run
-        decision = _decide(run, verify, routing, policy, waivers)
+        decision = _decide(run, verify, routing, policy, waivers, candidate)
         write_if_changed(
             cfg.state / "decisions" / f"{cid}.json",
             (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),
@@ -282,4 +285,22 @@ def verify_candidate(
         substituted=sum(s == "substituted" for s in statuses),
         cached=sum(s == "cached" for s in statuses),
         steps=sorted(run.steps),
+        accuracy=_accuracy(candidate),
     )
+
+
+def _accuracy(candidate: Candidate) -> str:
+    """The drafted candidate's comparison with the upstream fix, when `trace draft` made one."""
+    import json
+
+    from engine.roles.compare import recorded_summary
+
+    path = candidate.dir / "accuracy.json"
+    if not path.is_file():
+        return ""
+    try:
+        doc = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "unreadable accuracy.json"
+    patch = "".join(candidate.file(p).read_text("utf-8") for p in candidate.spec.patches)
+    return "\n".join(recorded_summary(doc, patch))

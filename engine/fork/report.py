@@ -34,6 +34,7 @@ class Outcome:
     substituted: int = 0  # steps fetched from a signed binary cache (engine/remote/machine.py)
     cached: int = 0  # steps answered from the index (no evaluation)
     steps: list[str] = field(default_factory=list)  # step ids of the candidate's graph
+    accuracy: str = ""  # a drafted candidate's comparison with the upstream fix (accuracy.json)
 
 
 @dataclass
@@ -85,11 +86,11 @@ def show_table(report: ForkReport, title: str, bundles: str, policy: Path) -> No
 
     table = Table(title=title)
     table.add_column("candidate", no_wrap=True)
-    for col in ("verify", "route", "signing", "bundle", "steps"):
+    for col in ("verify", "route", "signing", "vs upstream fix", "bundle", "steps"):
         table.add_column(col, overflow="fold")
     for o in report.candidates:
         if o.decision == "error":
-            table.add_row(o.candidate, "[bold red]error[/]", "", "", o.note, "")
+            table.add_row(o.candidate, "[bold red]error[/]", "", "", "", o.note, "")
             continue
         verify = (
             "[green]holds[/]"
@@ -102,7 +103,7 @@ def show_table(report: ForkReport, title: str, bundles: str, policy: Path) -> No
         if o.note:
             bundle += f"\n{o.note}"
         steps = f"{o.built} built\n{o.reused} reused\n{o.cached} cached"
-        table.add_row(o.candidate, verify, o.route, signing, bundle, steps)
+        table.add_row(o.candidate, verify, o.route, signing, o.accuracy or "—", bundle, steps)
     console = Console(width=max(140, Console().width))
     console.print(table)
     n_ok = sum(o.decision == "allow" for o in report.candidates)

@@ -204,7 +204,15 @@ def _built_evidence(
     sources += [
         SourceRef(path=src, sha256=hashlib.sha256(raw).hexdigest()) for src, _, raw in extra
     ]
-    return Evidence(candidate=cand.spec.id, verify=result, gates=gates, sources=sources)
+    from engine.roles.claims import candidate_review
+
+    return Evidence(
+        candidate=cand.spec.id,
+        verify=result,
+        gates=gates,
+        sources=sources,
+        review=candidate_review(cand),
+    )
 
 
 def cmd_decide(args: argparse.Namespace) -> int:

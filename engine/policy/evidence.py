@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError
 
 from engine.errors import InputError
+from engine.policy.review import ReviewEvidence
 from engine.policy.source import Strict
 from engine.records import GateRecord
 from engine.verify.result import VerifyResult
@@ -33,6 +34,9 @@ class Evidence(Strict):
     verify: VerifyResult | None = Field(description="None when no verify result exists")
     gates: dict[str, GateRecord] = Field(default_factory=dict, description="by gate name")
     sources: list[SourceRef] = Field(default_factory=list)
+    review: ReviewEvidence | None = Field(
+        default=None, description="a drafted candidate's review claims, checked (draft record)"
+    )
 
 
 def _read_json(path: Path, what: str) -> tuple[object, SourceRef]:

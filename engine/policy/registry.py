@@ -14,6 +14,17 @@ ROUTING = "routing.toml"
 SIGNING = "signing.toml"
 REASONS = "reasons.toml"
 WAIVERS = "waivers.toml"
+# Earlier versions of a policy directory's files: history/NAME-VERSION/ holds the policy file as
+# it was signed under, with the catalogue it named beside it (byte for byte), so a bundle signed
+# under a replaced version still matches its pinned digests and its decision still re-runs.
+HISTORY = "history"
+
+
+def policy_files(directory: Path) -> list[Path]:
+    """The policy TOML files of a directory: its own, then those of its history/*/ folders."""
+    if not directory.is_dir():
+        return []
+    return sorted(directory.glob("*.toml")) + sorted(directory.glob(f"{HISTORY}/*/*.toml"))
 
 
 def policy_dir() -> Path:

@@ -24,6 +24,7 @@ from engine.gates.core.oracle import judge_pre, post_fix_acceptable
 from engine.paths import resolve_ref
 from engine.policy.evidence import Evidence, SourceRef
 from engine.policy.reasons import Catalogue, load_catalogue, require_code
+from engine.policy.review import ReviewEvidence, ReviewRule, review_findings
 from engine.policy.routing import RouteDecision, State
 from engine.policy.source import (
     PolicyHeader,
@@ -104,12 +105,16 @@ class SigningFile(Strict):
     policy: PolicyHeader
     signing: SigningRules = Field(default_factory=SigningRules)
     gates: dict[str, GateRule] = Field(default_factory=dict, description="by gate name")
+    review: ReviewRule = Field(
+        default_factory=ReviewRule, description="what a drafted candidate's review must be"
+    )
 
 
 class SigningPolicy(Strict):
     ref: PolicyRef
     rules: SigningRules
     gates: dict[str, GateRule]
+    review: ReviewRule = Field(default_factory=ReviewRule)
 
     def applied(self, gate: str) -> dict[str, object]:
         """What a gate step applies and states in its record's `details.policy`: this policy's
@@ -144,7 +149,12 @@ def load_signing_rules(path: Path) -> tuple[SigningPolicy, str, str]:
                     line=find_line(text, ("gates", name, found[0])),
                     hint=f"{what} the [gates.{gate}] gate; move them there",
                 )
-    policy = SigningPolicy(ref=ref(spec.policy, path, digest), rules=spec.signing, gates=spec.gates)
+    policy = SigningPolicy(
+        ref=ref(spec.policy, path, digest),
+        rules=spec.signing,
+        gates=spec.gates,
+        review=spec.review,
+    )
     return policy, text, spec.catalogue
 
 
@@ -211,6 +221,9 @@ class Decision(Strict):
     warnings: list[Reason] = Field(description="hits of codes not yet effective on `date`")
     waived: list[Reason] = Field(description="hits lifted by an applied waiver")
     waivers: list[WaiverUse] = Field(description="every waiver naming this candidate")
+    review: ReviewEvidence | None = Field(
+        default=None, description="the review claims the decision read (a drafted candidate)"
+    )
 
 
 Outcome = tuple[object, ...]
@@ -402,6 +415,9 @@ def decide(
         )
     hits += _run_hits(evidence, policy.rules)
     hits += _gate_hits(evidence, policy, catalogue)
+    origin = routing.facts.origin
+    for code, source, detail in review_findings(policy.review, evidence.review, origin):
+        hits.append(Hit(code=code, source=source, detail=detail))
 
     merged: dict[str, tuple[list[str], list[str]]] = {}
     for h in hits:
@@ -458,4 +474,5 @@ def decide(
         warnings=warnings,
         waived=waived,
         waivers=uses,
+        review=evidence.review,
     )

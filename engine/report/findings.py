@@ -50,7 +50,9 @@ def _accuracy(view_docs: Iterable[Any]) -> str:
     for doc in view_docs:
         d = _dict(doc)
         if "summary" in d:  # trace.accuracy/v1 (engine.roles.compare)
-            return str(d["summary"])
+            from engine.roles.compare import recorded_summary
+
+            return "; ".join(recorded_summary(d))
         for key in ("verdict", "score", "similarity"):
             if key in d:
                 return f"{key}: {d[key]}"

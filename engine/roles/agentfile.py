@@ -11,11 +11,10 @@ role = "patcher"                 # patcher | reproducer | reviewer (how the answ
 model = "drafter"
 template = "../templates/agent/patcher.md.j2"
 needs = ["advisory", "upstream", "sources"]
-
-[review]                         # what `trace draft` requires of the reviews before signing
-require_approval = true
-require_different_family = true
 ```
+
+What the reviews must be before signing (approval, another model family than the Patcher's) is
+the signing policy's `[review]` rule (policy/signing.toml), which `trace decide` applies.
 
 Values a step may need: `advisory`, `upstream`, `sources`, `verify`, and `STEP.OUTPUT` of an
 earlier step (patcher: diff, rationale, prompt, transcript; reproducer: script, prompt,
@@ -58,16 +57,10 @@ class StepSpec(_Strict):
     needs: list[str] = Field(default_factory=list)
 
 
-class ReviewRule(_Strict):
-    require_approval: bool = True
-    require_different_family: bool = False
-
-
 class AgentFileSpec(_Strict):
     version: Literal[1]
     models: dict[str, ModelSpec]
     steps: dict[str, StepSpec]
-    review: ReviewRule = Field(default_factory=ReviewRule)
 
 
 class AgentStep(BaseModel):
@@ -86,7 +79,6 @@ class Agent(BaseModel):
 
     path: Path
     steps: list[AgentStep]  # in file order; every need refers to an earlier step
-    review: ReviewRule
 
     def of_role(self, role: Role) -> list[AgentStep]:
         return [s for s in self.steps if s.role == role]
@@ -105,6 +97,16 @@ def load_agent(path: Path) -> Agent:
         raise InputError("agent file not found", file=path, hint="check the path") from None
     except tomli.TOMLDecodeError as exc:
         raise InputError(f"TOML syntax error: {exc.msg}", file=path, line=exc.lineno) from None
+    if "review" in data:
+        raise _fail(
+            "[review] moved to the signing policy: `trace decide` applies it to every drafted "
+            "candidate",
+            path,
+            text,
+            ["review"],
+            "remove [review] here; set require_approval / require_different_family under "
+            "[review] in the signing policy (policy/signing.toml or FORK/trace/policy/)",
+        )
     try:
         spec = AgentFileSpec.model_validate(data)
     except ValidationError as exc:
@@ -159,7 +161,7 @@ def load_agent(path: Path) -> Agent:
                 ["steps"],
                 f'add a [steps.NAME] with role = "{role}"',
             )
-    return Agent(path=path, steps=steps, review=spec.review)
+    return Agent(path=path, steps=steps)
 
 
 def _check_need(

@@ -110,3 +110,28 @@ def _changes(patch: str) -> list[str]:
         for ln in patch.splitlines()
         if ln[:1] in ("+", "-") and not ln.startswith(("+++", "---"))
     ]
+
+
+def where(t: object) -> str:
+    """What a patch touches, in one line: `file:lines (functions)` per file."""
+    d = t if isinstance(t, dict) else {}
+    lines = d.get("lines")
+    lines = lines if isinstance(lines, dict) else {}
+    parts = [f"{f}:{','.join(str(n) for n in ns)}" for f, ns in sorted(lines.items())]
+    funcs = d.get("functions") or []
+    return " ".join(parts) + (f" ({', '.join(str(f) for f in funcs)})" if funcs else "")
+
+
+def recorded_summary(doc: object, model_patch: str | None = None) -> list[str]:
+    """A recorded comparison (accuracy.json) for tables: the verdicts and overlap, then what
+    each patch touches; [] when there is none. Given the candidate's current `model_patch`, a
+    comparison made of another patch says it is stale."""
+    if not isinstance(doc, dict) or "summary" not in doc:
+        return []
+    if model_patch is not None and doc.get("model") != touched(model_patch).model_dump(mode="json"):
+        return ["stale: made for another patch (draft again)"]
+    return [
+        str(doc["summary"]),
+        f"model: {where(doc.get('model'))}",
+        f"upstream: {where(doc.get('upstream'))}",
+    ]

@@ -109,7 +109,4 @@ role = "reviewer"
 model = "critic"
 template = "trace:templates/agent/reviewer.md.j2"
 needs = ["advisory", "patch.diff", "verify"]
-[review]
-require_approval = true
-require_different_family = true
 """
