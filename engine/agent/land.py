@@ -4,7 +4,8 @@ remote.
 
 Landing needs what auto-merge means: the routing state `auto-merge-eligible`, a bundle that
 `trace verify-bundle` accepts (signature, identity, every file's digest), a signing decision in
-it that allows, and for a drafted candidate a draft decision that allows (the review rule). The
+it that allows (for a drafted candidate this includes the signing policy's review rule over the
+bundled review claims), and for a drafted candidate a draft decision that allows. The
 commit is made in a temporary worktree, so the fork's own work tree and index are untouched.
 The patch goes into the package's vendored source (`pkgs/PKG/src`, `patch -p1` paths) when the
 fork keeps one; otherwise it is added beside the package as `pkgs/PKG/ID.patch` for the package
