@@ -152,6 +152,14 @@ def test_the_drafted_candidate_bundles_and_verifies(
     assert (payload / "agent" / "draft.json").is_file()
     assert (payload / "agent" / "review.md").is_file()
     assert (payload / "agent" / "accuracy.json").is_file()
+    # the signed decision applied the policy's review rule and records what it read: a reader
+    # of the bundle sees the review was cross-vendor
+    signed = json.loads((payload / "decisions" / "signing.json").read_bytes())
+    assert signed["decision"] == "allow" and signed["policy"]["version"] == "1.2.0"
+    assert signed["review"]["patcher_families"] == ["anthropic"]
+    assert [(r["verdict"], r["family"]) for r in signed["review"]["reviews"]] == [
+        ("approve", "openai")
+    ]
     capsys.readouterr()
     rc = main(["verify-bundle", str(out), "--key", f"{key}.pub", "--fork", str(world.fork)])
     assert rc == 0, capsys.readouterr().out
