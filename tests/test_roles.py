@@ -190,3 +190,41 @@ def test_draft_never_overwrites_a_hand_written_candidate(
     assert "would overwrite" in capsys.readouterr().err
     assert (cand.parent / "fix.patch").read_bytes() == before
     assert not (cand.parent / "draft.json").exists()
+
+
+MODEL_FIX = """--- a/cparse.c
++++ b/cparse.c
+@@ -14,2 +14,4 @@ static int parse_line(const char *line)
+     size_t klen = (size_t)(eq - line);
++    if (klen >= KEY_MAX)
++        return 0;
+     char *key = malloc(KEY_MAX);
+"""
+BIGGER_BUFFER = """--- a/cparse.c
++++ b/cparse.c
+@@ -3 +3 @@
+-#define KEY_MAX 16
++#define KEY_MAX 64
+"""
+
+
+def test_the_accuracy_comparison_of_two_patches() -> None:
+    """Functions from the hunk headers, lines of the original each changes, their overlap; a
+    recorded comparison is shown for the patch it was made of and called stale for another."""
+    from engine.roles.compare import compare, recorded_summary
+
+    same = compare(MODEL_FIX, MODEL_FIX, True, True)
+    assert same.identical and same.line_overlap == 1.0 and same.same_files
+    assert same.model.functions == ["parse_line"] and same.model.lines == {"cparse.c": [15]}
+    other = compare(BIGGER_BUFFER, MODEL_FIX, False, True)
+    assert not other.identical and other.line_overlap == 0.0
+    assert other.summary == "model fails, upstream passes; line overlap 0"
+    assert "-#define KEY_MAX 16" in other.diff and "+    if (klen >= KEY_MAX)" in other.diff
+    doc = other.model_dump(mode="json", by_alias=True)
+    assert recorded_summary(doc, BIGGER_BUFFER) == [
+        "model fails, upstream passes; line overlap 0",
+        "model: cparse.c:3",
+        "upstream: cparse.c:15 (parse_line)",
+    ]
+    assert recorded_summary(doc, MODEL_FIX) == ["stale: made for another patch (draft again)"]
+    assert recorded_summary({}, MODEL_FIX) == [] and recorded_summary(None) == []

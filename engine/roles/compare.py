@@ -46,6 +46,7 @@ def touched(patch: str) -> Touched:
     added = removed = 0
     current = ""
     old_line = 0
+    replacing = False  # a '+' right after '-' lines replaces them: no further original line
     for raw in patch.splitlines():
         if m := _FILE.match(raw):
             current = m.group(1)
@@ -53,17 +54,21 @@ def touched(patch: str) -> Touched:
             lines.setdefault(current, set())
         elif m := _HUNK.match(raw):
             old_line = int(m.group(1))
+            replacing = False
             if (fm := _FUNC.search(m.group(3))) and fm.group(1) not in funcs:
                 funcs.append(fm.group(1))
         elif raw.startswith("-") and not raw.startswith("---"):
             removed += 1
             lines[current].add(old_line)
             old_line += 1
+            replacing = True
         elif raw.startswith("+") and not raw.startswith("+++"):
             added += 1
-            lines[current].add(old_line)  # an insertion is placed before this original line
+            if not replacing:  # an insertion is placed before this original line
+                lines[current].add(old_line)
         elif raw.startswith(" "):
             old_line += 1
+            replacing = False
     return Touched(
         files=files,
         functions=funcs,
