@@ -74,8 +74,13 @@ class StatCache:
 
     RACY_NS = 1_000_000_000
 
-    def __init__(self, db: sqlite3.Connection | None = None) -> None:
+    def __init__(
+        self, db: sqlite3.Connection | None = None, *, remember_trees: bool = False
+    ) -> None:
         self._db = db
+        # `remember_trees`: a directory is walked once for this cache's lifetime (`trace fork`:
+        # one run, whose clean check pinned the tree at its start); None: walked every time
+        self.trees: dict[tuple[str, frozenset[str]], str] | None = {} if remember_trees else None
         self._racy_from = time.time_ns() - self.RACY_NS
         self._mem: dict[str, tuple[int, int, int, int, str]] = {}
         self._dirty: dict[str, tuple[int, int, int, int, str]] = {}
@@ -84,11 +89,11 @@ class StatCache:
             self._load(db)
 
     @classmethod
-    def read_only(cls, db_path: Path) -> StatCache:
+    def read_only(cls, db_path: Path, *, remember_trees: bool = False) -> StatCache:
         """The cache of an existing state database, opened without writing or creating anything
         (so loading a graph that turns out to be invalid leaves no state behind); persist new
         entries later with `flush(db)`."""
-        cache = cls()
+        cache = cls(remember_trees=remember_trees)
         if db_path.is_file():
             try:
                 db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
@@ -153,8 +158,12 @@ def tree_digest(root: Path, cache: StatCache, exclude: list[str] | None = None) 
     st = root.lstat()
     if stat.S_ISREG(st.st_mode):
         return "file:" + cache.file_digest(root, st)
+    skip = frozenset(p.strip("/") for p in exclude or [])
+    memo = (str(root), skip)
+    if cache.trees is not None and memo in cache.trees:
+        return cache.trees[memo]
     h = hashlib.sha256()
-    for relpath, entry in _walk(root, "", frozenset(p.strip("/") for p in exclude or [])):
+    for relpath, entry in _walk(root, "", skip):
         if entry.is_symlink():
             h.update(f"l {relpath}\0{os.readlink(entry.path)}\0".encode())
         elif entry.is_dir(follow_symlinks=False):
@@ -163,4 +172,7 @@ def tree_digest(root: Path, cache: StatCache, exclude: list[str] | None = None) 
             est = entry.stat(follow_symlinks=False)
             exe = "x" if est.st_mode & 0o111 else "-"
             h.update(f"f{exe} {relpath}\0{cache.file_digest(Path(entry.path), est)}\0".encode())
-    return "tree:" + h.hexdigest()
+    digest = "tree:" + h.hexdigest()
+    if cache.trees is not None:
+        cache.trees[memo] = digest
+    return digest

@@ -87,6 +87,10 @@ let
       [
         "--source"
         "${source}"
+        # what the replay records name as `nix --version`: the Nix evaluating this app (the one
+        # `nix run` runs), so a no-op run starts no `nix --version` of its own
+        "--nix-version"
+        "nix (Nix) ${builtins.nixVersion}"
       ]
       ++ (
         if self ? narHash then

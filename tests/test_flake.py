@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -349,6 +350,11 @@ def test_bundles_carry_the_fork_step_and_pin_the_package_data(
     assert not (Path(source["store_path"]) / "trace").exists(), "candidates are not in it"
     assert (Path(source["store_path"]) / "pkgs" / "cparse").is_dir()
     assert replay["package_set"]["commit"] == report["commit"]
+    # issue 14: the app passes its Nix's version (no `nix --version` of trace's own), in the
+    # words `nix --version` uses, and the system it imported the package set for
+    version = subprocess.run(["nix", "--version"], capture_output=True, text=True, check=True)
+    assert replay["nix_version"] == version.stdout.strip()
+    assert replay["system"] == source["system"]
     # the standard pipeline came from the package's data dir in the store, not from a checkout
     # (pinned by its store path today, or by its `trace:` reference)
     pins = [f["path"] for f in replay["graph_files"]]

@@ -48,7 +48,7 @@ from engine.evidence.payload import (
     json_entry,
     text_entry,
 )
-from engine.evidence.replay import ModelPin, SourcePin
+from engine.evidence.replay import ModelPin, RunHost, SourcePin
 from engine.policy.evidence import SourceRef
 from engine.records import GateRecord
 from engine.run import RunResult
@@ -312,12 +312,14 @@ def assemble_evidence(
     dirty: bool | None = None,
     ran: tuple[dt.datetime, dt.datetime] | None = None,
     source: SourcePin | None = None,
+    host: RunHost | None = None,
 ) -> Assembled:
     """The bundle's last links, shared by `trace bundle`, `trace verify --bundle` and
     `trace fork`: the routing and signing decisions as payload files, their policy versions, the
     replay record (`dirty` overrides its fork pin's own clean check when the caller made a
     better one), and the assembled statement (`ran`: when the run whose results these are began
-    and ended, for the provenance's startedOn/finishedOn)."""
+    and ended, for the provenance's startedOn/finishedOn; `host`: the Nix version, system and git
+    state asked once per run by a caller that assembles many bundles)."""
     from engine.evidence.bundle import assemble
     from engine.evidence.replay import build_replay_record
 
@@ -333,6 +335,7 @@ def assemble_evidence(
         root=root,
         model=model_pin(candidate),
         signing_policy=signing_policy,
+        host=host,
     )
     if dirty is not None and replay.package_set is not None:
         pinned = replay.package_set.model_copy(update={"dirty": dirty})

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -189,13 +189,30 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def fork_pin(package_set: Path, root: Path, digest: str | None = None) -> ForkPin:
-    """git commit + tree of the package set's repository (None when it is not a git checkout)."""
+class RunHost(NamedTuple):
+    """What a caller that makes many records in one run (`trace fork`) asked once for all of
+    them: the Nix version and system, and the package set's git commit and tree (its caller's
+    clean check gives `dirty`)."""
+
+    nix_version: str
+    system: str
+    commit: str | None
+    tree: str | None
+
+
+def fork_pin(
+    package_set: Path, root: Path, digest: str | None = None, host: RunHost | None = None
+) -> ForkPin:
+    """git commit + tree of the package set's repository (None when it is not a git checkout);
+    from `host` when given (no git process; `dirty` is then the caller's to set)."""
     d = package_set if package_set.is_dir() else package_set.parent
     try:
         rel = package_set.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
         rel = str(package_set.resolve())
+    if host is not None:
+        dirty = host.commit is None
+        return ForkPin(path=rel, commit=host.commit, tree=host.tree, dirty=dirty, digest=digest)
     commit = _run(["git", "-C", str(d), "rev-parse", "HEAD"])
     tree = _run(["git", "-C", str(d), "rev-parse", "HEAD^{tree}"]) if commit else None
     status = _run(["git", "-C", str(d), "status", "--porcelain", "--", "."]) if commit else None
@@ -230,23 +247,25 @@ def build_replay_record(
     root: Path,
     model: ModelPin | None = None,
     signing_policy: Path | None = None,
+    host: RunHost | None = None,
 ) -> ReplayRecord:
     """Pin everything a replay needs, from a loaded graph and the run that built it.
 
     `signing_policy`: the file the graph's context was made with (`verify_context`); every
-    verify graph names it (None only for graphs loaded without the gates' context)."""
+    verify graph names it (None only for graphs loaded without the gates' context); `host`: the
+    Nix version, system and git state asked once for a whole run (else asked here)."""
     from engine import __version__
 
     templates = sorted({k.template_path.resolve() for k in graph.kinds.values()})
     return ReplayRecord(
         engine_version=__version__,
-        nix_version=nix_version(),
-        system=nix_system(),
+        nix_version=host.nix_version if host else nix_version(),
+        system=host.system if host else nix_system(),
         candidate=file_pin(candidate_file, root),
         graph=file_pin(graph.entry, root),
         graph_files=[file_pin(f, root) for f in sorted({f.resolve() for f in graph.files})],
         templates=[file_pin(t, root) for t in templates],
-        package_set=fork_pin(graph.package_set.path, root, graph.package_set.digest)
+        package_set=fork_pin(graph.package_set.path, root, graph.package_set.digest, host)
         if graph.package_set
         else None,
         signing_policy=signing_policy_pin(signing_policy, root) if signing_policy else None,

@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Literal
 from engine.errors import InputError
 from engine.fork.config import ForkConfig, Source
 from engine.fork.entry import pipeline_entry, signing_source, swap_dir, write_if_changed
+from engine.fork.once import RunOnce
 from engine.fork.report import Outcome
 
 if TYPE_CHECKING:
     from engine.candidate import Candidate
     from engine.evidence.bundle import Assembled
+    from engine.evidence.replay import RunHost
     from engine.model import Graph
     from engine.policy.routing import RouteDecision
     from engine.policy.signing import Decision
@@ -129,6 +131,7 @@ def _assemble(
     signing_policy: Path,
     source: Source | None,
     package_set_rel: str,
+    host: RunHost,
     ran: tuple[dt.datetime, dt.datetime] | None = None,
 ) -> Assembled:
     from engine.evidence.collect import (
@@ -158,6 +161,7 @@ def _assemble(
         builder_id=BUILDER_ID,
         dirty=dirty,
         ran=ran,
+        host=host,
         source=None
         if source is None
         else SourcePin(
@@ -186,6 +190,7 @@ def verify_candidate(
     file: Path,
     policy: Path,
     signer: Signer,
+    once: RunOnce,
     *,
     dirty: bool,
     jobs: int | None,
@@ -195,7 +200,6 @@ def verify_candidate(
     from engine.cache import Index
     from engine.candidate import load_candidate
     from engine.graph import load_graph
-    from engine.hashing import StatCache
     from engine.policy.registry import WAIVERS
     from engine.progress import Progress
     from engine.run import run_graph
@@ -213,7 +217,7 @@ def verify_candidate(
     # One lock for the whole candidate: the build, the verify result, the decision and the
     # bundle swap (two `trace fork` runs must not interleave their writes).
     with Index(cfg.state, wait=wait) as index:
-        hasher = StatCache(index.db)
+        hasher = once.hasher  # one package-set walk per run, not per candidate
         graph = load_graph(
             entry,
             root=root,
@@ -221,7 +225,7 @@ def verify_candidate(
             hasher=hasher,
             variant=cid,
         )
-        hasher.flush()
+        hasher.flush(index.db)
         began = dt.datetime.now(dt.UTC)
         with Progress(enabled=progress) as reporter:
             try:
@@ -254,6 +258,7 @@ def verify_candidate(
             signing,
             cfg.source,
             cfg.package_set.relative_to(cfg.root).as_posix(),
+            once.host,
             ran=ran,
         )
         signature: str | None = None

@@ -11,7 +11,7 @@ from engine.errors import TraceError, UsageError
 from engine.fork.candidate import Signer, verify_candidate
 from engine.fork.config import discover, make_config
 from engine.fork.entry import merged_policy, write_if_changed
-from engine.fork.git import git_commit
+from engine.fork.once import RunOnce
 from engine.fork.report import ForkReport, Outcome, check_clean, print_table
 
 
@@ -40,6 +40,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--source-nar-hash", default=None, help="its narHash (recorded)")
     p.add_argument("--system", default=None, help="the system to import the package set for")
+    p.add_argument("--nix-version", default=None, help="`nix --version` of the app's Nix")
     p.add_argument("--state-dir", type=Path, default=None, help="default: ROOT/.trace")
     p.add_argument("--out", type=Path, default=None, help="bundles (default: STATE/bundles)")
     p.add_argument(
@@ -119,6 +120,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
         files = select(every, *shard)
     policy = merged_policy(cfg)
     signer = Signer(args)
+    once = RunOnce(cfg)  # git state, Nix version and system, package-set digest: once per run
     outcomes: list[Outcome] = []
     for file in files:
         try:
@@ -128,6 +130,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
                     file,
                     policy,
                     signer,
+                    once,
                     dirty=dirty,
                     jobs=args.jobs,
                     progress=not args.quiet and not args.json,
@@ -139,9 +142,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
         except TraceError as exc:
             print(f"trace: error: {exc.render()}", file=sys.stderr)
             outcomes.append(Outcome(candidate=file.parent.name, file=str(file), note=exc.message))
-    report = ForkReport(
-        fork=str(cfg.root), commit=git_commit(cfg.root), dirty=dirty, candidates=outcomes
-    )
+    report = ForkReport(fork=str(cfg.root), commit=once.commit, dirty=dirty, candidates=outcomes)
     write_if_changed(cfg.state / "fork" / "report.json", report.to_json().encode())
     if shard is not None:
         from engine.fork.shard import write_shard

@@ -36,6 +36,7 @@ class Source:
     store_path: Path
     nar_hash: str | None
     system: str
+    nix_version: str | None = None  # `nix --version` as the app passes it (None: ask once)
 
 
 STORE = Path("/nix/store")
@@ -43,8 +44,10 @@ STORE = Path("/nix/store")
 
 def make_source(args: argparse.Namespace) -> Source | None:
     if args.source is None:
-        if args.source_nar_hash or args.system:
-            raise UsageError("--source-nar-hash and --system go with --source STORE_PATH")
+        if args.source_nar_hash or args.system or getattr(args, "nix_version", None):
+            raise UsageError(
+                "--source-nar-hash, --system and --nix-version go with --source STORE_PATH"
+            )
         return None
     path = Path(args.source)
     if path.parent != STORE or not path.is_dir():
@@ -55,7 +58,12 @@ def make_source(args: argparse.Namespace) -> Source | None:
         )
     if not args.system:
         raise UsageError("--source needs --system (the system to import the package set for)")
-    return Source(store_path=path, nar_hash=args.source_nar_hash, system=args.system)
+    return Source(
+        store_path=path,
+        nar_hash=args.source_nar_hash,
+        system=args.system,
+        nix_version=getattr(args, "nix_version", None),
+    )
 
 
 def _inside(root: Path, value: str, what: str) -> Path:
