@@ -237,3 +237,18 @@ def test_a_run_after_a_no_op_sees_an_edit_that_kept_its_mtime_and_a_changed_poli
     denied = _fork_run(root, env)
     row = denied["candidates"][0]  # type: ignore[index]
     assert row["decision"] == "deny", row
+
+
+def test_the_redaction_memo_answers_as_the_rules_do_and_hands_out_fresh_counts() -> None:
+    """A fork no-op redacts the same short strings thousands of times: they are memoised, which
+    must change no answer (a secret is redacted on every call, not only on the first)."""
+    from engine.evidence import redact
+
+    secret = "token ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    for _ in range(3):
+        out, counts = redact.redact_text(secret)
+        assert out == redact._redact_text(secret, redact.RULES)[0]
+        assert "ghp_A1b2" not in out and counts, out
+        counts.clear()  # a caller's dict is its own
+    long = "x" * redact.MEMO_CHARS + " " + secret  # longer strings are not kept, still redacted
+    assert "ghp_A1b2" not in redact.redact_text(long)[0]

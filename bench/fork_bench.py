@@ -1,0 +1,218 @@
+"""`trace fork` no-op rows (issue 14, fork half): trace's own time and the processes it starts.
+
+    .venv/bin/python bench/fork_bench.py [--repeat 3] [--candidates 2] [--big-candidates 50]
+                                         [--files 40000] [--workdir DIR]
+
+(bench/run_bench.py calls `fork_rows` and prints the same table under its own.)
+
+Rows (medians of --repeat no-op runs, after one untimed run that builds everything):
+  fork no-op        the fixture fork (tests/fixtures/fork) with --candidates candidates
+  fork no-op 40k    the same package set plus --files generated files (committed; generated here,
+                    never committed to trace) and --big-candidates candidates (copies of one
+                    fixture candidate, each with an id of its own)
+
+Every run is a real `trace fork --no-sign --json` subprocess whose PATH holds a shim in front of
+nix, nix-instantiate, nix-store, nix-build and git: each call is counted and timed, so
+  own s   = wall time - the time spent in those child processes (trace's own work: imports,
+            hashing, loading, judging, writing bundles), the number the goals are about;
+  nix     = Nix processes started by trace (goal: 0 on a no-op);
+  git     = git processes (must not grow with the candidate count).
+The trust boundary (engine/verify/trusted.py) re-evaluates every cached step and rebuilds the
+`check` steps with `--check` on every fork run, so today's no-op starts Nix processes per
+candidate: the `nix` column says how many, and its goal stays NO until that changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = REPO / "tests" / "fixtures" / "fork"
+TOOLS = ("nix", "nix-instantiate", "nix-store", "nix-build", "git")
+NIX_TOOLS = TOOLS[:-1]
+OWN_GOALS = {"fork no-op": 0.25, "fork no-op 40k": 0.5}
+BASE = "pager-last-page"
+OTHERS = ("roster-wrong-field", "stamp-release", "textcols-zero-width")
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "bench",
+    "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+    "GIT_COMMITTER_NAME": "bench",
+    "GIT_COMMITTER_EMAIL": "bench@example.invalid",
+}
+
+
+@dataclass
+class ForkRow:
+    case: str
+    candidates: int
+    files: int
+    wall: list[float] = field(default_factory=list)
+    own: list[float] = field(default_factory=list)
+    nix: list[int] = field(default_factory=list)
+    git: list[int] = field(default_factory=list)
+
+    @property
+    def goal(self) -> float:
+        return OWN_GOALS[self.case]
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(root), *args],
+        check=True,
+        capture_output=True,
+        env={**os.environ, **GIT_ENV},
+    )
+
+
+def make_fork(root: Path, candidates: int, files: int) -> Path:
+    """The fixture fork's package set, `candidates` fixture candidates (copies of BASE with ids of
+    their own past the fixture's), and `files` generated files inside the package set."""
+    root.mkdir(parents=True)
+    for name in ("default.nix", "lib.nix", "pkgs", "trace.toml"):
+        src = FIXTURE / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+    dest = root / "trace" / "candidates"
+    names = [BASE, *OTHERS][: min(candidates, 1 + len(OTHERS))] if files == 0 else [BASE]
+    for name in names:
+        shutil.copytree(FIXTURE / "trace" / "candidates" / name, dest / name)
+    base = (FIXTURE / "trace" / "candidates" / BASE / "candidate.toml").read_text()
+    for i in range(len(names), candidates):
+        copy = dest / f"{BASE}-{i}"
+        shutil.copytree(FIXTURE / "trace" / "candidates" / BASE, copy)
+        text = base.replace('id = "TRACE-2026-0002-pager"', f'id = "TRACE-2026-{9000 + i}-pager"')
+        (copy / "candidate.toml").write_text(text)
+    for i in range(files):  # 100 files a folder, as a real tree spreads them
+        f = root / "pkgs" / "bulk" / f"d{i // 100:04d}" / f"f{i:05d}.nix"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f"{{ }}: {{ n = {i}; }}\n")
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "bench fork")
+    return root
+
+
+def shim(dir_: Path, log: Path) -> dict[str, str]:
+    """PATH with a timing, counting wrapper in front of each of TOOLS."""
+    dir_.mkdir(parents=True, exist_ok=True)
+    for tool in TOOLS:
+        real = shutil.which(tool)
+        if real is None:
+            raise SystemExit(f"bench: {tool} is not on PATH")
+        (dir_ / tool).write_text(
+            "#!/bin/sh\n"
+            "s=$(date +%s%N)\n"
+            f'{real} "$@"\n'
+            "rc=$?\n"
+            f'echo "{tool} $(( $(date +%s%N) - s ))" >> {log}\n'
+            "exit $rc\n"
+        )
+        (dir_ / tool).chmod(0o755)
+    # PYTHONDONTWRITEBYTECODE: an installed trace has its bytecode; without it every run would
+    # compile its imports again (~2x the import time)
+    drop = ("TRACE_DATA_DIR", "TRACE_CLI", "PYTHONDONTWRITEBYTECODE")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    return {**env, "PATH": f"{dir_}:{env['PATH']}"}
+
+
+def fork_run(root: Path, env: dict[str, str], log: Path) -> tuple[float, float, int, int]:
+    """One `trace fork` run: (wall, own, nix processes, git processes)."""
+    log.unlink(missing_ok=True)
+    trace = shutil.which("trace", path=env["PATH"]) or "trace"
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [trace, "fork", "--no-sign", "--json", "-q"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=7200,
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"bench: trace fork failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    json.loads(proc.stdout)  # a real report, or the run did not do what it should
+    rows = [line.split() for line in log.read_text().splitlines()] if log.is_file() else []
+    child = sum(int(r[1]) for r in rows) / 1e9
+    nix = sum(r[0] in NIX_TOOLS for r in rows)
+    git = sum(r[0] == "git" for r in rows)
+    return wall, wall - child, nix, git
+
+
+def measure(row: ForkRow, work: Path, repeat: int, log_: list[str]) -> ForkRow:
+    root = make_fork(work / row.case.replace(" ", "-"), row.candidates, row.files)
+    log = work / f"{root.name}.calls"
+    env = shim(work / "bin", log)
+    t0 = time.perf_counter()
+    fork_run(root, env, log)  # builds what is missing: not timed
+    log_.append(f"{row.case}: first run (builds) {time.perf_counter() - t0:.1f} s")
+    for _ in range(repeat):
+        wall, own, nix, git = fork_run(root, env, log)
+        row.wall.append(wall)
+        row.own.append(own)
+        row.nix.append(nix)
+        row.git.append(git)
+    return row
+
+
+def fork_rows(
+    work: Path, repeat: int = 3, candidates: int = 2, big_candidates: int = 50, files: int = 40_000
+) -> tuple[list[ForkRow], list[str]]:
+    notes: list[str] = []
+    rows = [
+        measure(ForkRow("fork no-op", candidates, 0), work, repeat, notes),
+        measure(ForkRow("fork no-op 40k", big_candidates, files), work, repeat, notes),
+    ]
+    return rows, notes
+
+
+def fork_table(rows: list[ForkRow]) -> str:
+    head = f"{'case':<15} {'cands':>5} {'files':>6}  {'wall s':>7}  {'own s':>6}  {'goal':>6}"
+    head += f"  met  {'nix':>4}  goal  met  {'git':>4}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        own = statistics.median(r.own)
+        nix = max(r.nix)
+        lines.append(
+            f"{r.case:<15} {r.candidates:>5} {r.files:>6}  {statistics.median(r.wall):7.3f}"
+            f"  {own:6.3f}  {f'<={r.goal}':>6}  {'yes' if own <= r.goal else 'NO ':<3}"
+            f"  {nix:>4}  {'0':>4}  {'yes' if nix == 0 else 'NO ':<3}  {max(r.git):>4}"
+        )
+    lines.append(
+        "own = wall - time in nix*/git child processes (median); nix, git = processes per run"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--candidates", type=int, default=2)
+    ap.add_argument("--big-candidates", type=int, default=50)
+    ap.add_argument("--files", type=int, default=40_000)
+    ap.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
+    args = ap.parse_args(argv)
+    if args.repeat < 1 or args.candidates < 1 or args.big_candidates < 1 or args.files < 0:
+        ap.error("need --repeat, --candidates and --big-candidates >= 1 and --files >= 0")
+    with tempfile.TemporaryDirectory(prefix="trace-fork-bench-", dir=args.workdir) as tmp:
+        rows, notes = fork_rows(
+            Path(tmp), args.repeat, args.candidates, args.big_candidates, args.files
+        )
+    print(fork_table(rows))
+    for note in notes:
+        print(note)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
