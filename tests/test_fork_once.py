@@ -252,3 +252,43 @@ def test_the_redaction_memo_answers_as_the_rules_do_and_hands_out_fresh_counts()
         counts.clear()  # a caller's dict is its own
     long = "x" * redact.MEMO_CHARS + " " + secret  # longer strings are not kept, still redacted
     assert "ghp_A1b2" not in redact.redact_text(long)[0]
+
+
+def test_the_oidc_token_is_looked_up_only_when_signing_is_about_to_happen_and_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The issue saw 0.18 s looking for an OIDC token on a run with nothing to sign: the signer
+    asks only in `sign` (called for an allowed candidate), never for --no-sign or --key, and
+    at most once per run however many candidates it signs."""
+    import argparse
+
+    from engine.errors import SigningError
+    from engine.fork.candidate import Signer
+    from engine.signing import oidc
+
+    asked: list[str | None] = []
+
+    def lookup(explicit: str | None, **_: object) -> str:
+        asked.append(explicit)
+        raise SigningError("no OIDC identity token: none given and no CI credential found")
+
+    monkeypatch.setattr(oidc, "identity_token", lookup)
+
+    def signer(**over: object) -> Signer:
+        base: dict[str, object] = {
+            "key": None,
+            "identity_token": None,
+            "trust_config": None,
+            "no_sign": False,
+        }
+        return Signer(argparse.Namespace(**{**base, **over}))
+
+    idle = signer()
+    assert asked == [], "making the signer looks nothing up"
+    off = signer(no_sign=True)
+    assert off.sign(b"{}", Path("/nonexistent"))[1] == "no"
+    assert asked == []
+    for _ in range(3):  # three allowed candidates, one lookup
+        sig, how, note = idle.sign(b"{}", Path("/nonexistent"))
+        assert (sig, how) == (None, "no") and "no OIDC identity token" in note
+    assert asked == [None]
