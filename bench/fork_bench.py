@@ -3,7 +3,7 @@
     .venv/bin/python bench/fork_bench.py [--repeat 3] [--candidates 2] [--big-candidates 50]
                                          [--files 40000] [--workdir DIR]
 
-(bench/run_bench.py calls `fork_rows` and prints the same table under its own.)
+(bench/run_bench.py runs it as a suite: `add_args` and `run` give its rows to run_bench's table.)
 
 Rows (medians of --repeat no-op runs, after one untimed run that builds everything):
   fork no-op        the fixture fork (tests/fixtures/fork) with --candidates candidates
@@ -35,6 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "fork"
@@ -192,6 +193,37 @@ def fork_table(rows: list[ForkRow]) -> str:
         "own = wall - time in nix*/git child processes (median); nix, git = processes per run"
     )
     return "\n".join(lines)
+
+
+def add_args(ap: argparse.ArgumentParser) -> None:
+    """bench/run_bench.py's suite interface: this module's options there."""
+    ap.add_argument("--fork-candidates", type=int, default=2, help="fork no-op candidates")
+    ap.add_argument("--fork-big-candidates", type=int, default=50, help="in the 40k-file fork")
+    ap.add_argument("--fork-files", type=int, default=40_000, help="generated package-set files")
+
+
+def run(args: argparse.Namespace, work: Path) -> list[Any]:
+    """bench/run_bench.py's suite interface: the rows as its table prints them (bench/rows.py);
+    the goal is on trace's own time, the Nix processes (goal 0) are in the note."""
+    from rows import Row  # bench/rows.py, beside run_bench.py
+
+    work.mkdir(parents=True, exist_ok=True)
+    rows, notes = fork_rows(
+        work, args.repeat, args.fork_candidates, args.fork_big_candidates, args.fork_files
+    )
+    for note in notes:
+        print(f"fork_bench: {note}", file=sys.stderr)
+    return [
+        Row(
+            case=f"{r.case} (own time)",
+            n=r.candidates,
+            trace=r.own,
+            goal=r.goal,
+            note=f"{r.files} files; wall {statistics.median(r.wall):.3f} s; Nix processes "
+            f"{max(r.nix)} (goal 0: {'yes' if max(r.nix) == 0 else 'NO'}); git {max(r.git)}",
+        )
+        for r in rows
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
