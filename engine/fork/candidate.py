@@ -190,7 +190,7 @@ def verify_candidate(
     file: Path,
     policy: Path,
     signer: Signer,
-    once: RunOnce,
+    once: RunOnce | None = None,
     *,
     dirty: bool,
     jobs: int | None,
@@ -208,6 +208,7 @@ def verify_candidate(
     from engine.verify.trusted import from_store
     from engine.verify.verdict import judge
 
+    once = once or RunOnce(cfg)  # a run of one candidate (`trace fork` passes its run's)
     candidate = load_candidate(file)
     cid = candidate.spec.id
     entry = pipeline_entry(cfg, cid)
