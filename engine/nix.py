@@ -29,9 +29,15 @@ _OUT = re.compile(r'^Derive\(\[\("out","(/nix/store/[^"]+)"')
 _MODIFIED = re.compile(r"path '(/nix/store/[^']+)' was modified!")
 
 
-# Last on every call, so nothing overrides them: the sandbox on, and a substituted path only with
-# a signature by a trusted key (engine/remote/machine.py says where caches and keys come from).
-ENFORCED = ("--option", "sandbox", "true", "--option", "require-sigs", "true")
+# Last on every call, so nothing overrides them: the sandbox on; a substituted path only with a
+# signature by a trusted key (engine/remote/machine.py says where caches and keys come from); and
+# a cache that fails (unreachable, or a NAR that does not match its signed hash) is never a
+# reason to fail: the step is built here instead (`fallback`).
+ENFORCED = (
+    "--option", "sandbox", "true",
+    "--option", "require-sigs", "true",
+    "--option", "fallback", "true",
+)  # fmt: skip
 NO_SUBSTITUTES = ("--option", "substituters", "")
 NIX_COMMAND = ("--extra-experimental-features", "nix-command")
 ARGV_BUDGET = 256 * 1024  # bytes of store paths per nix-store call (Linux allows ~2 MB in all)

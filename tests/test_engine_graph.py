@@ -242,7 +242,11 @@ def test_nix_calls_end_with_the_enforced_settings() -> None:
 
     args = Nix(NixSettings(options={"cores": "1"}, extra_sandbox_paths=["/usr"])).option_args()
     assert args[:3] == ["--option", "cores", "1"]
-    assert args[-6:] == ["--option", "sandbox", "true", "--option", "require-sigs", "true"]
+    assert args[-9:] == [
+        "--option", "sandbox", "true",
+        "--option", "require-sigs", "true",
+        "--option", "fallback", "true",
+    ]  # fmt: skip
 
 
 def test_a_utf8_byte_order_mark_is_ignored(tmp_path: Path) -> None:

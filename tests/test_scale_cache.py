@@ -101,7 +101,7 @@ def test_no_machine_config_leaves_nix_its_own_settings(tmp_path: Path) -> None:
     assert load_machine() == MachineConfig()  # conftest: TRACE_MACHINE_CONFIG=""
     args = Nix(NixSettings(), machine=MachineConfig()).option_args()
     assert "substituters" not in args and "trusted-public-keys" not in args
-    assert args[-2:] == ["require-sigs", "true"]
+    assert args[-6:-3] == ["--option", "require-sigs", "true"]
 
 
 def test_the_machine_config_comes_before_what_trace_enforces(tmp_path: Path) -> None:
@@ -114,11 +114,12 @@ def test_the_machine_config_comes_before_what_trace_enforces(tmp_path: Path) -> 
         "--option", "trusted-public-keys", pub,
         "--option", "sandbox", "true",
         "--option", "require-sigs", "true",
+        "--option", "fallback", "true",
     ]  # fmt: skip
     # a replay rebuilds: no cache at all, whatever the machine says
     replay = Nix(NixSettings(), machine=cfg, substitute=False).option_args()
     # (after the machine's own list: the last setting of an option is the one Nix uses)
-    assert replay[-9:-6] == ["--option", "substituters", ""]
+    assert replay[-12:-9] == ["--option", "substituters", ""]
 
 
 def test_the_config_is_found_by_env_then_xdg(
@@ -234,42 +235,54 @@ def test_push_refuses_a_missing_or_wrong_key_and_an_unreachable_cache(
 
 
 @pytest.mark.nix
-@pytest.mark.parametrize("how", ["unsigned", "other-key"])
-def test_an_unsigned_or_wrongly_signed_cache_is_refused(tmp_path: Path, how: str) -> None:
-    graph = make_project(
-        tmp_path / "p",
-        two_steps(),
-    )
+@pytest.mark.parametrize("how", ["unsigned", "other-key", "tampered"])
+def test_an_unsigned_wrongly_signed_or_tampered_cache_is_refused(tmp_path: Path, how: str) -> None:
+    """unsigned / other-key: nothing is taken from the cache; tampered (a NAR changed after it
+    was signed by the TRUSTED key): that path is refused and built here (fallback), with its
+    true content."""
+    graph = make_project(tmp_path / "p", two_steps())
     a_state, b_state, cache = tmp_path / "A", tmp_path / "B", tmp_path / "cache"
     rc, _ = cli(
         "run", str(graph), "--root", str(graph.parent), "--state-dir", str(a_state), "--json"
     )
     assert rc == 0
-    _, trusted = cache_key(tmp_path, "trusted")
-    outs = sorted(out for _, out in outputs(a_state).values())
+    trusted_sec, trusted = cache_key(tmp_path, "trusted")
+    a_out = outputs(a_state)
+    outs = sorted(out for _, out in a_out.values())
+    genuine = {sid: Path(out, "text").read_bytes() for sid, (_, out) in a_out.items()}
+    to = f"file://{cache}?compression=none"
     if how == "unsigned":  # what `trace push` never writes: paths without a signature
-        subprocess.run(["nix", "copy", "--to", f"file://{cache}", *outs], check=True, timeout=300)
+        subprocess.run(["nix", "copy", "--to", to, *outs], check=True, timeout=300)
     else:
-        other, _ = cache_key(tmp_path, "other")
-        rc, _ = cli(
-            "push", "--state-dir", str(a_state), "--to", f"file://{cache}", "--key", str(other)
-        )
+        key = cache_key(tmp_path, "other")[0] if how == "other-key" else trusted_sec
+        rc, _ = cli("push", "--state-dir", str(a_state), "--to", to, "--key", str(key))
         assert rc == 0
     assert len(list(cache.glob("*.narinfo"))) >= len(outs)
+    forged = next(sid for sid in a_out if sid.endswith("/a"))
+    other = next(sid for sid in a_out if sid.endswith("/b"))  # its text holds a's text too
+    if how == "tampered":  # step a's outcome, changed in the cache after signing
+        nars = [p for p in (cache / "nar").iterdir() if genuine[forged] in p.read_bytes()]
+        (nar,) = [p for p in nars if genuine[other] not in p.read_bytes()]
+        nar.write_bytes(nar.read_bytes().replace(genuine[forged], genuine[forged].upper()))
     gone = delete_outputs(a_state)
     assert gone == set(outs)
-    env = {"TRACE_MACHINE_CONFIG": str(machine_file(tmp_path / "m.toml", cache, trusted))}
     with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
+        mp.setenv("TRACE_MACHINE_CONFIG", str(machine_file(tmp_path / "m.toml", cache, trusted)))
         rc, out = cli(
             "run", str(graph), "--root", str(graph.parent), "--state-dir", str(b_state), "--json"
         )
     assert rc == 0
     steps = json.loads(out)["steps"]
-    # nothing came from the cache: B built every step itself
-    assert {s["status"] for s in steps.values()} == {"built"}
-    assert {s["built_on"] for s in steps.values()} == {"local"}
+    if how == "tampered":
+        # the forged path was not taken: built here; the untouched one came from the cache
+        assert steps["a"]["status"] == "built" and steps["a"]["built_on"] == "local"
+        assert steps["b"]["status"] == "substituted"
+    else:  # nothing came from the cache: B built every step itself
+        assert {s["status"] for s in steps.values()} == {"built"}
+        assert {s["built_on"] for s in steps.values()} == {"local"}
+    assert {sid: Path(s["out"], "text").read_bytes() for sid, s in steps.items()} == {
+        sid.rsplit("/", 1)[-1]: text for sid, text in genuine.items()
+    }
 
 
 # ---- machine A pushes, machine B verifies by substitution ----
