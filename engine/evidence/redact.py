@@ -129,24 +129,23 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 
 
 MEMO_CHARS = 4096  # strings up to this long are redacted once per process (keys, short values)
+_MEMO_RULES = RULES  # the only rules the memo answers for
 
 
 def redact_text(text: str, rules: tuple[RedactionRule, ...] = RULES) -> tuple[str, dict[str, int]]:
-    if len(text) > MEMO_CHARS:
+    if rules is not _MEMO_RULES or len(text) > MEMO_CHARS:
         return _redact_text(text, rules)
-    out, counts = _redact_short(text, rules)
+    out, counts = _redact_short(text)
     return out, dict(counts)
 
 
 @lru_cache(maxsize=1 << 14)
-def _redact_short(
-    text: str, rules: tuple[RedactionRule, ...]
-) -> tuple[str, tuple[tuple[str, int], ...]]:
+def _redact_short(text: str) -> tuple[str, tuple[tuple[str, int], ...]]:
     """A bundle redacts the same short strings many times (JSON keys, step ids, statuses: a fork
     no-op with two candidates asks 27,000 times for 1,500 strings); the answer is a pure function
     of the text and the rules."""
-    out, counts = _redact_text(text, rules)
-    return out, tuple(counts.items())
+    out, counts = _redact_text(text, _MEMO_RULES)  # keyed by the text alone: hashing the rules
+    return out, tuple(counts.items())  # (pydantic models) on every call cost more than a hit
 
 
 def _redact_text(text: str, rules: tuple[RedactionRule, ...]) -> tuple[str, dict[str, int]]:
