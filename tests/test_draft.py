@@ -296,6 +296,45 @@ def test_land_makes_a_local_branch_only(world: World, capsys: pytest.CaptureFixt
     assert main(land) == 2
 
 
+def test_a_signed_approval_its_transcript_does_not_bear_out_is_refused(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hostile signer (holding the trusted key) bundles a review transcript that requests
+    changes under a decision that allows: verify-bundle's re-run reads the bundled claim as
+    its transcript says, so the signed decision does not follow from the bundled records."""
+    import hashlib
+
+    from engine.evidence import SIGNATURE_FILE, STATEMENT_FILE
+    from engine.evidence.statement import PAYLOAD_TYPE
+    from engine.signing.keymode import sign_with_key
+    from engine.signing.keys import load_private_key
+
+    fork, key = world.fork, world.fork.parent / "k"
+    b = fork.parent / "bundle-hostile"
+    shutil.copytree(fork.parent / "bundle-auto", b)
+    lock = fork / "trace" / "lock" / "signing-identity.json"
+    check = ["verify-bundle", str(b), "--key", f"{key}.pub", "--fork", str(fork),
+             "--identity", str(lock), "--json"]  # fmt: skip
+    assert main(check) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    rel = "agent/transcripts/review.json"
+    t = json.loads((b / "payload" / rel).read_bytes())
+    t["response"] = answers.REQUEST_CHANGES
+    raw = json.dumps(t, indent=2, sort_keys=True).encode() + b"\n"
+    (b / "payload" / rel).write_bytes(raw)
+    doc = json.loads((b / STATEMENT_FILE).read_bytes())
+    for subject in doc["subject"]:
+        if subject["name"] == rel:
+            subject["digest"]["sha256"] = hashlib.sha256(raw).hexdigest()
+    statement = json.dumps(doc).encode()
+    (b / STATEMENT_FILE).write_bytes(statement)
+    (b / SIGNATURE_FILE).write_text(sign_with_key(statement, PAYLOAD_TYPE, load_private_key(key)))
+    assert main(check) == 1
+    report = json.loads(capsys.readouterr().out)
+    failed = {c["name"]: c for c in report["checks"] if not c["ok"]}
+    assert failed["signing decision re-run"]["reason"] == "decision.not-reproduced", failed
+
+
 def test_replay_without_the_server(world: World, capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
