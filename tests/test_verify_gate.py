@@ -274,7 +274,13 @@ def test_find_fork_walks_up_to_trace_toml(tmp_path: Path) -> None:
     assert find_fork(tmp_path / "c" / "candidate.toml") is None
 
 
-def run_harness(tmp_path: Path, name: str, script: str, timeout: int = 30) -> dict[str, Any]:
+def run_harness(
+    tmp_path: Path,
+    name: str,
+    script: str,
+    timeout: int = 30,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """The harness itself, outside the sandbox, against a tiny fake package."""
     import subprocess
     import sys
@@ -287,6 +293,7 @@ def run_harness(tmp_path: Path, name: str, script: str, timeout: int = 30) -> di
             "showenv": "#!/bin/sh\nenv | sort\n",
             "ok": "#!/bin/sh\necho fine\n",
             "reader": "#!/bin/sh\ncat >/dev/null\necho read-all\n",
+            "show": '#!/bin/sh\ncat "$@"\n',
             "big": "#!/bin/sh\nwhile :; do echo line; done\n",
             "rt": "#!/usr/bin/python3\nimport os, signal\n"
             "os.kill(os.getpid(), signal.SIGRTMIN + 2)\n",
@@ -307,6 +314,7 @@ def run_harness(tmp_path: Path, name: str, script: str, timeout: int = 30) -> di
         "tools": "/usr",
         "timeout": str(timeout),
         "TMPDIR": str(build),
+        **(extra_env or {}),
     }
     subprocess.run([sys.executable, "-I", "-S", str(HARNESS)], env=env, check=True)
     data: dict[str, Any] = json.loads((tmp_path / f"out-{name}" / "outcome.json").read_text())

@@ -62,65 +62,19 @@ class RedactionReport(BaseModel):
     counts: dict[str, int]
 
 
-RULES: tuple[RedactionRule, ...] = (
-    RedactionRule(
-        id="private-key",
-        description="PEM private key blocks",
-        pattern=r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----",
-    ),
-    RedactionRule(
-        id="jwt",
-        description="JSON Web Tokens (three base64url parts, header and claims start with eyJ)",
-        pattern=r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*",
-    ),
-    RedactionRule(
-        id="pem-body",
-        description="PEM bodies without their BEGIN line (3+ lines of 64 base64 characters, e.g. "
-        "a key whose header a tail cut off), with a partial first line and the END line; also "
-        "when the lines are joined by a literal \\n (a key written into a string literal)",
-        pattern=r"(?m)^(?:[A-Za-z0-9+/]{1,63}\n)?(?:[A-Za-z0-9+/]{64}\n){3,}"
-        r"(?:[A-Za-z0-9+/]{0,63}={0,2}(?:\n|$))?(?:-----END [A-Z0-9 ]*-----)?"
-        r"|(?:[A-Za-z0-9+/]{1,63}\\n)?(?:[A-Za-z0-9+/]{64}\\n){3,}(?:[A-Za-z0-9+/]{0,63}={0,2})?",
-    ),
-    RedactionRule(
-        id="github-token",
-        description="GitHub personal, OAuth, app and fine-grained tokens, by prefix (any length)",
-        pattern=r"\b(?:gh[pousr]_[A-Za-z0-9]{8,}|github_pat_[A-Za-z0-9_]{8,})",
-    ),
-    RedactionRule(
-        id="api-token",
-        description="API tokens by their prefix: GitLab glpat-, Slack xox?-, OpenAI/Anthropic "
-        "sk-, Google AIza, npm npm_, PyPI pypi-",
-        pattern=r"\b(?:glpat-[A-Za-z0-9_-]{8,}|xox[abprs]-[A-Za-z0-9-]{8,}|"
-        r"sk-[A-Za-z0-9_-]{16,}|AIza[0-9A-Za-z_-]{20,}|npm_[A-Za-z0-9]{16,}|"
-        r"pypi-[A-Za-z0-9_-]{16,})",
-    ),
-    RedactionRule(
-        id="aws-access-key",
-        description="AWS access key ids",
-        pattern=r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-    ),
-    RedactionRule(
-        id="bearer",
-        description="credentials in HTTP Authorization headers",
-        pattern=r"(?i)(authorization:\s*(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]+",
-        keep_group=1,
-    ),
-    RedactionRule(
-        id="secret-assignment",
-        description="values assigned to token/secret/password/api key names (8+ characters)",
-        pattern=r"(?i)(\b[A-Za-z0-9_]*(?:token|secret|password|passwd|api[_-]?key)[A-Za-z0-9_]*"
-        r"[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED:)[^\s\"',;]{8,}",
-        keep_group=1,
-    ),
-    RedactionRule(
-        id="email",
-        description="e-mail addresses (a domain whose first label has a letter: a step's "
-        "outcome file `run@1.json` is not an address)",
-        pattern=r"\b[A-Za-z0-9._%+-]+@(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9-]+"
-        r"(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
-    ),
-)
+RULES_FILE = "templates/verify/harness/redaction-rules.json"  # under the data dir
+
+
+def load_rules() -> tuple[RedactionRule, ...]:
+    """The rules as data: one file that both this module and the sandbox harness read (the
+    harness redacts a target's output before it cuts a tail off or keeps any of it)."""
+    from engine.paths import data_dir
+
+    doc = json.loads((data_dir() / RULES_FILE).read_text(encoding="utf-8"))
+    return tuple(RedactionRule.model_validate(r) for r in doc["rules"])
+
+
+RULES: tuple[RedactionRule, ...] = load_rules()
 
 
 @cache

@@ -91,6 +91,21 @@ def patched_sources(patches: list[str], src: str | None) -> list[str]:
     return out
 
 
+def write_taint(out: str, invocations: list[Invocation], files: list[str]) -> None:
+    """`poc.json`: the inputs every variant is derived from (the data files' store paths, the
+    recorded stdin, the arguments). A variant run's harness redacts, in what it keeps of the
+    variant's output, every piece of a secret found in them (a variant mutates secrets too: a
+    PEM line with one byte changed no longer has a shape any redaction rule knows)."""
+    doc = {
+        "files": sorted(files),
+        "stdin_b64": [base64.b64encode(i.stdin).decode() for i in invocations if i.stdin],
+        "args": [a for i in invocations for a in i.args],
+    }
+    with open(os.path.join(out, "poc.json"), "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
 def write_plan(cfg: dict[str, Any], out: str) -> None:
     policy = applied_policy(cfg)
     budget, seed = budget_and_seed(policy)
@@ -108,6 +123,7 @@ def write_plan(cfg: dict[str, Any], out: str) -> None:
     sources = patched_sources(list(cfg["patches"]), cfg.get("src"))
     variants, tokens = generate(invocations, files, sources, seed=seed, budget=budget)
     os.makedirs(os.path.join(out, "v"))
+    write_taint(out, invocations, [p for p in cfg.get("data") or [] if not os.path.isdir(p)])
     for n, v in enumerate(variants, 1):
         d = os.path.join(out, "v", str(n))
         os.makedirs(os.path.join(d, "data"))

@@ -53,6 +53,7 @@ import tempfile
 
 from capture import TAIL_CHARS, Capture, normalise, signal_name
 from isolation import isolated_reproducer
+from redaction import redact, taint_fragments
 from targets import (
     SANITIZER_RE,
     Harness,
@@ -156,11 +157,23 @@ def main() -> int:
         (pkg, "<target>"),
         (tmp, "<tmp>"),
     ]
+    # redacted before anything is cut, kept or hashed (redaction.py): a tail never starts
+    # inside a secret a rule would have matched whole
+    # redacted before anything is cut or kept (redaction.py): a tail never starts inside a
+    # secret a rule would have matched whole; the digests are of the streams as written
+    fragments = taint_fragments(env.get("taint"))
     stdout = normalise(stdout_b.decode("utf-8", "replace"), subs)
     stderr = normalise(stderr_b.decode("utf-8", "replace"), subs)
     if timed_out:
         stderr += f"\n[trace: reproducer killed after {timeout} s]\n"
-    invocations = sorted((invocation_record(e, subs) for e in entries), key=canonical_key)
+    digests = {
+        "stdout_sha256": hashlib.sha256(stdout.encode()).hexdigest(),
+        "stderr_sha256": hashlib.sha256(stderr.encode()).hexdigest(),
+    }
+    stdout, stderr = redact(stdout, fragments), redact(stderr, fragments)
+    invocations = sorted(
+        (invocation_record(e, subs, fragments) for e in entries), key=canonical_key
+    )
     reports = [i["sanitizer"] for i in invocations if i["sanitizer"]]
     record = {
         "schema": "trace.run/v1",
@@ -173,8 +186,7 @@ def main() -> int:
         "signal": signal_name(-rc) if rc < 0 else None,
         "timed_out": timed_out,
         "sanitizer": reports[0] if reports else None,
-        "stdout_sha256": hashlib.sha256(stdout.encode()).hexdigest(),
-        "stderr_sha256": hashlib.sha256(stderr.encode()).hexdigest(),
+        **digests,
         "stdout_tail": stdout[-TAIL_CHARS:],
         "stderr_tail": stderr[-TAIL_CHARS:],
     }

@@ -32,6 +32,7 @@ from capture import (
     tee,
 )
 from faults import frames
+from redaction import redact, redact_fragments
 
 SANITIZER_RE = re.compile(r"ERROR: (\w+Sanitizer): ([A-Za-z][\w-]*)")
 AUDIT_VAR = "TRACE_TARGET_LOG"
@@ -300,13 +301,31 @@ def module_name(path: str) -> str:
     return f"{m.group(1) or ''}{m.group(2)}.py" if m else path
 
 
-def invocation_record(entry: dict[str, Any], subs: list[tuple[str, str]]) -> dict[str, Any]:
-    """One trace.run/v1 invocation: how the target ended, its own sanitizer report, its output."""
+def invocation_record(
+    entry: dict[str, Any],
+    subs: list[tuple[str, str]],
+    fragments: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """One trace.run/v1 invocation: how the target ended, its own sanitizer report, its output
+    (redacted before it is cut, kept or hashed: redaction.py; a variant's arguments lose the
+    fragments of its PoC's secrets, the PoC's own stay as run: the variants gate re-runs them)."""
     stdout = normalise(entry["stdout"].decode("utf-8", "replace"), subs)
     stderr = normalise(entry["stderr"].decode("utf-8", "replace"), subs)
     match = SANITIZER_RE.search(stderr)  # head + tail kept at fixed sizes: deterministic
+    frame_list = frames(stderr, entry.get("kind") == "python")
+    # the digests are of the whole stream as the target wrote it (a golden file compares)
+    digests = {
+        "stdout_sha256": hashlib.sha256(stdout.encode()).hexdigest(),
+        "stderr_sha256": hashlib.sha256(stderr.encode()).hexdigest(),
+    }
+    stdout, stderr = redact(stdout, fragments), redact(stderr, fragments)
     record = {k: v for k, v in entry.items() if k not in ("stdout", "stderr")}
-    record["args"] = [normalise(str(a), subs) for a in entry["args"]]
+    stdin = record.get("stdin")
+    if fragments and isinstance(stdin, dict) and isinstance(stdin.get("b64"), str):
+        raw = base64.b64decode(stdin["b64"]).decode("utf-8", "replace")
+        if redact_fragments(raw, fragments) != raw:  # a variant's stdin holding a PoC secret
+            record["stdin"] = {**stdin, "b64": None}
+    record["args"] = [redact_fragments(normalise(str(a), subs), fragments) for a in entry["args"]]
     record["sanitizer"] = {"tool": match.group(1), "kind": match.group(2)} if match else None
     record["stdout_tail"] = stdout[-INVOCATION_TAIL_CHARS:]
     record["stderr_tail"] = stderr[-INVOCATION_TAIL_CHARS:]
@@ -314,9 +333,8 @@ def invocation_record(entry: dict[str, Any], subs: list[tuple[str, str]]) -> dic
     # digest (golden files) and where the target failed (the fault-site gate)
     record["stdout"] = keep_text(stdout)
     record["stderr"] = keep_text(stderr)
-    record["stdout_sha256"] = hashlib.sha256(stdout.encode()).hexdigest()
-    record["stderr_sha256"] = hashlib.sha256(stderr.encode()).hexdigest()
-    record["frames"] = frames(stderr, entry.get("kind") == "python")
+    record.update(digests)
+    record["frames"] = frame_list
     return record
 
 
