@@ -110,3 +110,53 @@ def test_the_provenance_names_real_digests(made: tuple[Path, Path, Path]) -> Non
                 "sha256": hashlib.sha256((base / rel).read_bytes()).hexdigest()
             }
     assert steps >= 5
+
+
+def test_the_bundle_carries_the_policy_it_was_decided_under(
+    made: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """The fork's signing policy and its catalogue travel in the bundle byte for byte (signed:
+    they are subjects); a lock that accepts the fork's version, with no file of it here and no
+    fork at hand, re-runs the decision offline from the bundled bytes (before: not re-run)."""
+    import hashlib
+
+    fork, bundle, _ = made
+    own = fork / "trace" / "policy"
+    carried = bundle / "payload" / "policy" / "signing.toml"
+    assert carried.read_bytes() == (own / "signing.toml").read_bytes()
+    assert (bundle / "payload" / "policy" / "reasons.toml").is_file()
+    decision = json.loads((bundle / "payload" / "decisions" / "signing.json").read_bytes())
+    assert decision["policy"]["digest"] == hashlib.sha256(carried.read_bytes()).hexdigest()
+    subjects = json.loads((bundle / "statement.json").read_bytes())["subject"]
+    assert "policy/signing.toml" in {s["name"] for s in subjects}
+
+    lock = tmp_path / "lock" / "signing-identity.json"
+    lock.parent.mkdir()
+    key = bundle.parent / "keys" / "k.key.pub"
+    write_policy(
+        lock, versions={"trace-signing": ["1.0.7"]}, keys=[{"name": "k", "public_key": str(key)}]
+    )
+    doc = _verify(bundle, lock)
+    assert doc["passed"], doc
+    rerun = next(c for c in doc["checks"] if c["name"] == "signing decision re-run")  # type: ignore[union-attr]
+    assert rerun["ok"] and not rerun["detail"].startswith("not re-run"), rerun
+
+
+def test_a_bundled_policy_that_is_not_the_decisions_disagrees(
+    made: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """A producer that bundles another policy than the one the decision names (the records
+    checks, offline; a changed file after signing already fails its subject digest)."""
+    from engine.bundle_verify.consistency import record_checks
+    from engine.evidence.statement import Statement
+
+    _, bundle, _ = made
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    policy = copy / "payload" / "policy" / "signing.toml"
+    policy.write_text(policy.read_text().replace("min_runs = 3", "min_runs = 1"))
+    statement = Statement.model_validate_json((copy / "statement.json").read_bytes())
+    checks = record_checks(statement, copy / "payload", [])
+    bad = [c for c in checks if not c.ok]
+    assert [c.reason for c in bad] == ["records.disagree"], checks
+    assert "policy/signing.toml" in bad[0].detail

@@ -123,6 +123,38 @@ def test_one_deadline_for_every_signing_step(monkeypatch: pytest.MonkeyPatch) ->
     assert called == []
 
 
+def test_sign_keyless_shares_one_deadline_between_fulcio_and_rekor(
+    fake: FakeSigstore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fulcio and Rekor each take 2 s under a 3 s deadline: each alone is within it, together
+    they are not. Per-step deadlines (the audit: a slow server took ~4x the deadline) would
+    sign; one overall deadline refuses."""
+    import time
+
+    import sigstore.sign
+
+    from engine.signing.keyless import sign_keyless
+
+    real = sigstore.sign.Signer
+
+    class Slow(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *a: object, **kw: object) -> None:
+            time.sleep(2)
+            super().__init__(*a, **kw)
+
+        def sign_dsse(self, *a: object, **kw: object) -> object:
+            time.sleep(2)
+            return super().sign_dsse(*a, **kw)
+
+    monkeypatch.setattr(sigstore.sign, "Signer", Slow)
+    trust = fake.write_trust_config(tmp_path / "trust.json")
+    with pytest.raises(SigningError, match=r"did not answer within|had already passed"):
+        sign_keyless(
+            assembled().statement_bytes, token=fake.token(email=SIGNER), trust_config=trust,
+            deadline=3.0,
+        )  # fmt: skip
+
+
 def test_json_even_when_the_trust_root_cannot_be_loaded(fake: FakeSigstore, tmp_path: Path) -> None:
     """No --trust-config and no network: production's TUF refresh fails; --json still prints a
     verdict (signature.trust-root), never a bare error."""

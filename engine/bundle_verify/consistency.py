@@ -26,14 +26,21 @@ import hashlib
 import json
 import os
 import stat
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from engine.bundle_verify.safefs import unsafe_name
 from engine.bundle_verify.signature import Check
-from engine.evidence.bundle import MODEL_PATH, OUTCOMES_DIR, PROMPT_PATH, REPLAY_PATH
+from engine.evidence.bundle import (
+    MODEL_PATH,
+    OUTCOMES_DIR,
+    POLICY_DIR,
+    PROMPT_PATH,
+    REDACTION_PATH,
+    REPLAY_PATH,
+)
 from engine.evidence.statement import Statement
 from engine.hashing import digest_json
 
@@ -299,6 +306,28 @@ def verdict_problems(verify: Any) -> list[str]:
     return problems
 
 
+def _policy_problems(b: Bundled) -> list[str]:
+    """The bundled signing policy (`policy/<file>`) is the file the decision applied: its
+    sha256 is the decision's policy digest, unless redaction changed it (redaction.json says
+    so; the decision is then re-run from the fork's or this checkout's file only)."""
+    d = b.decision
+    if d is None:
+        return []
+    rel = f"{POLICY_DIR}/{PurePosixPath(d.policy.path).name}"
+    path = b.payload / rel
+    if not path.is_file():
+        return []  # bundles made before the policy was bundled: re-run from the files here
+    if hashlib.sha256(path.read_bytes()).hexdigest() == d.policy.digest:
+        return []
+    try:
+        applied = _json(b.payload, REDACTION_PATH).get("applied", {})
+    except (ValueError, AttributeError):
+        applied = {}
+    if isinstance(applied, dict) and applied.get(rel):
+        return []
+    return [f"{rel} is not the signing policy {SIGNING_PATH} names (another sha256)"]
+
+
 def _policy_file(digest: str, directories: list[Path]) -> Path | None:
     from engine.policy.registry import policy_files
 
@@ -423,6 +452,7 @@ def record_checks(statement: Statement, payload: Path, policy_dirs: list[Path]) 
     disagree += _outcome_problems(b)
     disagree += _variant_problems(b)
     disagree += _model_problems(b)
+    disagree += _policy_problems(b)
     from engine.bundle_verify.transcripts import transcript_problems
 
     disagree += transcript_problems(b.payload, b.replay)
@@ -450,5 +480,7 @@ def record_checks(statement: Statement, payload: Path, policy_dirs: list[Path]) 
                 )
             )
     if not any(c.reason in ("records.disagree",) for c in checks if not c.ok):
-        checks.append(rerun_decision(b, policy_dirs))
+        # the bundled policy first: the decision is re-run offline with the very bytes it
+        # was made under (its sha256 is the decision's pin; a redacted copy never matches)
+        checks.append(rerun_decision(b, [payload / POLICY_DIR, *policy_dirs]))
     return checks

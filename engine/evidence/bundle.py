@@ -35,6 +35,7 @@ REPLAY_PATH = "replay.json"
 REDACTION_PATH = "redaction.json"
 INDEX_PATH = "index.json"  # every other payload file's claim kind and media type
 OUTCOMES_DIR = "outcomes"  # outcomes/<step id>.json: each step's outcome, as built
+POLICY_DIR = "policy"  # policy/<file>: the signing policy the decision applied, byte for byte
 RESERVED = frozenset({REPLAY_PATH, REDACTION_PATH, INDEX_PATH})
 MODEL_PATH = "model.json"  # model id, prompt_sha256 (of the bundled prompt.txt), parameters
 PROMPT_PATH = "prompt.txt"

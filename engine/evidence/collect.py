@@ -23,6 +23,10 @@
 | decisions/routing.json       | routing    | the routing decision (policy + critical list   |
 |                              |            | name, version, digest)                         |
 | decisions/signing.json       | signing    | the signing decision record (`trace decide`'s) |
+| policy/<file>                | signing    | the signing policy file the decision applied,  |
+|                              |            | byte for byte (its sha256 is the decision's    |
+|                              |            | policy digest), and the reason catalogue it    |
+|                              |            | names when that is a file beside it            |
 
 The bundle adds `replay.json`, `redaction.json` and `index.json` (every file's claim kind).
 """
@@ -40,7 +44,7 @@ from pydantic import BaseModel, ValidationError
 
 from engine.candidate import Candidate
 from engine.errors import InputError
-from engine.evidence.bundle import OUTCOMES_DIR
+from engine.evidence.bundle import OUTCOMES_DIR, POLICY_DIR
 from engine.evidence.payload import (
     ClaimKind,
     PayloadEntry,
@@ -298,6 +302,29 @@ def load_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def policy_entries(signing_policy: Path) -> list[PayloadEntry]:
+    """The signing policy the decision was made under, byte for byte (`policy/<name>`: its
+    sha256 is the digest the decision and the statement pin, so verify-bundle can re-run the
+    decision offline with it and compare it with the fork's file), and the reason catalogue it
+    names when that is a plain file name beside it (a fork's merged `reasons.toml`)."""
+    from engine.policy.signing import load_signing_rules
+
+    _, _, catalogue = load_signing_rules(signing_policy)
+    files = [signing_policy]
+    beside = signing_policy.parent / catalogue
+    if "/" not in catalogue and ":" not in catalogue and beside.is_file():
+        files.append(beside)
+    return [
+        PayloadEntry(
+            path=f"{POLICY_DIR}/{f.name}",
+            kind="signing",
+            data=f.read_bytes(),
+            media_type="application/toml",
+        )
+        for f in files
+    ]
+
+
 def assemble_evidence(
     candidate: Candidate,
     graph: Graph,
@@ -327,6 +354,7 @@ def assemble_evidence(
         *entries,
         decision_entry("routing", "routing", routing),
         decision_entry("signing", "signing", decision),
+        *policy_entries(signing_policy),
     ]
     replay = build_replay_record(
         graph,
