@@ -71,3 +71,18 @@ def test_a_variant_run_redacts_every_piece_of_its_pocs_secrets(tmp_path: Path) -
     assert "[REDACTED:secret-fragment]" in rec["invocations"][0]["stdout_tail"]
     # what the gate judges (exit, signal, sanitizer) is untouched
     assert rec["invocations"][0]["exit_code"] == 0 and rec["target_ran"] is True
+
+
+def test_a_run_records_stdin_is_redacted_inside_its_base64() -> None:
+    """A PoC that pipes a secret to its target: the record keeps stdin whole, base64; the
+    bundle's redaction decodes it, redacts the text and encodes it again (binary stays)."""
+    from engine.evidence.redact import redact_value
+
+    secret = f"user=x token={TOKEN}\n".encode()
+    binary = bytes(range(256))
+    record = {"invocations": [{"stdin": {"b64": base64.b64encode(secret).decode()}},
+                              {"stdin": {"b64": base64.b64encode(binary).decode()}}]}  # fmt: skip
+    out, counts = redact_value(record)
+    text = base64.b64decode(out["invocations"][0]["stdin"]["b64"]).decode()
+    assert TOKEN[4:] not in text and "[REDACTED:" in text and counts
+    assert base64.b64decode(out["invocations"][1]["stdin"]["b64"]) == binary

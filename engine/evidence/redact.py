@@ -33,6 +33,7 @@ Rules (change a rule only together with a new `REDACTION_VERSION`):
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -182,10 +183,21 @@ def redact_value(
         if isinstance(v, str):
             return text(v)
         if isinstance(v, dict):
-            return {text(str(k)): walk(x) for k, x in v.items()}
+            return {text(str(k)): b64(x) if k == "b64" else walk(x) for k, x in v.items()}
         if isinstance(v, list | tuple):
             return [walk(x) for x in v]
         return v
+
+    def b64(v: Any) -> Any:
+        """A run record's stdin (`{"b64": …}`): its text redacted, base64 again (binary stays)."""
+        if not isinstance(v, str):
+            return walk(v)
+        try:
+            raw = base64.b64decode(v, validate=True).decode("utf-8")
+        except ValueError:
+            return v
+        out = text(raw)
+        return v if out == raw else base64.b64encode(out.encode("utf-8")).decode()
 
     return walk(value), counts
 
