@@ -402,7 +402,22 @@ def _loosened_policy(tmp: Path) -> list[PayloadEntry]:
     return entries(policy=loose / "signing.toml")
 
 
+def _evidence_outside() -> list[PayloadEntry]:
+    """The decision names evidence outside the bundle (the audit: it passed)."""
+    records = entries()
+
+    def outside(d: Any) -> None:
+        d["evidence"][0]["path"] = "payload/../../outside.txt"
+
+    _replace(records, "decisions/signing.json", outside)
+    return records
+
+
 RECORD_CASES: dict[str, tuple[Callable[[Path], list[PayloadEntry]], str]] = {
+    "decision evidence outside the bundle": (
+        lambda _: _evidence_outside(),
+        "decision.evidence-mismatch",
+    ),
     "no signing decision": (
         lambda _: [e for e in entries() if e.path != "decisions/signing.json"],
         "decision.missing",
