@@ -188,3 +188,26 @@ def test_a_decision_record_the_policy_does_not_reproduce_signs_nothing(
     assert "the decision record is not what the signing policy decides now" in err, err
     assert "decision" in err and "now DENY" in err
     assert not (tmp_path / "b").exists()
+
+
+def test_trace_fork_refuses_forged_rows_too(fresh: World, tmp_path: Path) -> None:
+    """`trace fork` answers from the same index: a forged gate row is refused there as well
+    (the candidate's row says why), and nothing is signed."""
+    import subprocess
+
+    git = ["git", "-C", str(fresh.fork), "-c", "user.name=t", "-c", "user.email=t@t.invalid"]
+    if not (fresh.fork / ".git").exists():  # `trace fork` runs in a git checkout of the fork
+        subprocess.run([*git, "init", "-q"], check=True)
+        subprocess.run([*git, "add", "-A", "--", ".", ":!.trace"], check=True)
+        subprocess.run([*git, "commit", "-qm", "fork"], check=True)
+    _forge_gates(fresh.db)
+    out = tmp_path / "bundles"
+    rc, stdout, err = cli(
+        "fork", fresh.cand.parent.name, "--fork", str(fresh.fork), "--allow-dirty", "-q",
+        "--json", "--key", str(fresh.key), "--out", str(out),
+    )  # fmt: skip
+    assert rc != 0, stdout + err
+    assert "does not match the Nix store" in err, err
+    [row] = json.loads(stdout)["candidates"]
+    assert row["signed"] == "no" and row["decision"] != "allow", row
+    assert not list(out.rglob(SIGNATURE_FILE)) if out.exists() else True
