@@ -64,7 +64,7 @@ def _num(x: float | None, unit: str) -> str:
 
 def table(rows: list[Row]) -> str:
     head = (
-        f"{'case':<26} {'shape':<8} {'N':>6}  {'trace':>10}  {'reference':>10}  "
+        f"{'case':<30} {'shape':<8} {'N':>6}  {'trace':>10}  {'reference':>10}  "
         f"{'ref. command':<20} {'ratio/value':>11}  {'goal':>9}  met  {'paired':>6}"
     )
     lines = [head, "-" * len(head)]
@@ -73,7 +73,7 @@ def table(rows: list[Row]) -> str:
         ref = statistics.median(r.raw) if r.raw else None
         goal = "-" if r.goal is None else f"<={_num(r.goal, unit).replace(' ', '')}"
         lines.append(
-            f"{r.case:<26} {r.shape:<8} {r.n if r.n is not None else '-':>6}  "
+            f"{r.case:<30} {r.shape:<8} {r.n if r.n is not None else '-':>6}  "
             f"{_num(r.median, r.unit):>10}  {_num(ref, 's'):>10}  {r.raw_label:<20} "
             f"{_num(r.value, unit):>11}  {goal:>9}  {r.met:<3}  "
             f"{'-' if r.paired is None else f'{r.paired:6.3f}':>6}"
