@@ -423,3 +423,35 @@ def test_init_adds_the_workflow_and_keeps_an_own_one(tmp_path: Path) -> None:
     rc, out, _ = run("init", "--fork", str(own), "--trace-url", "path:/x", "--no-lock")
     assert rc == 0 and "kept .github/workflows/trace.yml" in out
     assert (own / ".github" / "workflows" / "trace.yml").read_text() == "name: ours\n"
+
+
+def test_candidates_that_do_not_load_are_sharded_and_merged_by_name(tmp_path: Path) -> None:
+    """Error rows carry the candidate's name (its id is unknown): two broken `<name>.toml`
+    candidates in two shards are two rows, not one candidate twice (no nix needed)."""
+    root = tmp_path / "fork"
+    cands = root / "trace" / "candidates"
+    cands.mkdir(parents=True)
+    assert (shard_of("a", 2), shard_of("d", 2)) == (1, 2)
+    for name in ("a", "d"):
+        (cands / f"{name}.toml").write_text("id = [not toml\n")
+    (root / ".gitignore").write_text("/.trace/\n")
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "broken")
+    dirs = [tmp_path / "s1", tmp_path / "s2"]
+    name_of = {1: "a", 2: "d"}
+    for i, d in enumerate(dirs, 1):
+        rc, out, err = run(
+            "fork", "--fork", str(root), "-q", "--no-sign", "--shard", f"{i}/2", "--shard-dir",
+            str(d), "--json",
+        )  # fmt: skip
+        assert rc == 2 and f"{name_of[i]}.toml" in err, err
+        rows = json.loads(out)["candidates"]
+        assert [(r["candidate"], r["decision"]) for r in rows] == [(name_of[i], "error")]
+    rc, out, err = run("fork", "--merge", *map(str, dirs), "--fork", str(root), "--json")
+    assert rc == 2, err
+    merged_rows = json.loads(out)["candidates"]
+    assert [(r["candidate"], r["decision"]) for r in merged_rows] == [
+        ("a", "error"),
+        ("d", "error"),
+    ]

@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.errors import TraceError, UsageError
 from engine.fork.candidate import Signer, verify_candidate
-from engine.fork.config import discover, make_config
+from engine.fork.config import candidate_name, discover, make_config
 from engine.fork.entry import merged_policy, write_if_changed
 from engine.fork.once import RunOnce
 from engine.fork.report import ForkReport, Outcome, check_clean, print_table
@@ -141,7 +141,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
             raise
         except TraceError as exc:
             print(f"trace: error: {exc.render()}", file=sys.stderr)
-            outcomes.append(Outcome(candidate=file.parent.name, file=str(file), note=exc.message))
+            name = candidate_name(file)  # its id is unknown: the candidate did not load
+            outcomes.append(Outcome(candidate=name, file=str(file), note=exc.message))
     report = ForkReport(fork=str(cfg.root), commit=once.commit, dirty=dirty, candidates=outcomes)
     write_if_changed(cfg.state / "fork" / "report.json", report.to_json().encode())
     if shard is not None:

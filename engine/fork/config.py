@@ -105,6 +105,11 @@ def make_config(args: argparse.Namespace) -> ForkConfig:
     )
 
 
+def candidate_name(file: Path) -> str:
+    """A candidate's name in the fork: its folder (`<name>/candidate.toml`) or file stem."""
+    return file.parent.name if file.name == "candidate.toml" else file.stem
+
+
 def discover(cfg: ForkConfig, names: list[str]) -> list[Path]:
     """Candidate files: every `<name>/candidate.toml` and `<name>.toml`, or the named ones."""
     found: dict[str, Path] = {}

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from engine.errors import InputError, UsageError
+from engine.fork.config import candidate_name
 from engine.fork.report import ForkReport, Outcome
 from engine.fork.shard import (
     AGREE,
@@ -28,7 +29,6 @@ from engine.fork.shard import (
     POLICY,
     REPORT,
     Manifest,
-    candidate_name,
     policy_digest,
     shard_of,
 )

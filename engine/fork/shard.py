@@ -31,7 +31,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.errors import UsageError
-from engine.fork.config import ForkConfig
+from engine.fork.config import ForkConfig, candidate_name
 from engine.fork.entry import swap_dir
 from engine.fork.report import ForkReport
 
@@ -96,11 +96,6 @@ def parse_spec(spec: str) -> tuple[int, int]:
 def shard_of(name: str, n: int) -> int:
     """The shard (1..n) of a candidate name: a hash of the name alone (see the module doc)."""
     return int(hashlib.sha256(name.encode()).hexdigest()[:16], 16) % n + 1
-
-
-def candidate_name(file: Path) -> str:
-    """A candidate's name in the fork: its folder (`<name>/candidate.toml`) or file stem."""
-    return file.parent.name if file.name == "candidate.toml" else file.stem
 
 
 def select(files: list[Path], i: int, n: int) -> list[Path]:
