@@ -268,8 +268,13 @@ def test_a_candidate_twice_or_in_the_wrong_shard_is_refused(runs: Runs, tmp_path
     one, two = runs.shards[2]
     twice = doctored(two, tmp_path, "twice")
     pager = next(r for r in json.loads((one / "report.json").read_text())["candidates"])
+    # as two candidate folders with the same id would leave it: the row and its bundle
+    cid = pager["candidate"]
+    only = next((twice / "bundles").iterdir())
+    only.rename(only.parent / cid)
     edit_json(
-        twice / "report.json", lambda d: d["candidates"][0].update(candidate=pager["candidate"])
+        twice / "report.json",
+        lambda d: d["candidates"][0].update(candidate=cid, bundle=f"bundles/{cid}"),
     )
     refused([one, twice], f"candidate '{pager['candidate']}' is in two shards")
     wrong = doctored(two, tmp_path, "wrong")
@@ -293,6 +298,17 @@ def test_a_doctored_shard_directory_is_refused(runs: Runs, tmp_path: Path) -> No
     )
     refused([one, escape], "is not under bundles/")
     refused([one, tmp_path], "is not a shard directory")
+    typed = doctored(two, tmp_path, "typed")
+    edit_json(typed / "report.json", lambda d: d["candidates"][0].update(candidate=["x"]))
+    refused([one, typed], "not a shard report", "candidates.0.candidate")
+    swapped = doctored(one, tmp_path, "swapped")
+
+    def swap(d: dict[str, Any]) -> None:
+        first, second = d["candidates"]
+        first["bundle"] = second["bundle"]
+
+    edit_json(swapped / "report.json", swap)
+    refused([swapped, two], "points at the bundle of")
     bad = doctored(two, tmp_path, "bad")
     edit_json(bad / MANIFEST, lambda d: d.update(shard="two"))
     refused([one, bad], "not a shard manifest", "shard")

@@ -24,6 +24,10 @@ Everything it writes goes under the state directory (default ROOT/.trace, which 
 the package set's digest both ignore): the verify results, the decisions, the merged policy
 directory (`STATE/policy`, what `trace verify-bundle --identity` should be given) and the bundles
 (`STATE/bundles/<candidate id>`).
+
+Across CI jobs (engine/fork/shard.py, merge.py; docs/scale.md): `--shard I/N` verifies only the
+candidates whose name hashes to shard I and writes a shard directory; `--merge DIR…` joins the
+shard directories of one run into one table, report and findings page.
 """
 
 from __future__ import annotations

@@ -11,13 +11,12 @@ report is the one an unsharded run of the same commit writes (up to paths and bu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from engine.errors import InputError, UsageError
 from engine.fork.config import candidate_name
@@ -79,17 +78,14 @@ class Shard:
     def _report(self) -> ForkReport:
         file = self.path / REPORT
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-            known = {f.name for f in fields(Outcome)}
-            rows = [
-                Outcome(**{k: v for k, v in r.items() if k in known})
-                for r in data.pop("candidates")
-            ]
-            report = ForkReport(
-                **{k: data[k] for k in ("fork", "commit", "dirty")}, candidates=rows
-            )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise InputError(f"not a shard report: {exc}", file=file, hint=HINT) from None
+            report = TypeAdapter(ForkReport).validate_json(file.read_bytes())
+        except OSError as exc:
+            raise InputError(f"cannot read the shard report: {exc}", file=file, hint=HINT) from None
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            key = ".".join(str(x) for x in err["loc"])
+            raise InputError(f"not a shard report: {err['msg']}", file=file, key=key) from None
+        rows = report.candidates
         names = [candidate_name(Path(r.file)) for r in rows]
         if sorted(names) != sorted(self.manifest.names) or len(set(names)) != len(names):
             raise InputError(
@@ -109,6 +105,12 @@ class Shard:
                 if rel.parts[:1] != (BUNDLES,) or not bundle.is_relative_to(self.path / BUNDLES):
                     raise InputError(
                         f"bundle path {row.bundle!r} of '{row.candidate}' is not under {BUNDLES}/",
+                        file=file,
+                        key="bundle",
+                    )
+                if bundle.name != row.candidate:
+                    raise InputError(
+                        f"the row of '{row.candidate}' points at the bundle of '{bundle.name}'",
                         file=file,
                         key="bundle",
                     )
