@@ -292,3 +292,30 @@ def test_the_oidc_token_is_looked_up_only_when_signing_is_about_to_happen_and_on
         sig, how, note = idle.sign(b"{}", Path("/nonexistent"))
         assert (sig, how) == (None, "no") and "no OIDC identity token" in note
     assert asked == [None]
+
+
+@pytest.mark.nix
+def test_one_package_set_walk_per_run_whatever_the_candidate_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue saw the package set's digest (2.45 s in a 40,000-file fork) redone per
+    candidate: one `trace fork` run of two candidates walks the package set once."""
+    from engine.cli import main
+
+    root = fixture_fork(tmp_path / "fork", {n: {} for n in CANDIDATES})
+    walks: list[Path] = []
+    real_walk = hashing._walk
+
+    def counting(base: Path, rel: str = "", exclude: frozenset[str] = frozenset()):  # type: ignore[no-untyped-def]
+        if rel == "":
+            walks.append(base)
+        return real_walk(base, rel, exclude)
+
+    monkeypatch.setattr(hashing, "_walk", counting)
+    monkeypatch.delenv("TRACE_CLI", raising=False)
+    rc = main(["fork", "--fork", str(root), "--no-sign", "--json", "-q"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc in (0, 1), report
+    assert [c["decision"] for c in report["candidates"]] != ["error", "error"], report
+    assert len(report["candidates"]) == 2
+    assert walks.count(root) == 1, walks
