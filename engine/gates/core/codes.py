@@ -200,3 +200,24 @@ def code_of(rule: str) -> str:
     if rule not in RULES:
         raise KeyError(f"unknown gate rule {rule!r}")
     return RULES[rule][0]
+
+
+def gate_record(
+    gate: str,
+    rules: list[str],
+    *,
+    measurable: bool,
+    score: float | None,
+    details: dict[str, object],
+) -> dict[str, object]:
+    """THE trace.gate/v1 record of a rule-based gate: passed when no rule fired, its reasons the
+    fired rules' catalogue codes (in catalogue order), the rules themselves in details.rules."""
+    return {
+        "schema": "trace.gate/v1",
+        "gate": gate,
+        "passed": not rules,
+        "measurable": measurable,
+        "score": score,
+        "reasons": sorted({code_of(r) for r in rules}, key=CODES.index),
+        "details": {**details, "rules": list(rules)},
+    }

@@ -31,7 +31,7 @@ from types import CodeType
 from typing import Any
 
 from .applied import applied_policy, threshold
-from .codes import CODES, RULES, code_of
+from .codes import RULES, gate_record
 from .diff import parse_series
 from .landing import landed, load_landing
 from .lang import Lang, code_only, is_test_path, language
@@ -379,16 +379,13 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         summary += f"; {RULES[rules[0]][1]}"
     if unmapped or unmeasured:
         summary += f": {', '.join(unmapped + unmeasured)}; reported: {', '.join(reported[:10])}"
-    return {
-        "schema": "trace.gate/v1",
-        "gate": "coverage",
-        "passed": not rules,
-        "measurable": measurable,
-        "score": share if measurable else None,
-        "reasons": sorted({code_of(r) for r in rules}, key=CODES.index),
-        "details": {
+    return gate_record(
+        "coverage",
+        rules,
+        measurable=measurable,
+        score=share if measurable else None,
+        details={
             "summary": summary,
-            "rules": rules,
             "tools": cov.get("tools", []),
             "threshold": min_score,
             "policy": policy,
@@ -400,4 +397,4 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             "unmapped_files": unmapped,
             "reported_files": reported[:50],
         },
-    }
+    )

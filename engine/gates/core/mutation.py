@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from .applied import applied_policy, threshold
-from .codes import CODES, code_of
+from .codes import gate_record
 from .landing import landed, load_landing
 from .modules import load_json_object, load_module
 from .mutate import Mutant, generate
@@ -173,18 +173,14 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     elif score is not None and min_score is not None and score < min_score:
         rules.append("mutation.score-below-threshold")
     measurable = not rules or rules == ["mutation.score-below-threshold"]
-    reasons = sorted({code_of(r) for r in rules}, key=CODES.index)
     keys = ("id", "operator", "file", "line", "stated_line", "description", "effect")
-    return {
-        "schema": "trace.gate/v1",
-        "gate": "mutation",
-        "passed": not rules,
-        "measurable": measurable,
-        "score": score if measurable else None,
-        "reasons": reasons,
-        "details": {
+    return gate_record(
+        "mutation",
+        rules,
+        measurable=measurable,
+        score=score if measurable else None,
+        details={
             "summary": _summary(counts, rules, results),
-            "rules": rules,
             "mutants": len(expected),
             **counts,
             # kept under its old name for readers of earlier records: the stillborn mutants
@@ -209,4 +205,4 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
                 if r["status"] == "unobservable"
             ],
         },
-    }
+    )

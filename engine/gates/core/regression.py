@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from .applied import applied_policy
-from .codes import CODES, code_of
+from .codes import gate_record
 from .modules import load_json_object
 
 CHECK_PHASES = ("checkPhase", "installCheckPhase")
@@ -134,15 +134,12 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         f"{len(pre_units)} tests; {len(passing)} pass pre-fix, {len(regressions)} of them fail "
         "post-fix" + (f" ({regressions[0]['test']})" if regressions else "")
     )
-    return {
-        "schema": "trace.gate/v1",
-        "gate": "regression",
-        "passed": not rules,
-        "measurable": measurable,
-        "score": score,
-        "reasons": sorted({code_of(r) for r in rules}, key=CODES.index),
-        "details": {
-            "rules": rules,
+    return gate_record(
+        "regression",
+        rules,
+        measurable=measurable,
+        score=score,
+        details={
             "summary": summary,
             "policy": policy,
             "tests": len(pre_units),
@@ -159,4 +156,4 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             "post": {"has": post["has"], "phases": post["phases"], "status": post["status"]},
             "post_log_tail": post["log_tail"] if regressions else "",
         },
-    }
+    )

@@ -25,7 +25,7 @@ import shutil
 from typing import Any
 
 from .applied import applied_policy, bound
-from .codes import CODES, code_of
+from .codes import gate_record
 from .modules import load_json_object
 from .variants import Invocation, generate
 
@@ -267,15 +267,12 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     if still:
         summary += f" (replay: variants/{still[0]['id']}/, {still[0]['description']})"
     summary += f"; {sum(bool(r['pre_crash']) for r in results)} crash pre-fix"
-    return {
-        "schema": "trace.gate/v1",
-        "gate": "variants",
-        "passed": not rules,
-        "measurable": measurable,
-        "score": score,
-        "reasons": sorted({code_of(r) for r in rules}, key=CODES.index),
-        "details": {
-            "rules": rules,
+    return gate_record(
+        "variants",
+        rules,
+        measurable=measurable,
+        score=score,
+        details={
             "summary": summary,
             "policy": policy,
             "budget": plan["budget"],
@@ -292,4 +289,4 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
                 for r in still
             ],
         },
-    }
+    )
