@@ -5,6 +5,12 @@ with the shipped policy; the table below is the calibration: correct fixes are A
 them a C fix whose only surviving mutant over-allocates, a patch with a stale hunk header, and a
 src-layout Python package), and every plausible wrong fix is DENIED with the reasons that say
 why. Reasons are exact: a new deny on a correct fix, or a wrong fix let through, fails here.
+
+`review` is how the policy routes a fix to a human: `trace decide` denies with reasons that are
+ALL waivable (policy/reasons.toml) and exactly those listed, each saying why (a gate that cannot
+measure this kind of code, a surviving mutant shown as a diff); a reviewer's waiver of exactly
+those codes turns the decision into allow. Correct fixes the gates cannot fully measure land
+here, never in allow: "not measurable" is not a pass.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli
 
 from engine.cli import main
 
@@ -43,21 +50,18 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     ),
     # rejects the good input too: its [[accept.invocation]] for good.conf fails (issue 9)
     ("cparse-reject-everything", "deny", {"post-fix-still-fails"}),
-    # a correct fix of a wrong-output bug in a shell + awk tool: its claims hold (test_verify),
-    # but no mutation or coverage tool measures shell: denied until a reviewer waives
-    ("roster-wrong-field", "deny", {"mutation-not-measurable", "coverage-not-measurable"}),
+    # correct fixes the gates cannot fully judge: routed to human REVIEW (waivable reasons only)
+    # a wrong-output bug in a shell + awk tool: its claims hold (test_verify), but no mutation
+    # or coverage tool measures shell, so a reviewer must read it
+    ("roster-wrong-field", "review", {"mutation-not-measurable", "coverage-not-measurable"}),
+    # a real CVE in a real library with its real upstream fix (issue 13): claims, coverage,
+    # variants, its own passthru.tests and the fault site all hold; one mutant survives
+    # (`cannot_access_at_index(buf, 1)` -> `2`: with one byte after a comma both versions reject
+    # the input, so no oracle can tell them apart; TCE cannot prove it), shown as a diff
+    ("cjson-cve-2023-53154", "review", {"mutation-score-below-threshold"}),
     # skips the PoC's 47-byte line: scope sees the literal, the variants a 41-byte key
     ("cparse-poc-special-case", "deny", {"fix-matches-poc-literal", "variant-still-fails"}),
     ("cparse-refuse-all", "deny", {"regression-introduced"}),
-    # a real CVE in a real library with its real upstream fix (issue 13): the claims hold and
-    # coverage measures the landed lines, but its reproducer has no good-input invocation, so
-    # negating the fix's new check is not observed (mutation 1/3), and the package brings no
-    # tests of its own: not allowed until a stronger reproducer or a reviewer's waiver
-    (
-        "cjson-cve-2023-53154",
-        "deny",
-        {"mutation-score-below-threshold", "regression-not-measurable"},
-    ),
     # broken evidence: DENY
     ("cparse-other-failure", "deny", {"pre-fix-wrong-failure", "post-fix-still-fails"}),
     ("stamp-release", "deny", {"nondeterministic"}),
@@ -88,10 +92,44 @@ def verified(state: Path, capsys: pytest.CaptureFixture[str], name: str) -> dict
     cand = str(CANDIDATES / name / "candidate.toml")
     code, out, err = trace(capsys, "verify", cand, "--state-dir", str(state), "-q")
     assert code in (0, 1), out + err
-    code, out, err = trace(capsys, "decide", cand, "--state-dir", str(state), "--json")
+    return decided(state, capsys, name)
+
+
+def decided(
+    state: Path, capsys: pytest.CaptureFixture[str], name: str, *extra: str
+) -> dict[str, Any]:
+    cand = str(CANDIDATES / name / "candidate.toml")
+    code, out, err = trace(capsys, "decide", cand, "--state-dir", str(state), "--json", *extra)
     assert code in (0, 1), out + err
     decision: dict[str, Any] = json.loads(out)
     return decision
+
+
+def waivable() -> dict[str, bool]:
+    catalogue = tomli.loads((REPO / "policy" / "reasons.toml").read_text())
+    return {r["code"]: bool(r.get("waivable", True)) for r in catalogue["reasons"]}
+
+
+def reviewed(state: Path, candidate: str, codes: set[str]) -> Path:
+    """A reviewer's waivers (trace.waivers/v1) of exactly `codes` for the candidate."""
+    lines = [
+        "[policy]",
+        'name = "calibration-review"',
+        'version = "1.0.0"',
+        'schema = "trace.waivers/v1"',
+    ]
+    for code in sorted(codes):
+        lines += [
+            "[[waivers]]",
+            f'candidate = "{candidate}"',
+            f'reason = "{code}"',
+            'justification = "a reviewer read the patch and the gate records and accepts it"',
+            "expires = 2099-12-31",
+            'approved_by = "calibration-test"',
+        ]
+    path = state / f"waivers-{candidate}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 @pytest.mark.parametrize(
@@ -107,10 +145,19 @@ def test_calibration(
 ) -> None:
     decision = verified(state, capsys, name)
     got = {r["code"] for r in decision["reasons"]}
-    assert decision["decision"] == expected, decision["reasons"]
     if expected == "allow":
-        assert got == set(), decision["reasons"]
+        assert (decision["decision"], got) == ("allow", set()), decision["reasons"]
+    elif expected == "review":
+        # denied with exactly these reasons, every one waivable and saying why; a reviewer's
+        # waivers of them allow it
+        assert (decision["decision"], got) == ("deny", reasons), decision["reasons"]
+        assert all(waivable()[code] for code in got), decision["reasons"]
+        assert all(r["details"] for r in decision["reasons"]), decision["reasons"]
+        waivers = reviewed(state, decision["candidate"], reasons)
+        after = decided(state, capsys, name, "--waivers", str(waivers))
+        assert after["decision"] == "allow", after["reasons"]
     else:
+        assert decision["decision"] == "deny", decision["reasons"]
         assert reasons <= got, decision["reasons"]
 
 

@@ -8,6 +8,7 @@ gate catches it: the mutation gate (both mutants of the changed constant survive
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ FORK = REPO / "tests" / "fixtures" / "fork"
 CANDIDATES = FORK / "trace" / "candidates"
 PIPELINE = REPO / "tests" / "fixtures" / "gates" / "pipeline.toml"
 PTR = REPO / "tests" / "fixtures" / "gates" / "cparse-ptr" / "candidate.toml"
+BOUNDARY = REPO / "tests" / "fixtures" / "gates" / "cparse-boundary" / "candidate.toml"
 
 pytestmark = pytest.mark.nix
 
@@ -100,6 +102,37 @@ def test_mutation_scores_are_exact_on_the_small_fixture(ptr: RunResult) -> None:
         "ok",
         "ok",
     ]
+
+
+def test_a_variant_of_the_poc_kills_the_boundary_mutant_the_reproducer_misses(
+    state: Path,
+) -> None:
+    """Issue 10: mutants run against the reproducer AND the variants. The PoC's key is one byte
+    past the bound: `>` for `>=` (m001) survives it; the variant one byte shorter overflows the
+    mutant (ASan) where the post-fix build rejects it, so the variant kills m001."""
+    result = run(BOUNDARY, state)
+    mutation = gate(result, "gate-mutation")
+    results = {r["id"]: r for r in mutation["details"]["results"]}
+    m001 = results["m001"]
+    assert (m001["operator"], m001["status"]) == ("relational", "killed")
+    assert m001["why"].startswith("variant v") and "AddressSanitizer" in m001["why"], m001
+    step = result.steps["mutant-run@1"]
+    assert isinstance(step.outcome, dict) and step.out is not None
+    assert step.outcome["target_ran"] and not step.outcome.get("target_failed")  # PoC: survived
+    ran = json.loads((Path(step.out) / "variants.json").read_text())
+    assert ran["killed_by"]["index"] == ran["ran"][-1]  # it stopped at the first kill
+    (killer,) = [
+        r
+        for r in gate(result, "gate-variants")["details"]["results"]
+        if r["index"] == ran["killed_by"]["index"]
+    ]
+    assert killer["status"] == "survives" and killer["operator"] == "length"  # post-fix: fine
+    killed_by_poc = json.loads(
+        (Path(str(result.steps["mutant-run@3"].out)) / "variants.json").read_text()
+    )
+    assert killed_by_poc["ran"] == [] and killed_by_poc["skipped"]  # m003: the PoC kills it
+    assert mutation["details"]["killed_by_variants"] == 1
+    assert (mutation["score"], mutation["passed"]) == (1.0, True)
 
 
 def test_c_diff_coverage_through_gcov(ptr: RunResult) -> None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import tomli
 
 from engine.gates.core import codes
@@ -205,6 +206,79 @@ def test_mutation_is_not_measurable_when_the_post_fix_fails(tmp_path: Path) -> N
     assert rec["reasons"] == ["mutation-not-measurable"]
     assert rec["details"]["rules"] == ["mutation.post-fix-fails"]
     assert "already fails" in rec["details"]["summary"]
+
+
+def _variant_post(tmp: Path, index: int, rec: dict[str, Any]) -> str:
+    d = tmp / f"variant-post-{index}"
+    d.mkdir()
+    meta = {"id": f"v{index:03d}-length", "index": index, "description": "f.conf: 16 bytes"}
+    (d / "variant.json").write_text(json.dumps(meta))
+    (d / "outcome.json").write_text(json.dumps(rec))
+    return str(d)
+
+
+def test_a_variant_kills_a_mutant_only_where_the_post_fix_build_is_acceptable(
+    tmp_path: Path,
+) -> None:
+    """Issue 10: each mutant runs against the reproducer AND the variants. A mutant the
+    reproducer misses is killed by a variant whose run on it is unacceptable post-fix behaviour
+    (the same oracles) while the post-fix build's run of that variant is acceptable; a variant
+    that fails on the post-fix build too kills nothing."""
+    asan = {"tool": "AddressSanitizer", "kind": "heap-buffer-overflow"}
+    runs = [run_record(0), run_record(0), run_record(1), run_record(1), run_record(1)]
+    dirs = mutant_dirs(tmp_path, PTR, runs)
+    # m001: variant 2 overflows it (post-fix: fine); m002: variant 1 fails it, and post-fix too
+    for d, index, rec in ((dirs[0], 2, run_record(1, sanitizer=asan)), (dirs[1], 1, run_record(1))):
+        v = Path(d) / "variants" / str(index)
+        v.mkdir(parents=True)
+        (v / "outcome.json").write_text(json.dumps(rec))
+    baselines = [
+        _variant_post(tmp_path, 1, run_record(1)),
+        _variant_post(tmp_path, 2, run_record(0)),
+    ]
+    cfg = {
+        "patches": [str(PTR)],
+        "policy": policy(0.8),
+        "mutant_runs": dirs,
+        "post_runs": [post_dir(tmp_path, run_record(0))],
+        "variant_runs": baselines,
+        "judge": JUDGE,
+    }
+    rec = mutation_gate(cfg)
+    d = rec["details"]
+    (m1, m2) = d["results"][:2]
+    assert (m1["status"], m2["status"]) == ("killed", "survived")
+    assert m1["why"].startswith("variant v002-length (f.conf: 16 bytes): ")
+    assert "AddressSanitizer" in m1["why"]
+    assert (d["killed_by_variants"], d["variants_judged_against"]) == (1, 2)
+    assert rec["score"] == 0.8  # 4 of 5 killed (m001 by a variant)
+    # a mutant's variant run without the post-fix build's run of it cannot be judged: an error
+    with pytest.raises(ValueError, match="variant 2 has no post-fix run"):
+        mutation_gate({**cfg, "variant_runs": baselines[:1]})
+
+
+def test_mutation_not_measurable_says_why(tmp_path: Path) -> None:
+    """Issue 10: `mutation-not-measurable` names its cause: no mutant generated, none built."""
+    comment = tmp_path / "comment.patch"
+    comment.write_text("--- a/x.c\n+++ b/x.c\n@@ -1,1 +1,2 @@\n int x;\n+/* a comment */\n")
+    cfg = {
+        "patches": [str(comment)],
+        "policy": policy(0.8),
+        "mutant_runs": [],
+        "post_runs": [post_dir(tmp_path, run_record(0))],
+        "judge": JUDGE,
+    }
+    rec = mutation_gate(cfg)
+    assert (rec["measurable"], rec["reasons"]) == (False, ["mutation-not-measurable"])
+    assert rec["details"]["rules"] == ["mutation.no-mutants"]
+    assert "no mutant generated" in rec["details"]["summary"]
+    built = tmp_path / "built"
+    built.mkdir()
+    failed = {"schema": "trace.run/v1", "build": "failed", "target_ran": False}
+    dirs = mutant_dirs(built, PTR, [failed] * 5)
+    rec = mutation_gate({**cfg, "patches": [str(PTR)], "mutant_runs": dirs})
+    assert rec["details"]["rules"] == ["mutation.none-built"]
+    assert "no mutant built" in rec["details"]["summary"]
 
 
 def test_mutation_rejects_runs_that_do_not_match_the_patch(tmp_path: Path) -> None:

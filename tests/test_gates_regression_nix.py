@@ -57,3 +57,47 @@ def test_a_python_package_s_install_check(state: Path) -> None:
     assert (gate["passed"], gate["reasons"]) == (True, [])
     assert gate["details"]["post"]["has"] == {"check": False, "installCheck": True}
     assert gate["details"]["passing_pre_fix"] == 5  # the phase and its four TAP tests
+
+
+REFUSE_MEMBERS = Path(__file__).parent / "fixtures" / "gates" / "cjson-refuse-members"
+CJSON_TESTS = [
+    "passthru.tests.array",
+    "passthru.tests.empty-object",
+    "passthru.tests.members",
+    "passthru.tests.missing-colon",
+    "passthru.tests.nested",
+    "passthru.tests.spaces-after-comma",
+]
+
+
+def test_passthru_tests_judge_the_patched_build(state: Path) -> None:
+    """Issue 10: a package's passthru.tests (cjson's, each running the package as finally built,
+    `finalAttrs.finalPackage`) run on both sides. The real upstream CVE fix keeps them passing;
+    each side's test is another derivation (it depends on the patched build), so each is
+    compared, none set aside as independent of the patch."""
+    result = run_candidate("cjson-cve-2023-53154", state)
+    pre, post = outcome(result, "tests-pre"), outcome(result, "tests-post")
+    assert sorted(pre["passthru"]) == [t.removeprefix("passthru.tests.") for t in CJSON_TESTS]
+    assert all(pre["passthru"][n]["drv"] != post["passthru"][n]["drv"] for n in pre["passthru"])
+    assert pre["has"] == {"check": False, "installCheck": False}  # passthru.tests only
+    gate = outcome(result, "gate-regression")
+    assert (gate["passed"], gate["measurable"], gate["reasons"]) == (True, True, [])
+    assert gate["details"]["passing_pre_fix"] == len(CJSON_TESTS)
+    assert gate["details"]["passthru_not_depending_on_the_patch"] == []
+
+
+def test_a_fix_that_breaks_a_passthru_test_is_a_regression(state: Path) -> None:
+    """A plausible wrong fix of the same CVE: nothing may follow a comma. The PoC passes (its
+    inputs are rejected cleanly) and no variant crashes; the passthru tests with two members
+    pass before the fix and fail after it: regression-introduced, named per test."""
+    result = run_candidate(REFUSE_MEMBERS / "candidate.toml", state)
+    assert outcome(result, "expectation")["passed"] is True
+    gate = outcome(result, "gate-regression")
+    assert (gate["passed"], gate["measurable"]) == (False, True)
+    assert gate["reasons"] == ["regression-introduced"]
+    assert [r["test"] for r in gate["details"]["regressions"]] == [
+        "passthru.tests.members",
+        "passthru.tests.nested",
+        "passthru.tests.spaces-after-comma",
+    ]
+    assert all(r["post"] == "fail" for r in gate["details"]["regressions"])

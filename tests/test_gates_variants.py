@@ -121,6 +121,96 @@ def test_what_counts_as_still_failing(
     assert record["details"]["policy"] == POLICY
 
 
+GOLDEN = {"golden": {"file": "want.txt", "sha256": "0" * 64, "text": "x"}}
+CLEAN_REJECT = {"invocation": [{"key": "invocation.1", "args": "long", "exit_code": [0, 2]}]}
+
+
+def _with_args(record: Any, *args: str, stdout: str = "") -> Any:
+    record["invocations"][0] |= {"args": list(args), "stdout": stdout}
+    return record
+
+
+def _stderr(record: Any, text: str) -> Any:
+    record["invocations"][0]["stderr"] = text
+    return record
+
+
+@pytest.mark.parametrize(
+    ("accept", "post", "pre", "status"),
+    [
+        # the fix refuses an input the unpatched build handled (default [accept]: exit 0)
+        ({}, _record(exit_code=1), _record(), "breaks-oracle"),
+        # both builds refuse it: the input is bad, not the fix
+        ({}, _record(exit_code=1), _record(exit_code=1), "survives"),
+        # a golden stdout was declared for the PoC's input: it never judges a changed input
+        (GOLDEN, _with_args(_record(), stdout="other"), _with_args(_record()), "survives"),
+        # invocation 1's own oracle (exit 0 or 2) judges the variant of invocation 1
+        (
+            CLEAN_REJECT,
+            _with_args(_record(exit_code=2), "long"),
+            _with_args(_record(), "long"),
+            "survives",
+        ),
+        (
+            CLEAN_REJECT,
+            _with_args(_record(exit_code=3), "long"),
+            _with_args(_record(), "long"),
+            "breaks-oracle",
+        ),
+        # a stderr oracle is input-independent: the pre-fix build met it, the fix broke it
+        ({"stderr": "^ok"}, _record(), _stderr(_record(), "ok\n"), "breaks-oracle"),
+        ({"stderr": "^ok"}, _record(), _record(), "survives"),
+    ],
+)
+def test_a_variant_that_breaks_a_declared_post_fix_oracle_fails(
+    tmp_path: Path, accept: Any, post: Any, pre: Any, status: str
+) -> None:
+    """Issue 10: a variant fails when the fix makes it break the invocation's declared post-fix
+    oracle while the unpatched build met it; only input-independent fields judge a variant."""
+    (tmp_path / "plan").mkdir()
+    meta = {"id": "v001-length", "index": 1, "operator": "length", "unit": "f", "files": {}}
+    meta["description"] = "f: longer"
+    plan = {"budget": 1, "seed": 0, "poc": {"target_ran": True}, "dictionary": [], "variants": []}
+    plan["variants"] = [meta]
+    (tmp_path / "plan" / "plan.json").write_text(json.dumps(plan))
+    cfg = {
+        "policy": POLICY,
+        "plan": str(tmp_path / "plan"),
+        "expect": json.dumps({"sanitizer": ASAN, "exit_code": 1}),
+        "oracles": json.dumps({"accept": accept}),
+        "post": [_run(tmp_path, "post", meta, post)],
+        "pre": [_run(tmp_path, "pre", meta, pre)],
+        "post_runs": [_run(tmp_path, "poc", {}, _record())],
+    }
+    record = evaluate(cfg)
+    (result,) = record["details"]["results"]
+    assert result["status"] == status, result
+    assert record["measurable"] is True
+    if status == "breaks-oracle":
+        assert (record["passed"], record["reasons"]) == (False, ["variant-breaks-oracle"])
+        assert record["details"]["rules"] == ["variants.breaks-oracle"]
+        (item,) = record["details"]["still_failing"]  # bundled as a replayable reproducer
+        assert item["id"] == "v001-length" and item["broken"]
+        assert "break a declared post-fix oracle" in record["details"]["summary"]
+    else:
+        assert (record["passed"], record["reasons"]) == (True, [])
+
+
+def test_newly_unacceptable_matches_invocations_by_call_not_position() -> None:
+    from engine.gates.core.oracle import newly_unacceptable
+
+    def inv(args: str, code: int) -> dict[str, Any]:
+        return {"target": "bin/cparse", "args": [args], "exit_code": code}
+
+    post = {"invocations": [inv("a.conf", 0), inv("b.conf", 1)]}
+    pre = {"invocations": [inv("b.conf", 0), inv("a.conf", 1)]}  # recorded in another order
+    (problem,) = newly_unacceptable(post, pre, {})
+    assert "b.conf" in problem and "exit code 0, got 1" in problem
+    assert newly_unacceptable(pre | {"timed_out": True}, pre, {}) == ["the reproducer timed out"]
+    crash = {"invocations": [inv("a.conf", 0) | {"signal": "SIGSEGV"}]}
+    assert newly_unacceptable(crash, {"invocations": [inv("a.conf", 0)]}, {})
+
+
 def test_no_poc_and_a_failing_post_fix_are_not_measurable(tmp_path: Path) -> None:
     (tmp_path / "plan").mkdir()
     plan = {"budget": 1, "seed": 0, "poc": {"target_ran": False}, "dictionary": []}

@@ -149,6 +149,13 @@ RULES: dict[str, tuple[str, str, str]] = {
         "a variant of the proof of concept still crashes the post-fix build",
         "fix the faulty code, not the PoC's input: the bundled variant reproduces the crash",
     ),
+    "variants.breaks-oracle": (
+        "variant-breaks-oracle",
+        "a variant of the proof of concept that the unpatched build handled as the declared "
+        "post-fix oracle allows (exit code, stderr) breaks that oracle on the post-fix build",
+        "keep the package's behaviour on inputs the bug does not reach (the bundled variant "
+        "shows one), or have a reviewer confirm the stricter behaviour and waive",
+    ),
     "variants.no-poc": (
         "variants-not-measurable",
         "the pre-fix run recorded no target invocation, so there is no PoC to vary "

@@ -2,8 +2,9 @@
 
 `python3 -B -m trace_gates.main mutant OUTDIR` writes one mutant's patch series instead,
 `python3 -B -m trace_gates.main mutant-check OUTDIR` decides whether a built mutant is worth a
-run (stillborn, equivalent, not code: engine/gates/core/equiv.py), `python3 -B -m
-trace_gates.main patched-source SRC OUT` records where the patch landed (landing.py),
+run (stillborn, equivalent, not code: engine/gates/core/equiv.py), `... mutant-variants OUTDIR`
+runs a mutant the reproducer did not kill against the PoC's variants (mutant_variants.py),
+`python3 -B -m trace_gates.main patched-source SRC OUT` records where the patch landed (landing.py),
 `python3 -B -m trace_gates.main coverage-run` is the coverage variant's reproducer run,
 `python3 -B -m trace_gates.main variant-plan OUTDIR` writes the variants gate's plan, and
 `python3 -B -m trace_gates.main tests-record OUT` one side's package-test record.
@@ -116,6 +117,12 @@ def main(argv: list[str]) -> int:
         from .variant_gate import write_plan
 
         write_plan(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
+        return 0
+    if len(argv) == 2 and argv[0] == "mutant-variants":
+        from .mutant_variants import run_variants
+
+        summary = run_variants(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
+        write_json(os.path.join(argv[1], "variants.json"), summary)
         return 0
     if len(argv) == 2 and argv[0] == "tests-record":
         from .regression import tests_record

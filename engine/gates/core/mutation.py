@@ -7,7 +7,9 @@ directory the mutant build applies. The mutant-run step then checks the built mu
 only against the others. `evaluate` reads every mutant's records: killed when a TARGET
 invocation failed on the mutant, judged by the one rule that judges the post-fix runs
 (`oracle_failed`: oracle.py's `post_fix_acceptable` under the declared oracles; the
-reproducer script's exit is never a kill), survived otherwise; a survivor that only
+reproducer script's exit is never a kill), or when a variant of the PoC sees it (the mutant-run
+step ran the reproducer's survivors against the variants: mutant_variants.py, judged here
+against the post-fix build's run of the same variant), survived otherwise; a survivor that only
 over-allocates is unobservable. Score = killed / (killed + survived); stillborn, equivalent,
 not-code and unobservable mutants are counted nowhere, and each is listed with why. The
 unmutated post-fix runs must pass that same rule, or kills mean nothing.
@@ -24,7 +26,9 @@ from .applied import applied_policy, threshold
 from .codes import gate_record
 from .landing import landed, load_landing
 from .modules import load_json_object, load_module
+from .mutant_variants import judged_kill
 from .mutate import Mutant, generate
+from .variant_gate import runs_by_index
 
 
 def _read(path: str) -> str:
@@ -122,7 +126,8 @@ def _summary(counts: dict[str, int], rules: list[str], results: list[dict[str, A
 
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg: patches, policy (the signing policy's name, version and min_score; no min_score: no
-    threshold), mutant_runs (dirs with mutant.json, check.json and outcome.json), post_runs,
+    threshold), mutant_runs (dirs with mutant.json, check.json and outcome.json, and
+    variants/<n>/outcome.json), variant_runs (the variant-post dirs), post_runs,
     judge (templates/verify/gate.py), landing (the patched-source step's landing.json)."""
     policy = applied_policy(cfg)
     min_score = threshold(policy, "min_score")
@@ -130,6 +135,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     oracles = json.loads(cfg.get("oracles") or "{}")
     landing = load_landing(cfg.get("landing"))
     expected = generate([_read(p) for p in cfg["patches"]])
+    baselines = runs_by_index(list(cfg.get("variant_runs") or []))
     results: list[dict[str, Any]] = []
     for run_dir in cfg["mutant_runs"]:
         meta = load_json_object(os.path.join(run_dir, "mutant.json"))
@@ -139,6 +145,13 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         check_path = os.path.join(run_dir, "check.json")
         check = load_json_object(check_path) if os.path.exists(check_path) else {}
         status, why = classify(meta, check, record, judge, oracles)
+        by_variant = None
+        if status in ("survived", "unobservable"):
+            by_variant = judged_kill(judge, run_dir, baselines, oracles)
+            if by_variant is not None:
+                status = "killed"
+                why = f"variant {by_variant['id']} ({by_variant['description']}): "
+                why += by_variant["why"]
         line = landed(landing, str(meta["file"]), int(meta["line"]))
         diff = str(meta["diff"])
         if line != meta["line"]:
@@ -146,7 +159,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             diff = diff.replace(f"@@ -{meta['line']} +{meta['line']} @@", f"@@ -{line} +{line} @@")
         results.append(
             {**meta, "line": line, "stated_line": meta["line"], "diff": diff}
-            | {"status": status, "why": why}
+            | {"status": status, "why": why, "killed_by_variant": by_variant}
         )
     results.sort(key=lambda r: str(r["id"]))
     ids = [r["id"] for r in results]
@@ -194,6 +207,8 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
                 {k: r.get(k) for k in keys} | {"status": r["status"], "why": r["why"]}
                 for r in results
             ],
+            "killed_by_variants": sum(1 for r in results if r["killed_by_variant"]),
+            "variants_judged_against": len(baselines),
             "survivors": [
                 {"id": r["id"], "description": r["description"], "diff": r["diff"]}
                 for r in results

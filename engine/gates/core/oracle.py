@@ -24,6 +24,12 @@ oracle) and `invocation` (a list of per-invocation oracles). The rules:
   and every other invocation meets the top-level `[accept]` (default: exit code 0).
 * a per-invocation oracle that selects no invocation of a run is a declaration error (its key is
   reported), never a pass.
+* a VARIANT of the PoC (a changed input) is judged by the input-independent part of [accept]
+  only (exit-code sets, signal, sanitizer, stderr; never `stdout`, `output`, `golden`,
+  `not_golden`, which were declared for the PoC's exact input), and only against the same
+  variant on another build (`newly_unacceptable`): a variant breaks a post-fix oracle when the
+  fix made it unacceptable although the unpatched build handled it acceptably; a mutant is seen
+  by a variant when the mutant's run is unacceptable where the post-fix build's was not.
 
 Stdlib only: the expectation gate and the mutation gate (which judges mutants by these same
 oracles, `post_fix_acceptable`) run it in the sandbox; `trace verify` imports it.
@@ -219,14 +225,16 @@ def _post_fields(oracle: Record) -> Record:
     return fields
 
 
-def judge_post(invs: list[Record], accept: Record) -> Judgement:
-    """Is every patched target invocation acceptable under [accept]? (default: all exit 0)"""
-    j = Judgement()
+def _post_problems(invs: list[Record], accept: Record, j: Judgement) -> list[list[str]]:
+    """Per invocation, how it breaks the post-fix rules under [accept] (empty: acceptable)."""
     entries = list(accept.get("invocation") or [])
     chosen = _selected(entries, invs, j)
+    out: list[list[str]] = []
     for i in invs:
+        problems: list[str] = []
+        out.append(problems)
         if fatal(i):
-            j.problems.append(f"{describe_invocation(i)} (never acceptable after a fix)")
+            problems.append(f"{describe_invocation(i)} (never acceptable after a fix)")
             continue
         mine = [o for o, picked in zip(entries, chosen, strict=True) if any(p is i for p in picked)]
         for o in mine or [accept]:
@@ -236,9 +244,69 @@ def judge_post(invs: list[Record], accept: Record) -> Judgement:
             wrong = mismatches(i, fields)
             if wrong:
                 where = f"{o.get('key')}: " if mine else ""
-                j.problems.append(f"{where}{describe_invocation(i)}: " + "; ".join(wrong))
+                problems.append(f"{where}{describe_invocation(i)}: " + "; ".join(wrong))
+    return out
+
+
+def judge_post(invs: list[Record], accept: Record) -> Judgement:
+    """Is every patched target invocation acceptable under [accept]? (default: all exit 0)"""
+    j = Judgement()
+    for problems in _post_problems(invs, accept, j):
+        j.problems += problems
     j.holds = bool(invs) and not j.problems and not j.unmatched
     return j
+
+
+# Fields whose meaning depends on the exact input: a golden stdout, a stdout regex, `output`
+# (stdout + stderr) and `not_golden` were declared for the PoC's input and say nothing about a
+# changed one. A variant is judged by the rest: exit-code sets, signal, sanitizer, stderr.
+INPUT_DEPENDENT = ("stdout", "output", "golden", "not_golden")
+
+
+def input_independent(accept: Record) -> Record:
+    """[accept] without its input-dependent fields (top level and every per-invocation oracle);
+    the selectors stay, so a variant's invocation i is judged by invocation i's oracle."""
+    top = {k: v for k, v in accept.items() if k not in (*INPUT_DEPENDENT, "invocation")}
+    entries = [
+        {k: v for k, v in o.items() if k not in INPUT_DEPENDENT}
+        for o in accept.get("invocation") or []
+    ]
+    return {**top, "invocation": entries} if entries else top
+
+
+def _by_call(invs: list[Record]) -> dict[tuple[str, tuple[str, ...], int], int]:
+    """Position of each invocation by (target, arguments, occurrence): the same input run
+    against two builds gives the same calls, whatever order the harness recorded them in."""
+    seen: dict[tuple[str, tuple[str, ...]], int] = {}
+    out = {}
+    for n, i in enumerate(invs):
+        call = (str(i.get("target")), tuple(str(a) for a in i.get("args") or ()))
+        seen[call] = seen.get(call, 0) + 1
+        out[(*call, seen[call])] = n
+    return out
+
+
+def newly_unacceptable(run: Record, baseline: Record, accept: Record) -> list[str]:
+    """How `run` breaks the post-fix rules where `baseline` (THE SAME input against another
+    build) does not: per invocation, under the input-independent part of [accept] (a fatal
+    signal or sanitizer report is never acceptable). The variants gate asks it of a variant's
+    post-fix run against its pre-fix run (the fix made an acceptable input unacceptable); the
+    mutation gate of a mutant's variant run against the post-fix build's (the mutant is seen).
+    A selector that picks nothing on a changed input is no finding: both sides share it."""
+    rules = input_independent(accept)
+    invs = list(run.get("invocations") or [])
+    base = list(baseline.get("invocations") or [])
+    mine = _post_problems(invs, rules, Judgement())
+    theirs = _post_problems(base, rules, Judgement())
+    where = _by_call(base)
+    out: list[str] = []
+    if run.get("timed_out") and not baseline.get("timed_out"):
+        out.append("the reproducer timed out")
+    for call, n in _by_call(invs).items():
+        m = where.get(call)
+        if mine[n] and m is not None and not theirs[m]:
+            out += mine[n]
+    return out
 
 
 def post_fix_acceptable(record: Record, oracles: Record) -> tuple[bool, str]:

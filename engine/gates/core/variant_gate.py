@@ -12,8 +12,14 @@ its post-fix run crashed (a sanitizer report on its own stderr, or a fatal signa
 did not cause) and either the crash is of the kind `[expect]` names (the advisory's bug, reached
 another way) or the pre-fix build did not crash on the same variant (the fix brought it).
 A clean rejection (a non-zero exit) is never a crash. A post-fix crash of another kind that the
-pre-fix build shows too is a bug the fix does not claim to fix: listed, not failing. The number
-of variants that crash the pre-fix build is context for reviewers.
+pre-fix build shows too is a bug the fix does not claim to fix: listed, not failing. A variant
+also fails (`breaks-oracle`, the same code) when its post-fix run breaks a declared post-fix
+oracle that its pre-fix run met (oracle.py `newly_unacceptable`: per invocation, invocation i
+judged by invocation i's [accept] oracle, input-independent fields only: exit-code sets,
+signal, sanitizer, stderr; a golden or stdout oracle was declared for the PoC's exact input
+and never judges a changed one): the fix made an input the unpatched build handled
+acceptably unacceptable (a fix that refuses everything). The number of variants that crash
+the pre-fix build is context for reviewers.
 """
 
 from __future__ import annotations
@@ -27,10 +33,12 @@ from typing import Any
 from .applied import applied_policy, bound
 from .codes import gate_record
 from .modules import load_json_object
+from .oracle import newly_unacceptable
 from .variants import Invocation, generate
 
 FATAL = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP", "SIGSYS")
 NOT_CRASHES = ("killed-by-harness", "timed-out", "broken-pipe")
+FAILING = ("still-fails", "breaks-oracle")  # the statuses that are variant-still-fails
 DEFAULT_BUDGET = 24
 DEFAULT_SEED = 0
 
@@ -188,7 +196,7 @@ def same_bug(crash: str, expect: dict[str, Any]) -> bool:
     )
 
 
-def _runs_by_index(dirs: list[str]) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
+def runs_by_index(dirs: list[str]) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
     out = {}
     for d in dirs:
         meta = load_json_object(os.path.join(d, "variant.json"))
@@ -200,14 +208,18 @@ def _runs_by_index(dirs: list[str]) -> dict[int, tuple[dict[str, Any], dict[str,
 
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg: plan (dir), post and pre (variant run dirs), post_runs (the PoC's post-fix run
-    dirs), expect (the candidate's [expect]), policy."""
+    dirs), expect (the candidate's [expect]), oracles (its {expect, accept}), policy."""
     policy = applied_policy(cfg)
     plan = load_json_object(os.path.join(cfg["plan"], "plan.json"))
     expect = cfg.get("expect") or {}
     if isinstance(expect, str):
         expect = json.loads(expect)
-    post = _runs_by_index(cfg["post"])
-    pre = _runs_by_index(cfg["pre"])
+    oracles = cfg.get("oracles") or {}
+    if isinstance(oracles, str):
+        oracles = json.loads(oracles)
+    accept = oracles.get("accept") or {}
+    post = runs_by_index(cfg["post"])
+    pre = runs_by_index(cfg["pre"])
     want = list(range(1, len(plan["variants"]) + 1))
     if sorted(post) != want or sorted(pre) != want:
         raise ValueError(f"variant runs {sorted(post)}/{sorted(pre)} do not match the plan {want}")
@@ -217,6 +229,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         meta, post_rec = post[n]
         _, pre_rec = pre[n]
         post_crash, pre_crash = crashes(post_rec), crashes(pre_rec)
+        broken: list[str] = []
         if post_rec.get("build") == "failed" or not post_rec.get("target_ran"):
             status = "not-run"
         elif post_crash and (
@@ -225,6 +238,8 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             status = "still-fails"
         elif post_crash:
             status = "other-crash"
+        elif broken := newly_unacceptable(post_rec, pre_rec, accept):
+            status = "breaks-oracle"
         else:
             status = "survives"
         results.append(
@@ -238,6 +253,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
                 "status": status,
                 "post_crash": post_crash,
                 "pre_crash": pre_crash,
+                "broken": broken if status == "breaks-oracle" else [],
             }
         )
     rules: list[str] = []
@@ -253,19 +269,26 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         rules.append("variants.post-fix-fails")
     elif all(r["status"] == "not-run" for r in results):
         rules.append("variants.none-run")
-    still = [r for r in results if r["status"] == "still-fails"]
-    if not rules and still:
+    crashing = [r for r in results if r["status"] == "still-fails"]
+    breaking = [r for r in results if r["status"] == "breaks-oracle"]
+    still = [r for r in results if r["status"] in FAILING]
+    if not rules and crashing:
         rules.append("variants.still-fails")
-    measurable = not rules or rules == ["variants.still-fails"]
+    if not rules or rules == ["variants.still-fails"]:
+        rules += ["variants.breaks-oracle"] if breaking else []
+    measurable = all(r in ("variants.still-fails", "variants.breaks-oracle") for r in rules)
     judged = [r for r in results if r["status"] != "not-run"]
     score = (
-        round(sum(r["status"] != "still-fails" for r in judged) / len(judged), 6)
+        round(sum(r["status"] not in FAILING for r in judged) / len(judged), 6)
         if judged and measurable
         else None
     )
-    summary = f"{len(results)} variants of the PoC; {len(still)} still crash post-fix"
+    summary = f"{len(results)} variants of the PoC; {len(crashing)} still crash post-fix"
+    if breaking:
+        summary += f", {len(breaking)} break a declared post-fix oracle the pre-fix build met"
     if still:
-        summary += f" (replay: variants/{still[0]['id']}/, {still[0]['description']})"
+        summary += f" (replay: variants/{still[0]['id']}/, {still[0]['description']}"
+        summary += f": {still[0]['broken'][0]})" if still[0]["broken"] else ")"
     summary += f"; {sum(bool(r['pre_crash']) for r in results)} crash pre-fix"
     return gate_record(
         "variants",
@@ -284,8 +307,9 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             "poc": plan["poc"],
             "dictionary": plan["dictionary"],
             "results": results,
+            "oracle_breaks": len(breaking),
             "still_failing": [
-                {k: r[k] for k in ("index", "id", "description", "files", "post_crash")}
+                {k: r[k] for k in ("index", "id", "description", "files", "post_crash", "broken")}
                 for r in still
             ],
         },
