@@ -87,6 +87,27 @@ ASAN = "AddressSanitizer: heap-buffer-overflow"
 OTHER = "AddressSanitizer: stack-buffer-overflow"
 
 
+def _one_variant(tmp: Path, post: Any, pre: Any, oracles: Any = None) -> dict[str, Any]:
+    """The gate's record for a plan of one variant, run post-fix and pre-fix as given."""
+    (tmp / "plan").mkdir()
+    meta = {"id": "v001-length", "index": 1, "operator": "length", "unit": "f", "files": {}}
+    meta["description"] = "f: longer"
+    plan = {"budget": 1, "seed": 0, "poc": {"target_ran": True}, "dictionary": []}
+    plan["variants"] = [meta]
+    (tmp / "plan" / "plan.json").write_text(json.dumps(plan))
+    cfg = {
+        "policy": POLICY,
+        "plan": str(tmp / "plan"),
+        "expect": json.dumps({"sanitizer": ASAN, "exit_code": 1}),
+        "post": [_run(tmp, "post", meta, post)],
+        "pre": [_run(tmp, "pre", meta, pre)],
+        "post_runs": [_run(tmp, "poc", {}, _record())],
+    }
+    if oracles is not None:
+        cfg["oracles"] = json.dumps(oracles)
+    return evaluate(cfg)
+
+
 @pytest.mark.parametrize(
     ("post", "pre", "status", "passed"),
     [
@@ -100,21 +121,7 @@ OTHER = "AddressSanitizer: stack-buffer-overflow"
 def test_what_counts_as_still_failing(
     tmp_path: Path, post: Any, pre: Any, status: str, passed: bool
 ) -> None:
-    (tmp_path / "plan").mkdir()
-    meta = {"id": "v001-length", "index": 1, "operator": "length", "unit": "f", "files": {}}
-    meta["description"] = "f: longer"
-    plan = {"budget": 1, "seed": 0, "poc": {"target_ran": True}, "dictionary": []}
-    plan["variants"] = [meta]
-    (tmp_path / "plan" / "plan.json").write_text(json.dumps(plan))
-    cfg = {
-        "policy": POLICY,
-        "plan": str(tmp_path / "plan"),
-        "expect": json.dumps({"sanitizer": ASAN, "exit_code": 1}),
-        "post": [_run(tmp_path, "post", meta, post)],
-        "pre": [_run(tmp_path, "pre", meta, pre)],
-        "post_runs": [_run(tmp_path, "poc", {}, _record())],
-    }
-    record = evaluate(cfg)
+    record = _one_variant(tmp_path, post, pre)
     assert record["details"]["results"][0]["status"] == status
     assert record["passed"] is passed and record["measurable"] is True
     assert record["reasons"] == ([] if passed else ["variant-still-fails"])
@@ -167,22 +174,7 @@ def test_a_variant_that_breaks_a_declared_post_fix_oracle_fails(
 ) -> None:
     """Issue 10: a variant fails when the fix makes it break the invocation's declared post-fix
     oracle while the unpatched build met it; only input-independent fields judge a variant."""
-    (tmp_path / "plan").mkdir()
-    meta = {"id": "v001-length", "index": 1, "operator": "length", "unit": "f", "files": {}}
-    meta["description"] = "f: longer"
-    plan = {"budget": 1, "seed": 0, "poc": {"target_ran": True}, "dictionary": [], "variants": []}
-    plan["variants"] = [meta]
-    (tmp_path / "plan" / "plan.json").write_text(json.dumps(plan))
-    cfg = {
-        "policy": POLICY,
-        "plan": str(tmp_path / "plan"),
-        "expect": json.dumps({"sanitizer": ASAN, "exit_code": 1}),
-        "oracles": json.dumps({"accept": accept}),
-        "post": [_run(tmp_path, "post", meta, post)],
-        "pre": [_run(tmp_path, "pre", meta, pre)],
-        "post_runs": [_run(tmp_path, "poc", {}, _record())],
-    }
-    record = evaluate(cfg)
+    record = _one_variant(tmp_path, post, pre, {"accept": accept})
     (result,) = record["details"]["results"]
     assert result["status"] == status, result
     assert record["measurable"] is True
