@@ -10,7 +10,8 @@ time), so every derivation is new, and times two cold runs of the real verify gr
   regression), with another salt.
 
 `ratio` = whole / base; the goal (whole <= 3 x base) is printed as `met` or `NO`. Each
-gate's share is given as the number of derivations it adds. The order of the two alternates between repetitions; medians are reported.
+gate's share is given as the number of derivations it adds. The order of the two alternates
+between repetitions; medians are reported.
 
     .venv/bin/python bench/gates_cost.py [--candidate cparse-key-overflow] [--repeat 3]
 """
