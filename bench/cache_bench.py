@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -75,17 +74,6 @@ def decisions(report: dict[str, Any]) -> dict[str, str]:
     return {str(c["candidate"]): str(c.get("decision")) for c in report["candidates"]}
 
 
-def delete_outputs(state: Path) -> tuple[int, int]:
-    from engine.cache import gcroot_folder
-
-    db = sqlite3.connect(state / "state.db")
-    outs = sorted({r[0] for r in db.execute("SELECT out FROM results") if r[0]})
-    db.close()
-    shutil.rmtree(gcroot_folder(state), ignore_errors=True)
-    subprocess.run(["nix-store", "--delete", *outs], capture_output=True, timeout=3600)
-    return len(outs), sum(1 for o in outs if not Path(o).exists())
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--candidates", default="pager-last-page,roster-wrong-field")
@@ -113,7 +101,9 @@ def main() -> None:
         push_s, _ = trace(
             "push", "--state-dir", a_state, "--to", to, "--key", str(sec), env=no_cache
         )
-        results, gone = delete_outputs(Path(a_state))
+        from tests.storekit import delete_outputs, outputs
+
+        results, gone = len(outputs(Path(a_state))), len(delete_outputs(Path(a_state)))
         env = {"TRACE_MACHINE_CONFIG": str(machine)}
         sub_s, b_out = trace("fork", *names, *common, "--state-dir", b_state, env=env)
         a, b = json.loads(a_out), json.loads(b_out)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from plumbum import local
 
 from engine.cli import main
 from engine.nix import store_uri
@@ -161,7 +162,9 @@ def run(
     monkeypatch.setenv("TRACE_MACHINE_CONFIG", str(config))
     monkeypatch.setenv("NIX_SSHOPTS", f"-F {remote.ssh_config}")
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    # plumbum (engine/nix.py) runs commands with its own copy of the environment, made when it
+    # was first imported: give it the ssh options too
+    with local.env(NIX_SSHOPTS=f"-F {remote.ssh_config}"), contextlib.redirect_stdout(out):
         rc = main(
             ["run", str(graph), "--root", str(graph.parent), "--state-dir", str(state), "--json"]
         )

@@ -14,7 +14,6 @@ import contextlib
 import io
 import json
 import shutil
-import sqlite3
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -23,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from engine.cache import gcroot_folder
 from engine.cli import main
 from engine.errors import InputError
 from engine.evidence import PAYLOAD_DIR
@@ -31,6 +29,7 @@ from engine.model import NixSettings
 from engine.nix import Nix
 from engine.remote.machine import MachineConfig, load_machine
 from tests.enginekit import make_project
+from tests.storekit import delete_outputs, outputs
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "fork"
@@ -61,28 +60,6 @@ def cli(*args: str) -> tuple[int, str]:
     with contextlib.redirect_stdout(out):
         rc = main(list(args))
     return rc, out.getvalue()
-
-
-def outputs(state: Path) -> dict[str, tuple[str, str]]:
-    """step id -> (drv, out) of a state directory's latest results."""
-    db = sqlite3.connect(state / "state.db")
-    try:
-        rows = db.execute(
-            "SELECT l.graph, r.step_id, r.drv, r.out FROM last_keys l "
-            "JOIN results r ON r.key = l.key"
-        ).fetchall()
-    finally:
-        db.close()
-    return {f"{g.rsplit('#', 1)[-1]}/{sid}": (drv, out) for g, sid, drv, out in rows}
-
-
-def delete_outputs(state: Path) -> set[str]:
-    """Drop the state dir's GC roots and delete its outputs from the store; return the outputs
-    that are gone (others are held by another state directory's roots: left alone)."""
-    shutil.rmtree(gcroot_folder(state), ignore_errors=True)
-    outs = sorted({out for _, out in outputs(state).values()})
-    subprocess.run(["nix-store", "--delete", *outs], capture_output=True, timeout=600)
-    return {o for o in outs if not Path(o).exists()}
 
 
 def two_steps() -> str:
