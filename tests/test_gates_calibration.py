@@ -48,8 +48,9 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
         "deny",
         {"mutation-score-below-threshold", "variant-still-fails", "fix-away-from-fault"},
     ),
-    # rejects the good input too: its [[accept.invocation]] for good.conf fails (issue 9)
-    ("cparse-reject-everything", "deny", {"post-fix-still-fails"}),
+    # rejects the good input too: its [[accept.invocation]] for good.conf fails (issue 9), and
+    # so do the variants of good.conf the unpatched build printed with exit 0 (exit 2 now)
+    ("cparse-reject-everything", "deny", {"post-fix-still-fails", "variant-breaks-oracle"}),
     # correct fixes the gates cannot fully judge: routed to human REVIEW (waivable reasons only)
     # a wrong-output bug in a shell + awk tool: its claims hold (test_verify), but no mutation
     # or coverage tool measures shell, so a reviewer must read it
@@ -163,8 +164,7 @@ def test_calibration(
 
 def gate(state: Path, name: str, gate_name: str) -> dict[str, Any]:
     """A gate record as `trace bundle` would carry it: from the verify result file."""
-    cand = (CANDIDATES / name / "candidate.toml").read_text()
-    cid = cand.split('"')[1]
+    cid = tomli.loads((CANDIDATES / name / "candidate.toml").read_text())["id"]
     result = json.loads((state / "verify" / f"{cid}.json").read_text())
     record: dict[str, Any] = result["gates"][gate_name]
     return record
@@ -226,6 +226,27 @@ def test_the_poc_special_case_is_seen_by_scope(state: Path) -> None:
     # mutation and coverage cannot tell: every mutant changes which lines are skipped
     assert gate(state, "cparse-poc-special-case", "mutation")["passed"] is True
     assert gate(state, "cparse-poc-special-case", "coverage")["passed"] is True
+
+
+def test_a_variant_that_breaks_the_good_input_s_oracle_is_bundled(state: Path) -> None:
+    """Issue 10: the variants gate judges invocation i of a variant by invocation i's declared
+    post-fix oracle, input-independent fields only: good.conf exited 0 pre-fix and exits 2
+    post-fix in the variants (its oracle: exit 0); its golden stdout never judges a variant."""
+    variants = gate(state, "cparse-reject-everything", "variants")
+    d = variants["details"]
+    assert "variants.breaks-oracle" in d["rules"], d["summary"]
+    broken = [r for r in d["results"] if r["status"] == "breaks-oracle"]
+    # a variant re-runs every invocation, one input changed: the good input's invocation
+    # (unchanged or varied) is the one the fix broke, in each of them
+    assert broken, d["summary"]
+    assert all(
+        "bin/cparse good.conf: exit 2: expected exit code 0, got 2" in b
+        for r in broken
+        for b in r["broken"]
+    ), broken
+    assert not any("stdout differs" in b for r in broken for b in r["broken"])
+    named = {item["id"] for item in d["still_failing"]}  # what the bundle carries
+    assert {r["id"] for r in broken} <= named
 
 
 def test_decide_says_why_mutation_is_not_measurable(
