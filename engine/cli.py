@@ -24,24 +24,36 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 Handler = Callable[[argparse.Namespace], int]
 
-# Modules with a `register(subparsers) -> None`; each sets `handler` via set_defaults.
-COMMAND_MODULES: list[str] = [
-    "engine.commands",
-    "engine.bundle_verify.commands",
-    "engine.policy.commands",
-    "engine.bundle_verify.verify_command",
-    "engine.gates.command",
-    "engine.fork",
-    "engine.report.commands",
-    "engine.agent.command",
-    "engine.agent.scout",
-    "engine.agent.land",
-    "engine.fork.init",
-    "engine.remote.command",
-]
+# Modules with a `register(subparsers) -> None`, each with the subcommands it registers (sets
+# `handler` via set_defaults). `trace COMMAND ...` imports only COMMAND's module: importing every
+# module costs a few hundred milliseconds per call. tests/test_cli.py checks this table against
+# what each module really registers.
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "engine.commands": ("run", "plan", "graph", "schema", "gc"),
+    "engine.bundle_verify.commands": ("bundle", "keygen", "verify-bundle"),
+    "engine.policy.commands": ("route", "decide"),
+    "engine.bundle_verify.verify_command": ("verify",),
+    "engine.gates.command": ("mutants",),
+    "engine.fork": ("fork",),
+    "engine.report.commands": ("report",),
+    "engine.agent.command": ("draft",),
+    "engine.agent.scout": ("scout",),
+    "engine.agent.land": ("land",),
+    "engine.fork.init": ("init",),
+    "engine.remote.command": ("push",),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def module_of(command: str) -> str | None:
+    """The module that registers `command`, or None for an unknown name."""
+    for module, names in COMMAND_MODULES.items():
+        if command in names:
+            return module
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (given a known `command`) one with only that command's module."""
     parser = argparse.ArgumentParser(
         prog="trace",
         description="Build content-addressed Nix step graphs and turn fix claims into evidence.",
@@ -50,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"trace {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    only = module_of(command) if command is not None else None
+    for name in [only] if only is not None else COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
 
@@ -64,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rc = try_noop(args_list)
         if rc is not None:
             return rc
-    parser = build_parser()
+    parser = build_parser(args_list[0] if args_list else None)
     args = parser.parse_args(args_list)
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:

@@ -1,0 +1,71 @@
+"""The command line imports only the module of the command it runs, and its table is true."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine import cli
+
+
+@pytest.mark.parametrize("module", sorted(cli.COMMAND_MODULES))
+def test_the_table_names_what_each_module_registers(module: str) -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    importlib.import_module(module).register(sub)
+    assert tuple(sub.choices) == cli.COMMAND_MODULES[module]
+
+
+def test_every_command_has_one_module() -> None:
+    names = [n for names in cli.COMMAND_MODULES.values() for n in names]
+    assert len(names) == len(set(names))
+    assert cli.module_of("verify") == "engine.bundle_verify.verify_command"
+    assert cli.module_of("no-such-command") is None
+
+
+def _modules_after(argv: list[str]) -> set[str]:
+    code = (
+        "import json, sys\n"
+        "from engine import cli\n"
+        f"cli.build_parser({argv[0]!r}).parse_args({argv!r})\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('engine'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=Path(cli.__file__).parent.parent,
+    )
+    return set(json.loads(out.stdout))
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    loaded = _modules_after(["plan", "x.toml"])
+    assert "engine.commands" in loaded
+    others = {m for m in cli.COMMAND_MODULES if m != "engine.commands"}
+    assert not loaded & others, loaded & others
+
+
+def test_an_unknown_command_gets_the_whole_list(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["verfy"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice" in err and "verify" in err and "fork" in err
+
+
+def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    for names in cli.COMMAND_MODULES.values():
+        for name in names:
+            assert name in out
