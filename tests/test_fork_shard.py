@@ -24,6 +24,8 @@ from engine.errors import InputError, UsageError
 from engine.fork.merge import merge
 from engine.fork.shard import MANIFEST, parse_spec, select, shard_of
 from engine.signing.keys import keygen
+from engine.verify.cached import evidence_view
+from engine.verify.result import VerifyResult
 from tests.test_flake_fork import git
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "fork"
@@ -104,13 +106,18 @@ def rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 def payload(bundle: Path, state: Path) -> dict[str, Any]:
     """A bundle's payload files, with the run's own state dir written as STATE; replay.json
-    (times) left out and signing.json's digest of verify-result.json (which names that dir)."""
+    (times) left out, signing.json's digest of verify-result.json (which names that dir) too, and
+    verify-result.json as its evidence view (without step statuses)."""
     files: dict[str, Any] = {}
     for f in sorted((bundle / "payload").rglob("*")):
         rel = f.relative_to(bundle).as_posix()
         if not f.is_file() or rel == "payload/replay.json":
             continue
         text = f.read_text(encoding="utf-8").replace(str(state), "STATE")
+        if rel == "payload/verify-result.json":
+            # a step's status (built here, or reused: another state dir built it first) is the
+            # run's history, not evidence: compare what the verdict rests on
+            text = json.dumps(evidence_view(VerifyResult.model_validate_json(text)), sort_keys=True)
         if rel == "payload/decisions/signing.json":
             doc = json.loads(text)
             doc["evidence"] = [

@@ -162,7 +162,10 @@ def test_a_wrong_output_bug_without_python(results: dict[str, VerifyResult]) -> 
         "alice <555-0101>\nbob <555-0102>\n",
     )
     [right] = res.post.runs[0].invocations
-    assert right.stdout == "alice <alice@example.org>\nbob <bob@example.org>\n"
+    # the recorded tail is redacted in the sandbox (issue 11); the golden file is compared with
+    # the whole stream as the target wrote it, so the post-fix claim holds
+    assert right.stdout == "alice <[REDACTED:email]>\nbob <[REDACTED:email]>\n"
+    assert all(c.holds for c in res.claims), res.claims
     # no stack to look at: the fault-site gate says so instead of guessing
     site = res.gates["fault-site"]
     assert (site.passed, site.measurable, site.reasons) == (True, False, [])

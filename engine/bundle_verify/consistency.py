@@ -328,14 +328,16 @@ def _policy_problems(b: Bundled) -> list[str]:
     return [f"{rel} is not the signing policy {SIGNING_PATH} names (another sha256)"]
 
 
-def _policy_file(digest: str, directories: list[Path]) -> Path | None:
+def _policy_files(digest: str, directories: list[Path]) -> list[Path]:
+    """Every policy file in `directories` (in order) whose sha256 is `digest`."""
     from engine.policy.registry import policy_files
 
-    for d in directories:
-        for f in policy_files(d):
-            if hashlib.sha256(f.read_bytes()).hexdigest() == digest:
-                return f
-    return None
+    return [
+        f
+        for d in directories
+        for f in policy_files(d)
+        if hashlib.sha256(f.read_bytes()).hexdigest() == digest
+    ]
 
 
 def _bundled_review(payload: Path, decided: Any) -> Any:
@@ -362,21 +364,32 @@ def rerun_decision(b: Bundled, policy_dirs: list[Path]) -> Check:
     name = "signing decision re-run"
     d = b.decision
     ref = d.policy
-    path = _policy_file(ref.digest, policy_dirs)
-    if path is None:
+    paths = _policy_files(ref.digest, policy_dirs)
+    if not paths:
         return Check(
             name=name,
             ok=True,
             detail=f"not re-run: no policy file here has the sha256 of {ref.name} {ref.version} "
             "(the policy pin check decides whether that version is accepted)",
         )
-    try:
-        signing, catalogue = load_signing(path)
-    except TraceError as exc:
-        return _fail(name, "decision.not-reproduced", [exc.render()])
-    if catalogue.ref.digest != d.catalogue.digest:
-        detail = f"the catalogue beside {path.name} is not the one the decision used"
-        return _fail(name, "decision.not-reproduced", [detail])
+    # the same policy bytes may sit in several places (the bundle's copy, the fork's merged
+    # policy): the first whose catalogue is the decision's own is the one to re-run with
+    problems: list[str] = []
+    loaded = None
+    for path in paths:
+        try:
+            signing, catalogue = load_signing(path)
+        except TraceError as exc:
+            problems.append(exc.render())
+            continue
+        if catalogue.ref.digest != d.catalogue.digest:
+            problems.append(f"the catalogue beside {path} is not the one the decision used")
+            continue
+        loaded = signing, catalogue
+        break
+    if loaded is None:
+        return _fail(name, "decision.not-reproduced", problems)
+    signing, catalogue = loaded
     routing = b.routing or d.routing
     evidence = Evidence(
         candidate=d.candidate,
