@@ -178,7 +178,7 @@ def test_a_bundle_of_the_replaced_version_still_matches_its_pins() -> None:
     policy/history/: a statement pinning their digests passes verify-bundle's version and
     digest checks, and the decision re-run finds the file; another 1.1.0 text does not pass."""
     from engine.bundle_verify.checks import policy_pin_check, policy_version_check
-    from engine.bundle_verify.consistency import _policy_file
+    from engine.bundle_verify.consistency import _policy_files
     from engine.bundle_verify.identity import load_identity_policy
     from engine.evidence.bundle import assemble
     from engine.evidence.payload import json_entry
@@ -206,6 +206,6 @@ def test_a_bundle_of_the_replaced_version_still_matches_its_pins() -> None:
     assert policy_version_check(good, lock).ok
     pin = policy_pin_check(good, lock)
     assert pin.ok, pin.detail
-    assert _policy_file(digest_110, [POLICY]) == old / "signing.toml"
+    assert _policy_files(digest_110, [POLICY]) == [old / "signing.toml"]
     forged = policy_pin_check(statement("e" * 64), lock)
     assert not forged.ok and forged.reason == "policy.digest-mismatch"
