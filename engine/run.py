@@ -222,7 +222,8 @@ def known_drvs(p: Plan, cached: Mapping[str, CachedResult]) -> dict[str, tuple[s
     return known
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temp file and a rename: no reader sees half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -468,7 +469,7 @@ def evaluate(
     keys = {sid: sp.key for sid, sp in p.steps.items()}
     expr = expression.build(graph, keys, dirty, known)
     expr_file = state_dir / "build" / f"{digest_bytes(expr.text.encode())[:32]}.nix"
-    _write_atomic(expr_file, expr.text)
+    write_atomic(expr_file, expr.text)
     if index is not None:
         index.prune_build_files(keep=KEEP_BUILD_FILES)  # the newest, to read after a failure
     t1 = time.perf_counter()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,13 +58,6 @@ def register(sub: Any) -> None:
     add_signing_options(p)
     add_policy_options(p)
     p.set_defaults(handler=cmd_verify)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def print_table(result: VerifyResult) -> None:
@@ -156,6 +148,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     result = verified[2]
     text = result.model_dump_json(indent=2, by_alias=True) + "\n"
     out = args.out or (args.state_dir or fork / ".trace") / "verify" / f"{result.candidate}.json"
+    from engine.run import write_atomic
+
     write_atomic(out, text)
     if args.json:
         sys.stdout.write(text)
