@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 from engine import __version__, expression
 from engine.cache import CachedResult, Index
 from engine.errors import NixError
+from engine.files import write_atomic
 from engine.hashing import digest_bytes, key_digest
 from engine.model import Graph, InputRef, Step
 
@@ -220,14 +221,6 @@ def known_drvs(p: Plan, cached: Mapping[str, CachedResult]) -> dict[str, tuple[s
         if not sp.dirty and hit is not None:
             known[sid] = (hit.drv, hit.out)
     return known
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temp file and a rename: no reader sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def read_outcome(out: str) -> Any:

@@ -4,10 +4,11 @@ and tracked so that a draft ended by an error removes what it wrote."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
+
+from engine.files import write_atomic
 
 
 def toml_value(value: Any) -> str:
@@ -48,10 +49,7 @@ class Folder:
         target = self.path / rel
         if target.is_file() and target not in self.written:
             self.before[target] = target.read_bytes()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
-        os.replace(tmp, target)
+        write_atomic(target, data)
         if target not in self.written:
             self.written.append(target)
         return target

@@ -148,7 +148,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     result = verified[2]
     text = result.model_dump_json(indent=2, by_alias=True) + "\n"
     out = args.out or (args.state_dir or fork / ".trace") / "verify" / f"{result.candidate}.json"
-    from engine.run import write_atomic
+    from engine.files import write_atomic
 
     write_atomic(out, text)
     if args.json:

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from engine.errors import InputError
+from engine.files import write_atomic
 from engine.fork.config import ForkConfig
 
 STANDARD_GRAPH = "trace:graphs/verify.toml"
@@ -15,18 +16,8 @@ FORK_FILE = "trace.toml"  # a fork-wide pipeline entry, as `trace verify` reads 
 
 
 def write_if_changed(path: Path, data: bytes) -> None:
-    """Atomic write (tmp + os.replace) that leaves an identical file untouched."""
-    if path.is_file() and path.read_bytes() == data:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Atomic write that leaves a file already holding `data` untouched."""
+    write_atomic(path, data, if_changed=True)
 
 
 def swap_dir(fresh: Path, dest: Path) -> None:

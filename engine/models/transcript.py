@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Literal
 
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.errors import InputError
 from engine.evidence.redact import redact_text
+from engine.files import write_atomic
 from engine.models.spec import ModelSpec, Request
 
 SCHEMA = "trace.transcript/v1"
@@ -139,9 +139,6 @@ class TranscriptStore:
         return found
 
     def put(self, transcript: Transcript) -> Path:
-        self.root.mkdir(parents=True, exist_ok=True)
         path = self.path(transcript.key)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(transcript.dump())
-        os.replace(tmp, path)
+        write_atomic(path, transcript.dump())
         return path

@@ -6,13 +6,12 @@ import argparse
 import datetime as dt
 import hashlib
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import UsageError
+from engine.files import write_atomic
 
 if TYPE_CHECKING:
     from engine.candidate import Candidate
@@ -131,20 +130,6 @@ def _today(value: str | None) -> dt.date:
         raise UsageError(f"--today {value!r} is not a date", hint="use YYYY-MM-DD") from None
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _reason_lines(tag: str, r: Reason) -> list[str]:
     where = ", ".join(r.sources)
     detail = f" ({'; '.join(r.details)})" if r.details else ""
@@ -236,7 +221,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
     decision = decide(evidence, routing, signing, catalogue, waivers, today)
     out = (args.out or state / "decisions" / f"{cid}.json").resolve()
     doc = decision.model_dump(mode="json", by_alias=True)
-    write_atomic(out, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+    write_atomic(out, json.dumps(doc, indent=2, sort_keys=True) + "\n", durable=True)
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
     else:

@@ -13,13 +13,12 @@ import base64
 import datetime as dt
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from engine.files import write_atomic
 from engine.paths import data_dir
 
 TEMPLATE_DIR = Path("templates") / "report"
@@ -145,14 +144,5 @@ def render_page(template: str, *, script: str | None = None, **context: Any) -> 
 
 def write_page(path: Path, html: str) -> Path:
     """Write atomically: a reader never sees half a page."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(html)
-        os.chmod(tmp, 0o644)  # a page to share, like any written report
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, html, mode=0o644)  # a page to share, like any written report
     return path
