@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -11,6 +12,10 @@ import pytest
 # builders pass their own settings explicitly (tests/test_scale_*.py).
 os.environ["TRACE_MACHINE_CONFIG"] = ""
 os.environ["NIX_CONFIG"] = os.environ.get("NIX_CONFIG", "") + "\nsubstituters =\n"
+# The fork verdict memo's key (engine/fork/memo.py): one for the suite, never the user's.
+os.environ["TRACE_MEMO_KEY"] = os.path.join(
+    tempfile.mkdtemp(prefix="trace-tests-memo-"), "memo.key"
+)
 
 # Fixture packages carry their own test suites (run inside their Nix builds by the regression
 # gate); they are data here, never part of trace's suite.

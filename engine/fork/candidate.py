@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from engine.candidate import Candidate
     from engine.evidence.bundle import Assembled
     from engine.evidence.replay import RunHost
+    from engine.fork.memo import Run
     from engine.model import Graph
     from engine.policy.routing import RouteDecision
     from engine.policy.signing import Decision
@@ -50,6 +51,11 @@ class Signer:
             except SigningError as exc:
                 self._why_not = exc.render()
         return self._token
+
+    def can_sign_keyless(self) -> bool:
+        """Whether an allowed candidate left unsigned would now be signed keyless (looks the
+        token up: only asked for such a candidate, once per run)."""
+        return self.enabled and self.key is None and self._identity() is not None
 
     def sign(
         self, statement: bytes, policy: Path
@@ -196,6 +202,7 @@ def verify_candidate(
     jobs: int | None,
     progress: bool,
     wait: float,
+    memo: Run | None = None,
 ) -> Outcome:
     from engine.cache import Index
     from engine.candidate import load_candidate
@@ -269,7 +276,7 @@ def verify_candidate(
             signature, how, note = signer.sign(assembled.statement_bytes, policy)
         bundle = replace_bundle(cfg.bundles / cid, assembled, signature)
     statuses = [r.status for r in run.steps.values()]
-    return Outcome(
+    outcome = Outcome(
         candidate=cid,
         file=str(file),
         package=candidate.spec.package,
@@ -293,6 +300,31 @@ def verify_candidate(
         steps=sorted(run.steps),
         accuracy=_accuracy(candidate),
     )
+    if memo is not None:  # this run passed the trust boundary: a no-op may reuse it
+        reads = [*graph.reads, *_candidate_reads(candidate)]
+        memo.remember(file, outcome, reads, [str(r.out) for r in run.steps.values() if r.out])
+    return outcome
+
+
+def _candidate_reads(candidate: Candidate) -> list[tuple[Path, tuple[str, ...]]]:
+    """The candidate's folder and every file it names outside it (its advisory, patches,
+    reproducer, review, accuracy.json: routing, decisions and the bundle read them)."""
+    found: list[tuple[Path, tuple[str, ...]]] = [(candidate.dir, ())]
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str) and 0 < len(value) < 4096 and "\n" not in value:
+            path = candidate.file(value)
+            if path.is_file() and not path.is_relative_to(candidate.dir):
+                found.append((path, ()))
+
+    walk(candidate.spec.model_dump(mode="json"))
+    return found
 
 
 def _accuracy(candidate: Candidate) -> str:

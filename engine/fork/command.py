@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import TraceError, UsageError
 from engine.fork.candidate import Signer, verify_candidate
@@ -13,6 +14,10 @@ from engine.fork.config import candidate_name, discover, make_config
 from engine.fork.entry import merged_policy, write_if_changed
 from engine.fork.once import RunOnce
 from engine.fork.report import ForkReport, Outcome, check_clean, print_table
+
+if TYPE_CHECKING:
+    from engine.fork.config import ForkConfig
+    from engine.fork.memo import Run
 
 
 def register(sub: Any) -> None:
@@ -121,8 +126,13 @@ def cmd_fork(args: argparse.Namespace) -> int:
     policy = merged_policy(cfg)
     signer = Signer(args)
     once = RunOnce(cfg)  # git state, Nix version and system, package-set digest: once per run
+    memo = _memo(cfg, args, once, dirty, policy)
     outcomes: list[Outcome] = []
     for file in files:
+        known = memo.lookup(file, signer.can_sign_keyless) if memo is not None else None
+        if known is not None:  # authenticated, nothing it was made from changed (memo.py)
+            outcomes.append(known)
+            continue
         try:
             outcomes.append(
                 verify_candidate(
@@ -135,14 +145,23 @@ def cmd_fork(args: argparse.Namespace) -> int:
                     jobs=args.jobs,
                     progress=not args.quiet and not args.json,
                     wait=args.wait,
+                    memo=memo,
                 )
             )
         except BusyError:
             raise
         except TraceError as exc:
+            if memo is not None:
+                memo.forget(file)
             print(f"trace: error: {exc.render()}", file=sys.stderr)
             name = candidate_name(file)  # its id is unknown: the candidate did not load
             outcomes.append(Outcome(candidate=name, file=str(file), note=exc.message))
+    if memo is not None:
+        memo.commit()
+        if not args.quiet:  # why a candidate was not answered from the memo (stderr)
+            for missed, why in memo.misses.items():
+                name = candidate_name(Path(missed))
+                print(f"trace: {name}: verified in full: {why}", file=sys.stderr)
     report = ForkReport(fork=str(cfg.root), commit=once.commit, dirty=dirty, candidates=outcomes)
     write_if_changed(cfg.state / "fork" / "report.json", report.to_json().encode())
     if shard is not None:
@@ -162,6 +181,27 @@ def cmd_fork(args: argparse.Namespace) -> int:
     else:
         print_table(report, cfg)
     return report.exit_code
+
+
+def _memo(
+    cfg: ForkConfig, args: argparse.Namespace, once: RunOnce, dirty: bool, policy: Path
+) -> Run | None:
+    """The run's verdict memo (engine/fork/memo.py), or None without a usable key."""
+    from engine.fork.memo import KEY_ENV, Run, load_key, note, signing_identity
+
+    key, why = load_key(cfg)
+    if key is None:
+        if os.environ.get(KEY_ENV) != "":  # an empty $TRACE_MEMO_KEY turns it off quietly
+            note(why)
+        return None
+    return Run(
+        cfg,
+        key,
+        head=once.head,
+        dirty=dirty,
+        policy=policy,
+        signing=signing_identity(args),
+    )
 
 
 def _shard(args: argparse.Namespace) -> tuple[int, int] | None:

@@ -21,6 +21,11 @@ four. A plain `trace verify` (never decided, never signed) keeps its no-op cheap
 evaluation (1: the row's out must still be its own drv's output) and shows the index's
 determinism flag, so a row pointed at another valid output can mislead only its printed table.
 
+A `trace fork` no-op does not pay this on every run: after a full run of a candidate it records
+the result in an authenticated memo (HMAC under a key outside the state directory; bound to
+every input the verdict depends on) and reuses it while nothing changed (engine/fork/memo.py,
+docs/evidence.md); a memo entry that is not authentic or not current sends the candidate here.
+
 Any difference is refused with a reason naming the step (`StateMismatch`, exit 2): the state
 directory was modified or is stale; deleting it loses nothing but time. Steps built or reused
 by this very run were instantiated now and read from the store already; they are not checked

@@ -1,0 +1,315 @@
+"""Issue 14 (fork half): the authenticated verdict memo (engine/fork/memo.py).
+
+A `trace fork` no-op reuses the verdict of the last full trusted run of a candidate without
+starting Nix, and only when its memo entry is authentic (HMAC under a key outside the state
+directory) and nothing the verdict was made from changed. The state directory is untrusted (a CI
+cache, a PR): editing a memo entry, copying one from another candidate, swapping a verdict, or
+bringing a state directory to a machine with another key must each fall back to the full path and
+give the honest verdict. Process counts by the PATH shim of tests/test_fork_once.py; no timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.fork import memo
+from engine.fork.config import ForkConfig
+from engine.fork.report import Outcome
+from tests.test_flake_fork import fixture_fork
+from tests.test_fork_once import _fork_run, calls, shim
+
+NIX = ("nix ", "nix-instantiate ", "nix-store ", "nix-build ")
+
+
+def nix_calls(log: Path) -> list[str]:
+    return [c for c in calls(log) if c.startswith(NIX)]
+
+
+# ---- unit: the key and the entry, with files standing in for a run ----------------------------
+
+
+def _cfg(tmp: Path) -> ForkConfig:
+    root = tmp / "fork"
+    (root / "trace" / "candidates" / "a").mkdir(parents=True)
+    (root / "trace" / "candidates" / "b").mkdir(parents=True)
+    return ForkConfig(
+        root=root,
+        package_set=root,
+        config=root / "trace",
+        candidates=root / "trace" / "candidates",
+        steps=None,
+        policy=None,
+        state=root / ".trace",
+        bundles=root / ".trace" / "bundles",
+    )
+
+
+def _old(path: Path, text: str) -> Path:
+    """A file written, then aged: a run that began now does not see it as racily new."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _wrote(cfg: ForkConfig, cid: str, decision: str) -> None:
+    (cfg.bundles / cid).mkdir(parents=True, exist_ok=True)
+    (cfg.bundles / cid / "statement.json").write_text(json.dumps({"decision": decision}))
+    for sub in ("verify", "decisions"):
+        (cfg.state / sub).mkdir(parents=True, exist_ok=True)
+        (cfg.state / sub / f"{cid}.json").write_text(decision)
+
+
+def _run(cfg: ForkConfig, key: bytes, policy: Path, began_ns: int | None = None) -> memo.Run:
+    return memo.Run(
+        cfg,
+        key,
+        head=("c0ffee", "7ree"),
+        dirty=False,
+        policy=policy,
+        signing={"mode": "no"},
+        began_ns=began_ns,
+    )
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> tuple[ForkConfig, Path, dict[str, Path], Path]:
+    cfg = _cfg(tmp_path)
+    policy = tmp_path / "policy"
+    _old(policy / "signing.toml", "version = 1\n")
+    files = {n: _old(cfg.candidates / n / "candidate.toml", f'id = "ID-{n}"\n') for n in ("a", "b")}
+    out = _old(tmp_path / "store" / "out-a", "outcome\n")
+    return cfg, policy, files, out
+
+
+def _outcome(file: Path, cid: str, decision: str) -> Outcome:
+    return Outcome(
+        candidate=cid,
+        file=str(file),
+        verified=decision == "allow",
+        decision=decision,  # type: ignore[arg-type]
+        built=3,
+        steps=["a", "b", "c"],
+    )
+
+
+def _record(
+    cfg: ForkConfig, policy: Path, key: bytes, file: Path, cid: str, decision: str, out: Path
+) -> None:
+    """A full trusted run's `remember` + `commit`, began long after the files were written."""
+    _wrote(cfg, cid, decision)
+    run = _run(cfg, key, policy, began_ns=time.time_ns() + 10**10)
+    run.remember(file, _outcome(file, cid, decision), [(file.parent, ())], [str(out)])
+    assert run.commit() == 1
+
+
+def test_a_recorded_verdict_is_reused_and_every_forgery_falls_back(
+    world: tuple[ForkConfig, Path, dict[str, Path], Path],
+) -> None:
+    cfg, policy, files, out = world
+    key = os.urandom(32)
+    _record(cfg, policy, key, files["a"], "ID-a", "allow", out)
+    _record(cfg, policy, key, files["b"], "ID-b", "deny", out)
+    run = _run(cfg, key, policy)
+    hit = run.lookup(files["a"], lambda: False)
+    assert hit is not None and hit.decision == "allow", run.misses
+    assert (hit.built, hit.cached) == (0, 3), "a no-op built nothing: every step answered"
+    assert run.lookup(files["b"], lambda: False) is not None
+
+    where = {n: run._where(f) for n, f in files.items()}
+    honest = {n: p.read_bytes() for n, p in where.items()}
+
+    def misses(name: str, why: str) -> None:
+        fresh = _run(cfg, key, policy)
+        assert fresh.lookup(files[name], lambda: False) is None
+        assert why in fresh.misses[str(files[name])], fresh.misses
+
+    # 1. swap the verdict of the denied candidate in its memo entry
+    doc = json.loads(honest["b"])
+    doc["body"]["outcome"]["decision"] = "allow"
+    where["b"].write_text(json.dumps(doc))
+    misses("b", "not authentic")
+    # 2. copy the allowed candidate's entry over the denied one's
+    where["b"].write_bytes(honest["a"])
+    misses("b", "not authentic")
+    # 3. edit any other part of an entry (a read dropped: the MAC covers the whole body)
+    doc = json.loads(honest["a"])
+    doc["body"]["reads"] = []
+    where["a"].write_text(json.dumps(doc))
+    misses("a", "not authentic")
+    where["a"].write_bytes(honest["a"])
+    where["b"].write_bytes(honest["b"])
+    # 4. the same state directory on a machine with another key
+    other = _run(cfg, os.urandom(32), policy)
+    assert other.lookup(files["a"], lambda: False) is None
+    assert "not authentic" in other.misses[str(files["a"])]
+    # 5. a new MAC under the right key, but for another policy: the digest is another
+    policy.joinpath("signing.toml").write_text("version = 2\n")
+    misses("a", "not authentic")
+    policy.joinpath("signing.toml").write_text("version = 1\n")
+    assert _run(cfg, key, policy).lookup(files["a"], lambda: False) is not None
+
+
+def test_a_changed_input_a_changed_bundle_or_a_collected_output_falls_back(
+    world: tuple[ForkConfig, Path, dict[str, Path], Path],
+) -> None:
+    cfg, policy, files, out = world
+    key = os.urandom(32)
+    _record(cfg, policy, key, files["a"], "ID-a", "allow", out)
+    assert _run(cfg, key, policy).lookup(files["a"], lambda: False) is not None
+
+    def miss(why: str) -> None:
+        run = _run(cfg, key, policy)
+        assert run.lookup(files["a"], lambda: False) is None
+        assert why in run.misses[str(files["a"])], run.misses
+
+    # the candidate edited in place, same size and mtime put back: the ctime moved
+    st = files["a"].stat()
+    files["a"].write_text(files["a"].read_text().replace("a", "z"))
+    os.utime(files["a"], ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert files["a"].stat().st_size == st.st_size
+    miss("changed")
+    _record(cfg, policy, key, files["a"], "ID-a", "allow", out)
+    # a file the run wrote: the bundle edited
+    (cfg.bundles / "ID-a" / "statement.json").write_text('{"decision": "allow!"}')
+    miss("bundle")
+    _record(cfg, policy, key, files["a"], "ID-a", "allow", out)
+    # ... or a file added to it
+    (cfg.bundles / "ID-a" / "extra").write_text("x")
+    miss("bundle")
+    (cfg.bundles / "ID-a" / "extra").unlink()
+    _record(cfg, policy, key, files["a"], "ID-a", "allow", out)
+    # an output it relied on garbage-collected
+    out.unlink()
+    miss("no longer in the store")
+    out.write_text("outcome\n")
+    _record(cfg, policy, key, files["a"], "ID-a", "allow", out)
+    # allowed, left unsigned, and a keyless identity turns up: sign it (the full path)
+    run = _run(cfg, key, policy)
+    assert run.lookup(files["a"], lambda: True) is None
+    assert "keyless" in run.misses[str(files["a"])]
+
+
+def test_a_file_modified_during_the_run_is_never_memoised(
+    world: tuple[ForkConfig, Path, dict[str, Path], Path],
+) -> None:
+    """Racy-clean (as git's index): a read modified since one second before the run began may
+    have changed after the run read it; its entry is not written (and an old one is dropped)."""
+    cfg, policy, files, out = world
+    key = os.urandom(32)
+    _record(cfg, policy, key, files["a"], "ID-a", "allow", out)
+    began = time.time_ns()
+    files["a"].write_text('id = "ID-a"\n')  # the same bytes, written during the run
+    run = _run(cfg, key, policy, began_ns=began)
+    run.remember(files["a"], _outcome(files["a"], "ID-a", "allow"), [(files["a"].parent, ())], [])
+    assert run.commit() == 0
+    assert not run._where(files["a"]).exists()
+
+
+def test_each_read_is_stamped_once_per_run_whatever_the_candidate_count(
+    world: tuple[ForkConfig, Path, dict[str, Path], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One digest per run: the package-set tree every candidate reads is walked once."""
+    cfg, policy, files, _ = world
+    key = os.urandom(32)
+    tree = _old(cfg.root / "pkgs" / "x" / "default.nix", "{ }\n").parent.parent
+    for n, f in files.items():
+        _wrote(cfg, f"ID-{n}", "allow")
+        run = _run(cfg, key, policy, began_ns=time.time_ns() + 10**10)
+        run.remember(f, _outcome(f, f"ID-{n}", "allow"), [(tree, ()), (f.parent, ())], [])
+        assert run.commit() == 1
+    stamped: list[Path] = []
+    real = memo.stamp
+
+    def counting(reads):  # type: ignore[no-untyped-def]
+        stamped.extend(Path(p) for p, _ in reads)
+        return real(reads)
+
+    monkeypatch.setattr(memo, "stamp", counting)
+    run = _run(cfg, key, policy)
+    assert all(run.lookup(f, lambda: False) is not None for f in files.values()), run.misses
+    assert stamped.count(tree) == 1, stamped
+
+
+def test_the_key_lives_outside_the_state_dir_and_only_its_owner_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = _cfg(tmp_path)
+    monkeypatch.delenv(memo.KEY_ENV)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    key, why = memo.load_key(cfg)
+    path = tmp_path / "xdg" / "trace" / "memo.key"
+    assert key is not None and len(key) == 32, why
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert memo.load_key(cfg)[0] == key, "made once, then read"
+    path.chmod(0o644)
+    key2, why = memo.load_key(cfg)
+    assert key2 is None and "chmod 600" in why
+    # a key committed into the fork, or restored with the state directory, is no key
+    for inside in (cfg.state / "memo.key", cfg.root / "memo.key"):
+        monkeypatch.setenv(memo.KEY_ENV, str(inside))
+        key3, why = memo.load_key(cfg)
+        assert key3 is None and "inside" in why, why
+        assert not inside.exists()
+    monkeypatch.setenv(memo.KEY_ENV, "")
+    assert memo.load_key(cfg)[0] is None
+
+
+# ---- integration: real `trace fork` runs of the fixture fork ------------------------------------
+
+ALLOWED, DENIED = "pager-last-page", "roster-wrong-field"
+
+
+@pytest.mark.nix
+def test_a_fork_no_op_starts_no_nix_and_a_forged_memo_gets_the_honest_verdict(
+    tmp_path: Path,
+) -> None:
+    root = fixture_fork(tmp_path / "fork", {ALLOWED: {}, DENIED: {}})
+    log = tmp_path / "calls.log"
+    env = shim(tmp_path / "bin", log)
+    _fork_run(root, env)  # builds; its reads are too new to memoise (racy)
+    honest = _fork_run(root, env)  # the full trusted path again: memoised
+    decisions = {c["candidate"]: c["decision"] for c in honest["candidates"]}  # type: ignore[attr-defined]
+    assert sorted(decisions.values()) == ["allow", "deny"], honest
+    bundles = root / ".trace" / "bundles"
+    before = {p: p.stat().st_mtime_ns for p in bundles.rglob("*")}
+
+    log.unlink()
+    noop = _fork_run(root, env)
+    assert nix_calls(log) == [], "a fork no-op starts no Nix process"
+    assert len([c for c in calls(log) if c.startswith("git ")]) == 3
+    assert {c["candidate"]: c["decision"] for c in noop["candidates"]} == decisions  # type: ignore[attr-defined]
+    assert {p: p.stat().st_mtime_ns for p in bundles.rglob("*")} == before, "nothing rewritten"
+
+    entries = sorted((root / ".trace" / "fork" / "memo").glob("*.json"))
+    assert len(entries) == 2
+    by_decision = {json.loads(e.read_text())["body"]["outcome"]["decision"]: e for e in entries}
+    denied_entry, allowed_entry = by_decision["deny"], by_decision["allow"]
+    honest_bytes = denied_entry.read_bytes()
+
+    def forged_run() -> None:
+        log.unlink(missing_ok=True)
+        report = _fork_run(root, env)
+        got = {c["candidate"]: c["decision"] for c in report["candidates"]}  # type: ignore[attr-defined]
+        assert got == decisions, "the honest verdict, whatever the memo said"
+        assert nix_calls(log), "the forged entry was not believed: the full trusted path ran"
+
+    # the denied candidate's verdict swapped to allow in its entry
+    doc = json.loads(honest_bytes)
+    doc["body"]["outcome"] |= {"decision": "allow", "decision_reasons": [], "verified": True}
+    denied_entry.write_text(json.dumps(doc))
+    forged_run()
+    # the allowed candidate's entry copied over the denied one's
+    shutil.copy(allowed_entry, denied_entry)
+    forged_run()
+    # the state directory brought to a machine with another key (its entries all honest there)
+    env[memo.KEY_ENV] = str(tmp_path / "other-machine.key")
+    forged_run()
+    log.unlink()
+    _fork_run(root, env)
+    assert nix_calls(log) == [], "the full run under the new key memoised again"
