@@ -310,6 +310,7 @@ class Run:
         outs: Iterable[str],
     ) -> None:
         """Keep what a full trusted run of `file` found (written by `commit`, after the run)."""
+        self._stamps.clear()  # that run may have written files a later lookup stamps
         wrote = written_stamp(written(self.cfg, outcome.candidate))
         if wrote is None or outcome.decision == "error":
             self.forget(file)
@@ -322,6 +323,7 @@ class Run:
         }
 
     def forget(self, file: Path) -> None:
+        self._stamps.clear()
         self._pending.pop(file, None)
         self._where(file).unlink(missing_ok=True)
 
