@@ -108,6 +108,13 @@ def _record(
     assert run.commit() == 1
 
 
+def _misses(cfg: ForkConfig, key: bytes, policy: Path, file: Path, why: str) -> None:
+    """A new run does not answer `file` from its memo entry, for the reason `why`."""
+    run = _run(cfg, key, policy)
+    assert run.lookup(file, lambda: False) is None
+    assert why in run.misses[str(file)], run.misses
+
+
 def test_a_recorded_verdict_is_reused_and_every_forgery_falls_back(
     world: tuple[ForkConfig, Path, dict[str, Path], Path],
 ) -> None:
@@ -124,24 +131,19 @@ def test_a_recorded_verdict_is_reused_and_every_forgery_falls_back(
     where = {n: run._where(f) for n, f in files.items()}
     honest = {n: p.read_bytes() for n, p in where.items()}
 
-    def misses(name: str, why: str) -> None:
-        fresh = _run(cfg, key, policy)
-        assert fresh.lookup(files[name], lambda: False) is None
-        assert why in fresh.misses[str(files[name])], fresh.misses
-
     # 1. swap the verdict of the denied candidate in its memo entry
     doc = json.loads(honest["b"])
     doc["body"]["outcome"]["decision"] = "allow"
     where["b"].write_text(json.dumps(doc))
-    misses("b", "not authentic")
+    _misses(cfg, key, policy, files["b"], "not authentic")
     # 2. copy the allowed candidate's entry over the denied one's
     where["b"].write_bytes(honest["a"])
-    misses("b", "not authentic")
+    _misses(cfg, key, policy, files["b"], "not authentic")
     # 3. edit any other part of an entry (a read dropped: the MAC covers the whole body)
     doc = json.loads(honest["a"])
     doc["body"]["reads"] = []
     where["a"].write_text(json.dumps(doc))
-    misses("a", "not authentic")
+    _misses(cfg, key, policy, files["a"], "not authentic")
     where["a"].write_bytes(honest["a"])
     where["b"].write_bytes(honest["b"])
     # 4. the same state directory on a machine with another key
@@ -150,7 +152,7 @@ def test_a_recorded_verdict_is_reused_and_every_forgery_falls_back(
     assert "not authentic" in other.misses[str(files["a"])]
     # 5. a new MAC under the right key, but for another policy: the digest is another
     policy.joinpath("signing.toml").write_text("version = 2\n")
-    misses("a", "not authentic")
+    _misses(cfg, key, policy, files["a"], "not authentic")
     policy.joinpath("signing.toml").write_text("version = 1\n")
     assert _run(cfg, key, policy).lookup(files["a"], lambda: False) is not None
 
@@ -163,30 +165,25 @@ def test_a_changed_input_a_changed_bundle_or_a_collected_output_falls_back(
     _record(cfg, policy, key, files["a"], "ID-a", "allow", out)
     assert _run(cfg, key, policy).lookup(files["a"], lambda: False) is not None
 
-    def miss(why: str) -> None:
-        run = _run(cfg, key, policy)
-        assert run.lookup(files["a"], lambda: False) is None
-        assert why in run.misses[str(files["a"])], run.misses
-
     # the candidate edited in place, same size and mtime put back: the ctime moved
     st = files["a"].stat()
     files["a"].write_text(files["a"].read_text().replace("a", "z"))
     os.utime(files["a"], ns=(st.st_atime_ns, st.st_mtime_ns))
     assert files["a"].stat().st_size == st.st_size
-    miss("changed")
+    _misses(cfg, key, policy, files["a"], "changed")
     _record(cfg, policy, key, files["a"], "ID-a", "allow", out)
     # a file the run wrote: the bundle edited
     (cfg.bundles / "ID-a" / "statement.json").write_text('{"decision": "allow!"}')
-    miss("bundle")
+    _misses(cfg, key, policy, files["a"], "bundle")
     _record(cfg, policy, key, files["a"], "ID-a", "allow", out)
     # ... or a file added to it
     (cfg.bundles / "ID-a" / "extra").write_text("x")
-    miss("bundle")
+    _misses(cfg, key, policy, files["a"], "bundle")
     (cfg.bundles / "ID-a" / "extra").unlink()
     _record(cfg, policy, key, files["a"], "ID-a", "allow", out)
     # an output it relied on garbage-collected
     out.unlink()
-    miss("no longer in the store")
+    _misses(cfg, key, policy, files["a"], "no longer in the store")
     out.write_text("outcome\n")
     _record(cfg, policy, key, files["a"], "ID-a", "allow", out)
     # allowed, left unsigned, and a keyless identity turns up: sign it (the full path)
