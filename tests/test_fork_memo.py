@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from tests.test_flake_fork import fixture_fork
 from tests.test_fork_once import _fork_run, calls, shim
 
 NIX = ("nix ", "nix-instantiate ", "nix-store ", "nix-build ")
+HEAVY = ("pydantic", "sigstore", "rich", "networkx", "cryptography", "jinja2", "plumbum", "tomli")
 
 
 def nix_calls(log: Path) -> list[str]:
@@ -282,6 +285,23 @@ def test_a_fork_no_op_starts_no_nix_and_a_forged_memo_gets_the_honest_verdict(
     assert len([c for c in calls(log) if c.startswith("git ")]) == 3
     assert {c["candidate"]: c["decision"] for c in noop["candidates"]} == decisions  # type: ignore[attr-defined]
     assert {p: p.stat().st_mtime_ns for p in bundles.rglob("*")} == before, "nothing rewritten"
+    # and imports none of the heavy libraries (the issue saw ~0.6 s of imports on a no-op)
+    probe = (
+        "import sys\nfrom engine.cli import main\nrc = main(['fork', '--no-sign', '--json'])\n"
+        "print('HEAVY', sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:])), "
+        "file=sys.stderr)\n"
+    )
+    log.unlink()
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, *HEAVY],
+        cwd=root,
+        env={k: v for k, v in env.items() if k not in ("TRACE_DATA_DIR", "TRACE_CLI")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "HEAVY []" in proc.stderr, proc.stderr[-2000:]
+    assert nix_calls(log) == [] and "verified in full" not in proc.stderr, proc.stderr
 
     entries = sorted((root / ".trace" / "fork" / "memo").glob("*.json"))
     assert len(entries) == 2
