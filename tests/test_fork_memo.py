@@ -250,8 +250,10 @@ def test_the_key_lives_outside_the_state_dir_and_only_its_owner_reads_it(
     path.chmod(0o644)
     key2, why = memo.load_key(cfg)
     assert key2 is None and "chmod 600" in why
-    # a key committed into the fork, or restored with the state directory, is no key
-    for inside in (cfg.state / "memo.key", cfg.root / "memo.key"):
+    # a key committed into the fork, or restored with the state directory, is no key (also
+    # when a symlinked folder leads there)
+    (tmp_path / "link").symlink_to(cfg.root)
+    for inside in (cfg.state / "memo.key", cfg.root / "memo.key", tmp_path / "link" / "k"):
         monkeypatch.setenv(memo.KEY_ENV, str(inside))
         key3, why = memo.load_key(cfg)
         assert key3 is None and "inside" in why, why

@@ -80,11 +80,18 @@ ENV_VARS = (  # what changes what Nix or trace does on this machine
 Reads = list[tuple[str, list[str]]]
 
 
+def _home() -> Path:
+    try:
+        return Path.home()
+    except RuntimeError:  # no $HOME and no passwd entry: nothing outside the fork to keep a key
+        return Path("/nonexistent")
+
+
 def key_path() -> Path | None:
     env = os.environ.get(KEY_ENV)
     if env is not None:
         return Path(env) if env else None  # set but empty: no memo
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    base = os.environ.get("XDG_STATE_HOME") or str(_home() / ".local" / "state")
     return Path(base) / "trace" / "memo.key"
 
 
@@ -94,8 +101,9 @@ def load_key(cfg: ForkConfig) -> tuple[bytes | None, str]:
     if path is None:
         return None, f"${KEY_ENV} is empty"
     path = path.absolute()
+    real = path.resolve()  # a symlinked folder into the fork is inside it
     for inside in (cfg.root, cfg.state):
-        if path.is_relative_to(inside.absolute()):
+        if path.is_relative_to(inside.absolute()) or real.is_relative_to(inside.resolve()):
             return None, f"the memo key {path} is inside {inside}: anyone who writes it forges"
     try:
         if not path.exists():
@@ -169,8 +177,7 @@ def written_stamp(reads: Reads) -> str | None:
 def _machine(env: dict[str, str]) -> dict[str, object]:
     """The Nix tools this run would start and the config files that shape them (no process)."""
     tools = {t: os.path.realpath(w) if (w := shutil.which(t)) else None for t in NIX_TOOLS}
-    home = Path.home()
-    xdg = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
+    xdg = Path(env.get("XDG_CONFIG_HOME") or _home() / ".config")
     files = [
         Path("/etc/nix/nix.conf"),
         Path(env.get("NIX_CONF_DIR", "/etc/nix")) / "nix.conf",
