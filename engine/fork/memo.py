@@ -213,7 +213,7 @@ class Run:
         self.cfg = cfg
         self._key = key
         self.began_ns = began_ns if began_ns is not None else time.time_ns()
-        self._stamps: dict[tuple[str, tuple[str, ...]], list[Entry] | None] = {}
+        self._stamps: dict[tuple[str, tuple[str, ...]], tuple[list[Entry], bytes] | None] = {}
         self._pending: dict[Path, dict[str, Any]] = {}
         self.misses: dict[str, str] = {}  # candidate file -> why the full path ran
         src = cfg.source
@@ -240,28 +240,33 @@ class Run:
 
     # ---- stamps: each read stamped once per run --------------------------------------------
 
-    def _stamp(self, path: str, exclude: Sequence[str]) -> list[Entry] | None:
+    def _stamp(self, path: str, exclude: Sequence[str]) -> tuple[list[Entry], bytes] | None:
+        """The read's stat entries and their digest, taken once per run (None: unreadable)."""
         k = (path, tuple(exclude))
         if k not in self._stamps:
             try:
-                self._stamps[k] = stamp([(Path(path), list(exclude))])
+                entries = stamp([(Path(path), list(exclude))])
             except OSError:
                 self._stamps[k] = None
+            else:
+                digest = hashlib.sha256(_canon([path, list(exclude), entries])).digest()
+                self._stamps[k] = (entries, digest)
         return self._stamps[k]
 
     def _stamp_digest(self, reads: Reads, *, racy: bool = False) -> str | None:
         h = hashlib.sha256()
+        limit = self.began_ns - RACY_NS
         for path, exclude in sorted(reads, key=lambda r: (r[0], r[1])):
-            entries = self._stamp(path, exclude)
-            if entries is None:
+            got = self._stamp(path, exclude)
+            if got is None:
                 return None
-            limit = self.began_ns - RACY_NS
+            entries, digest = got
             # trace's own files (the entry pipeline, package-set.nix) are exempt: every full run
             # writes them again from the inputs, so an edit of one is undone, and seen, next run
             own = Path(path).is_relative_to(self.cfg.state)
             if racy and not own and any(e[2] >= limit or e[4] >= limit for e in entries):
                 return None
-            h.update(_canon([path, exclude, entries]))
+            h.update(digest)
         return h.hexdigest()
 
     def _mac(self, file: Path, body: dict[str, Any]) -> str:
