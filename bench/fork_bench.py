@@ -17,6 +17,8 @@ nix, nix-instantiate, nix-store, nix-build and git: each call is counted and tim
             hashing, loading, judging, writing bundles), the number the goals are about;
   nix     = Nix processes started by trace (goal: 0 on a no-op);
   git     = git processes (must not grow with the candidate count).
+  cpu s   = user + sys CPU of trace and the processes it waited for (git on a no-op): what
+            the run costs whatever the machine's load (wall and own time grow with the load).
 Both rows run as `nix run .#verify` does: with `--source` (the fork's committed tree as Nix
 copied it, made here once, untimed, by `builtins.fetchGit`), `--source-nar-hash`, `--system` and
 `--nix-version`, so the package set is the source store path and the work tree is not walked.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -64,6 +67,7 @@ class ForkRow:
     own: list[float] = field(default_factory=list)
     nix: list[int] = field(default_factory=list)
     git: list[int] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)  # user + sys of trace and its children
 
     @property
     def goal(self) -> float:
@@ -158,9 +162,10 @@ def source_args(root: Path) -> list[str]:
 
 def fork_run(
     root: Path, env: dict[str, str], log: Path, source: list[str]
-) -> tuple[float, float, int, int]:
-    """One `trace fork` run: (wall, own, nix processes, git processes)."""
+) -> tuple[float, float, int, int, float]:
+    """One `trace fork` run: (wall, own, nix processes, git processes, cpu)."""
     log.unlink(missing_ok=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     trace = shutil.which("trace", path=env["PATH"]) or "trace"
     t0 = time.perf_counter()
     proc = subprocess.run(
@@ -172,6 +177,8 @@ def fork_run(
         timeout=7200,
     )
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"bench: trace fork failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     json.loads(proc.stdout)  # a real report, or the run did not do what it should
@@ -179,7 +186,7 @@ def fork_run(
     child = sum(int(r[1]) for r in rows) / 1e9
     nix = sum(r[0] in NIX_TOOLS for r in rows)
     git = sum(r[0] == "git" for r in rows)
-    return wall, wall - child, nix, git
+    return wall, wall - child, nix, git, cpu
 
 
 def measure(row: ForkRow, work: Path, repeat: int, log_: list[str]) -> ForkRow:
@@ -195,11 +202,12 @@ def measure(row: ForkRow, work: Path, repeat: int, log_: list[str]) -> ForkRow:
     log_.append(f"{row.case}: second run (full trusted path) {time.perf_counter() - t0:.1f} s")
     load = os.getloadavg()[0]
     for _ in range(repeat):
-        wall, own, nix, git = fork_run(root, env, log, source)
+        wall, own, nix, git, cpu = fork_run(root, env, log, source)
         row.wall.append(wall)
         row.own.append(own)
         row.nix.append(nix)
         row.git.append(git)
+        row.cpu.append(cpu)
     log_.append(f"{row.case}: load average {load:.1f} -> {os.getloadavg()[0]:.1f} (1 min)")
     return row
 
@@ -217,7 +225,7 @@ def fork_rows(
 
 def fork_table(rows: list[ForkRow]) -> str:
     head = f"{'case':<15} {'cands':>5} {'files':>6}  {'wall s':>7}  {'own s':>6}  {'goal':>6}"
-    head += f"  met  {'nix':>4}  goal  met  {'git':>4}"
+    head += f"  met  {'nix':>4}  goal  met  {'git':>4}  {'cpu s':>6}"
     lines = [head, "-" * len(head)]
     for r in rows:
         own = statistics.median(r.own)
@@ -226,9 +234,12 @@ def fork_table(rows: list[ForkRow]) -> str:
             f"{r.case:<15} {r.candidates:>5} {r.files:>6}  {statistics.median(r.wall):7.3f}"
             f"  {own:6.3f}  {f'<={r.goal}':>6}  {'yes' if own <= r.goal else 'NO ':<3}"
             f"  {nix:>4}  {'0':>4}  {'yes' if nix == 0 else 'NO ':<3}  {max(r.git):>4}"
+            f"  {statistics.median(r.cpu):6.3f}"
         )
     lines.append(
-        "own = wall - time in nix*/git child processes (median); nix, git = processes per run"
+        "own = wall - time in nix*/git child processes (median); nix, git = processes per run; "
+        "cpu = user + sys of trace and every process it waited for (median; load does not "
+        "inflate it)"
     )
     return "\n".join(lines)
 
@@ -258,7 +269,8 @@ def run(args: argparse.Namespace, work: Path) -> list[Any]:
             trace=r.own,
             goal=r.goal,
             note=f"{r.files} files; wall {statistics.median(r.wall):.3f} s; Nix processes "
-            f"{max(r.nix)} (goal 0: {'yes' if max(r.nix) == 0 else 'NO'}); git {max(r.git)}",
+            f"{max(r.nix)} (goal 0: {'yes' if max(r.nix) == 0 else 'NO'}); git {max(r.git)}; "
+            f"cpu {statistics.median(r.cpu):.3f} s",
         )
         for r in rows
     ]
