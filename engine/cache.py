@@ -112,7 +112,10 @@ class Index:
                 f"WHERE key IN ({marks})",
                 chunk,
             ):
-                found[row[0]] = CachedResult(
+                if not all(type(v) is str for v in row[:4]):
+                    continue  # not a row this index wrote: no result, so the step builds
+                # model_construct: the four strings are checked above, no validation per row
+                found[row[0]] = CachedResult.model_construct(
                     key=row[0],
                     step_id=row[1],
                     drv=row[2],

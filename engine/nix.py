@@ -1,4 +1,4 @@
-"""A thin layer over the nix CLI (via plumbum): instantiate, realise, check, read logs.
+"""A thin layer over the nix CLI (via subprocess): instantiate, realise, check, read logs.
 
 Every call adds the graph's Nix settings as `--option`s. Output parsing is limited to the few
 stable messages Nix prints for build starts, builder failures and `--check` differences.
@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine.errors import NixError
 from engine.model import NixSettings
@@ -122,6 +123,23 @@ def output_of(drv: str) -> str:
     return m.group(1)
 
 
+@dataclass(frozen=True)
+class _Cmd:
+    """One Nix program, run with subprocess (plumbum cost ~60 ms of imports on every build)."""
+
+    path: str
+
+    def run(self, args: Sequence[str]) -> tuple[int, str, str]:
+        """(exit status, stdout, stderr); a non-zero status is the caller's to judge."""
+        proc = subprocess.run(
+            [self.path, *args], capture_output=True, text=True, errors="replace", check=False
+        )
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def popen(self, args: Sequence[str], **kwargs: Any) -> subprocess.Popen[str]:
+        return subprocess.Popen([self.path, *args], **kwargs)
+
+
 class Nix:
     def __init__(
         self,
@@ -152,25 +170,22 @@ class Nix:
             args += NO_SUBSTITUTES
         return [*args, *ENFORCED]
 
-    def _cmd(self, name: str):  # type: ignore[no-untyped-def]
+    def _cmd(self, name: str) -> _Cmd:
         import shutil
 
-        from plumbum import local
-
-        # looked up on the PATH of now (plumbum's own environment is a copy made at import)
+        # looked up on the PATH of now, and run with the environment of now
         path = shutil.which(name)
-        try:
-            return local[path or name]
-        except Exception as exc:  # plumbum's CommandNotFound
+        if path is None:
             raise NixError(
                 f"'{name}' not found on PATH",
                 hint="run scripts/setup (installs Nix) or put nix on PATH",
-            ) from exc
+            )
+        return _Cmd(path)
 
     def instantiate(self, expr_file: Path) -> tuple[int, list[str], str]:
         """Evaluate a file whose value is a list of derivations; return (rc, drv paths, stderr)."""
         cmd = self._cmd("nix-instantiate")
-        rc, out, err = cmd.run([*self.option_args(), str(expr_file)], retcode=None)
+        rc, out, err = cmd.run([*self.option_args(), str(expr_file)])
         return int(rc), [line for line in out.splitlines() if line.strip()], str(err)
 
     def realise(
@@ -223,7 +238,7 @@ class Nix:
         closure: set[str] = set()
         for batch in batches(drvs):
             rc, out, err = self._cmd("nix-store").run(
-                ["--query", "--requisites", "--include-outputs", *batch], retcode=None
+                ["--query", "--requisites", "--include-outputs", *batch]
             )
             if rc != 0:
                 return RealiseReport(returncode=int(rc), stderr_tail=str(err).splitlines()[-40:])
@@ -234,7 +249,6 @@ class Nix:
             for batch in batches(paths):
                 rc, _, err = self._cmd("nix").run(
                     [*NIX_COMMAND, "copy", *how, "--no-check-sigs", "--to", uri, *batch],
-                    retcode=None,
                 )
                 if rc != 0:
                     tail = [f"copying the build closure to the check builder {uri} failed:"]
@@ -290,7 +304,7 @@ class Nix:
         found: set[str] = set()
         for batch in batches(paths):
             rc, out, err = self._cmd("nix-store").run(
-                ["--check-validity", "--print-invalid", *batch], retcode=None
+                ["--check-validity", "--print-invalid", *batch]
             )
             if rc != 0:
                 raise NixError(f"nix-store --check-validity failed: {printable(str(err).strip())}")
@@ -303,17 +317,20 @@ class Nix:
         outputs). Raises NixError when a path is not valid: check validity first."""
         if not paths:
             return set()
-        rc, _, err = self._cmd("nix-store").run(["--verify-path", *paths], retcode=None)
+        rc, _, err = self._cmd("nix-store").run(["--verify-path", *paths])
         found = set(_MODIFIED.findall(str(err)))
         if rc != 0 and (not found or "is not valid" in str(err)):
             raise NixError(f"nix-store --verify-path failed: {str(err).strip()[-500:]}")
         return found
 
     def read_log(self, drv: str, lines: int = 25) -> str:
-        rc, out, _ = self._cmd("nix-store").run(["--read-log", drv], retcode=None)
+        rc, out, _ = self._cmd("nix-store").run(["--read-log", drv])
         if rc != 0:
             return ""
         return printable("\n".join(str(out).splitlines()[-lines:]))
 
     def version(self) -> str:
-        return str(self._cmd("nix").run(["--version"])[1]).strip()
+        rc, out, err = self._cmd("nix").run(["--version"])
+        if rc != 0:
+            raise NixError(f"nix --version failed: {printable(err.strip()[-500:])}")
+        return out.strip()

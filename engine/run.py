@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine import __version__, expression
 from engine.cache import CachedResult, Index
@@ -37,7 +37,13 @@ KEEP_BUILD_FILES = 8
 Status = Literal["cached", "built", "substituted", "reused", "failed", "skipped"]
 
 
+# Schemas are built on first validation or dump, not at import: a run constructs these models
+# from values it computed itself (model_construct), and most runs never dump them.
+_DEFER = ConfigDict(defer_build=True)
+
+
 class StepPlan(BaseModel):
+    model_config = _DEFER
     id: str
     key: str
     dirty: bool
@@ -47,6 +53,7 @@ class StepPlan(BaseModel):
 
 
 class Plan(BaseModel):
+    model_config = _DEFER
     graph: str
     steps: dict[str, StepPlan]
     order: list[str]
@@ -57,6 +64,7 @@ class Plan(BaseModel):
 
 
 class StepResult(BaseModel):
+    model_config = _DEFER
     id: str
     key: str
     status: Status
@@ -77,6 +85,7 @@ class StepResult(BaseModel):
 
 
 class RunResult(BaseModel):
+    model_config = _DEFER
     graph: str
     steps: dict[str, StepResult]
     evaluated: bool = False
@@ -183,8 +192,14 @@ def plan(graph: Graph, index: Index) -> tuple[Plan, dict[str, CachedResult]]:
         hit = cached.get(key)
         prev_key = last.get(sid)
         if hit is not None and os.path.exists(hit.out):
-            steps[sid] = StepPlan(
-                id=sid, key=key, dirty=False, components=comps[sid], prev_key=prev_key
+            # every field given: a default_factory costs model_construct an inspect.signature
+            steps[sid] = StepPlan.model_construct(
+                id=sid,
+                key=key,
+                dirty=False,
+                reasons=[],
+                components=comps[sid],
+                prev_key=prev_key,
             )
             continue
         if hit is not None:
@@ -195,10 +210,15 @@ def plan(graph: Graph, index: Index) -> tuple[Plan, dict[str, CachedResult]]:
             dirty_up = {n for n in graph.steps[sid].needs if steps[n].dirty}
             old = index.last_components(gid, sid) if prev_key else None
             reasons = _why(old, comps[sid], dirty_up) or ["no cached result for this key"]
-        steps[sid] = StepPlan(
-            id=sid, key=key, dirty=True, reasons=reasons, components=comps[sid], prev_key=prev_key
+        steps[sid] = StepPlan.model_construct(
+            id=sid,
+            key=key,
+            dirty=True,
+            reasons=reasons,
+            components=comps[sid],
+            prev_key=prev_key,
         )
-    return Plan(graph=graph_id(graph), steps=steps, order=list(graph.order)), cached
+    return Plan.model_construct(graph=graph_id(graph), steps=steps, order=list(graph.order)), cached
 
 
 def render_expression(
@@ -279,7 +299,7 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
         sp = p.steps[sid]
         if not sp.dirty:
             hit = cached[sp.key]
-            results[sid] = StepResult(
+            results[sid] = StepResult.model_construct(
                 id=sid,
                 key=sp.key,
                 status="cached",
@@ -287,6 +307,7 @@ def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunR
                 out=hit.out,
                 outcome=hit.outcome,
                 deterministic=hit.deterministic,
+                reasons=[],  # given: a default_factory costs model_construct an inspect.signature
             )
             report(sid, "cached")
     dirty = p.dirty
