@@ -95,7 +95,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--full",
         action="store_true",
-        help="skip the stat-only no-op check: load, hash and plan the whole graph",
+        help="skip the stat-only no-op check and the load cache: load, hash and plan the whole "
+        "graph",
     )
     p.add_argument(
         "--timings",
@@ -156,7 +157,7 @@ def _state_dir(args: argparse.Namespace) -> Path:
 def cmd_run(args: argparse.Namespace) -> int:
     import time
 
-    from engine import fastpath
+    from engine import fastpath, loadcache
     from engine.cache import Index
     from engine.graph import load_graph
     from engine.hashing import StatCache
@@ -170,7 +171,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Load and validate first: bad input exits 2 having written nothing, not even a state dir.
     hasher = StatCache.read_only(state / "state.db")
     started = time.perf_counter()
-    graph = load_graph(args.graph, root=_root(args), hasher=hasher)
+    cache_key = loadcache.name(args.graph, _root(args), None, None)
+    hit = None if args.full else loadcache.lookup(state / "state.db", cache_key, hasher)
+    graph, known_keys = hit or (load_graph(args.graph, root=_root(args), hasher=hasher), None)
     loaded = time.perf_counter() - started
     # The fast path's stamp is taken now, before the build: what the keys were computed from.
     try:
@@ -180,7 +183,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
         hasher.flush(index.db)
         with Progress(enabled=not args.quiet and not args.json) as progress:
-            result = run_graph(graph, index, jobs=args.jobs, reporter=progress)
+            result = run_graph(
+                graph, index, jobs=args.jobs, reporter=progress, known_keys=known_keys
+            )
+        if known_keys is None:
+            keys = {sid: r.key for sid, r in result.steps.items()}
+            loadcache.store(index.db, cache_key, graph, keys)
         key = fastpath.name(args.graph, _root(args))
         if result.ok:
             outs = {sid: r.out for sid, r in result.steps.items() if r.out}
@@ -224,6 +232,7 @@ def warnings(result: Any) -> list[str]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from engine import loadcache
     from engine.cache import Index
     from engine.graph import load_graph
     from engine.hashing import StatCache
@@ -232,10 +241,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     state = _state_dir(args)
     hasher = StatCache.read_only(state / "state.db")
-    graph = load_graph(args.graph, root=_root(args), hasher=hasher)
+    cache_key = loadcache.name(args.graph, _root(args), None, None)
+    hit = loadcache.lookup(state / "state.db", cache_key, hasher)
+    graph, known_keys = hit or (load_graph(args.graph, root=_root(args), hasher=hasher), None)
     with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
         hasher.flush(index.db)
-        p, cached = plan(graph, index)
+        p, cached = plan(graph, index, known_keys)
+        if known_keys is None:
+            loadcache.store(index.db, cache_key, graph, {s: sp.key for s, sp in p.steps.items()})
         known = known_drvs(p, cached)  # clean upstream steps: imported, not rendered again
         if p.dirty and args.no_eval:  # a template that does not render is bad input
             render_expression(graph, p, p.dirty, known)

@@ -89,10 +89,11 @@ _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 
 
 class _File:
-    def __init__(self, path: Path, text: str, spec: PipelineFile) -> None:
+    def __init__(self, path: Path, text: str, spec: PipelineFile, digest: str) -> None:
         self.path = path
         self.text = text
         self.spec = spec
+        self.digest = digest  # sha256 of the bytes read (engine/loadcache.py checks it)
 
         self._headers: dict[str, int] | None = None
 
@@ -144,7 +145,7 @@ def _read_file(path: Path) -> _File:
         spec = PipelineFile.model_validate(raw)
     except ValidationError as exc:
         raise _validation_error(exc, path, text, raw) from None
-    return _File(path, text, spec)
+    return _File(path, text, spec, digest_bytes(data))
 
 
 def _validation_error(exc: ValidationError, path: Path, text: str, raw: Any) -> InputError:
@@ -452,6 +453,7 @@ def load_graph(
         root=root,
         entry=entry,
         files=tuple(f.path for f in files),
+        sources=tuple((f.path, f.digest) for f in files),
         kinds=kinds,
         steps=steps,
         order=_order(steps, specs),

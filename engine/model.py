@@ -187,6 +187,9 @@ class Graph(Strict):
     nix: NixSettings
     package_set: InputRef | None
     variant: str | None = None
+    sources: tuple[tuple[Path, str], ...] = Field(
+        default=(), description="each pipeline file with the sha256 of the bytes loading read"
+    )
     reads: tuple[tuple[Path, tuple[str, ...]], ...] = Field(
         default=(),
         description="every file and tree loading read (pipeline files, templates, inputs, the "

@@ -176,13 +176,17 @@ def _why(old: dict[str, Any] | None, new: dict[str, Any], changed_upstream: set[
     return reasons
 
 
-def plan(graph: Graph, index: Index) -> tuple[Plan, dict[str, CachedResult]]:
+def plan(
+    graph: Graph, index: Index, known_keys: Mapping[str, str] | None = None
+) -> tuple[Plan, dict[str, CachedResult]]:
+    """`known_keys`: every step's key as a verified load cache recorded it for this very graph
+    and engine (engine/loadcache.py), so hashing is skipped; components are still computed."""
     keys: dict[str, str] = {}
     comps: dict[str, dict[str, Any]] = {}
     for sid in graph.order:
         comp = components(graph, graph.steps[sid], keys)
         comps[sid] = comp
-        keys[sid] = key_digest(comp)
+        keys[sid] = known_keys[sid] if known_keys is not None else key_digest(comp)
     cached = index.results(keys.values())
     gid = graph_id(graph)
     last = index.last_keys(gid)
@@ -273,6 +277,7 @@ def run_graph(
     progress: bool = False,
     reporter: Reporter | None = None,
     wait: float = 0,
+    known_keys: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Build every dirty step of the graph; answer clean steps from the index.
 
@@ -281,18 +286,25 @@ def run_graph(
     from engine.remote.machine import load_machine
 
     load_machine()  # a bad machine config is refused before anything is written
+    report = reporter or _default_reporter(progress)
     if isinstance(state, Index):
-        return _run(graph, state, jobs, reporter or _default_reporter(progress))
+        return _run(graph, state, jobs, report, known_keys)
     with Index(state, wait=wait) as index:
-        return _run(graph, index, jobs, reporter or _default_reporter(progress))
+        return _run(graph, index, jobs, report, known_keys)
 
 
-def _run(graph: Graph, index: Index, jobs: int | None, report: Reporter) -> RunResult:
+def _run(
+    graph: Graph,
+    index: Index,
+    jobs: int | None,
+    report: Reporter,
+    known_keys: Mapping[str, str] | None = None,
+) -> RunResult:
     from engine.nix import Nix, output_of
 
     state_dir = index.state_dir
     clock = _Clock()
-    p, cached = plan(graph, index)
+    p, cached = plan(graph, index, known_keys)
     clock.mark("plan")
     results: dict[str, StepResult] = {}
     for sid in p.order:

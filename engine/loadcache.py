@@ -1,0 +1,181 @@
+"""A verified cache of loaded graphs and their step keys, for `trace run` and `trace plan`.
+
+Loading 10,000 steps (TOML parsing, pydantic validation, parameter resolution) and hashing
+their keys takes seconds; when nothing the graph was loaded from changed, the previous load's
+result is reused instead. An entry is used only when ALL of these hold, else the full load runs
+(which is always correct):
+
+- its name matches: engine id (version + digest of the key-shaping modules), the entry file,
+  the root, the variant, the context and TRACE_DATA_DIR;
+- its HMAC-SHA256 checks out under a per-user secret kept outside every project
+  (`$XDG_CACHE_HOME/trace/load-cache.key`, mode 0600). The state dir may sit inside a checkout
+  someone else wrote (`ROOT/.trace` of a fork): an entry written without the secret is
+  forged and ignored, and nothing is unpickled before the MAC is checked;
+- every pipeline file and template has the sha256 it had when it was loaded (content, not
+  mtime: an edit that keeps size and mtime is still seen), at the same real path (a path that
+  is now a symlink, or goes through one, is a miss: the full load would resolve it elsewhere);
+- every input and the package set, digested again as the full load digests them (through the
+  state's stat cache, which itself re-reads a file whose size, mtime, inode or ctime changed),
+  gives the recorded digest, at the same real path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import pickle
+import secrets
+import sqlite3
+import stat
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from engine.hashing import StatCache, digest_bytes, tree_digest
+from engine.model import Graph, InputRef
+
+TABLE = "CREATE TABLE IF NOT EXISTS load_cache (name TEXT PRIMARY KEY, mac TEXT, payload BLOB)"
+FORMAT = 1
+
+
+def key_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "trace" / "load-cache.key"
+
+
+def _secret(create: bool) -> bytes | None:
+    """This user's MAC key (created on first use); None when it cannot be trusted or made."""
+    path = key_file()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        if not create:
+            return None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            os.write(fd, secrets.token_bytes(32))
+            os.close(fd)
+        except OSError:
+            return None
+        return _secret(create=False)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None  # someone else could have written or read it
+        data = os.read(fd, 64)
+    finally:
+        os.close(fd)
+    return data if len(data) == 32 else None
+
+
+def name(entry: Path, root: Path, context: Mapping[str, Any] | None, variant: str | None) -> str:
+    from engine.run import engine_id
+
+    ident = [
+        FORMAT,
+        engine_id(),
+        str(entry.resolve()),
+        str(root.resolve()),
+        variant,
+        json.dumps(context or {}, sort_keys=True, default=str),
+        os.environ.get("TRACE_DATA_DIR", ""),
+    ]
+    return digest_bytes(json.dumps(ident).encode())
+
+
+def _mac(secret: bytes, key: str, payload: bytes) -> str:
+    return hmac.new(secret, key.encode() + b"\0" + payload, hashlib.sha256).hexdigest()
+
+
+def _trees(graph: Graph) -> Iterator[tuple[InputRef, tuple[str, ...] | None]]:
+    """Every input the graph digested, with its exclusions (None: an ordinary input)."""
+    if graph.package_set is not None:
+        yield graph.package_set, tuple(graph.nix.package_set_exclude)
+    for step in graph.steps.values():
+        yield from ((ref, None) for ref in step.inputs.values())
+        for value in step.params.values():
+            refs = value if isinstance(value, list) else [value]
+            yield from ((r, None) for r in refs if isinstance(r, InputRef))
+
+
+def _same_real_path(path: Path) -> bool:
+    return os.path.realpath(path) == str(path)
+
+
+def _still_valid(graph: Graph, hasher: StatCache) -> bool:
+    for path, digest in graph.sources:
+        if not _same_real_path(path) or digest_bytes(path.read_bytes()) != digest:
+            return False
+    for kind in graph.kinds.values():
+        path = kind.template_path
+        if not _same_real_path(path):
+            return False
+        text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
+        if digest_bytes(text.encode()) != kind.template_digest:
+            return False
+    seen: set[tuple[Path, tuple[str, ...] | None]] = set()
+    for ref, exclude in _trees(graph):
+        if (ref.path, exclude) in seen:
+            continue
+        seen.add((ref.path, exclude))
+        if not _same_real_path(ref.path):
+            return False
+        if exclude is not None and ref.path.is_dir():
+            digest = tree_digest(ref.path, hasher, list(exclude))
+        else:
+            digest = tree_digest(ref.path, hasher)
+        if digest != ref.digest:
+            return False
+    return True
+
+
+def lookup(db_path: Path, key: str, hasher: StatCache) -> tuple[Graph, dict[str, str]] | None:
+    """The cached (graph, step keys) under `key`, if genuine and still what loading would give."""
+    secret = _secret(create=False)
+    if secret is None or not db_path.is_file():
+        return None
+    try:
+        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        try:
+            row = db.execute(
+                "SELECT mac, payload FROM load_cache WHERE name = ?", (key,)
+            ).fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+    if row is None or not isinstance(row[0], str) or not isinstance(row[1], bytes):
+        return None
+    if not hmac.compare_digest(row[0], _mac(secret, key, row[1])):
+        return None  # not written by this user's trace: never unpickled
+    try:
+        graph, keys = pickle.loads(row[1])  # authenticated above
+        if (
+            not isinstance(graph, Graph)
+            or not isinstance(keys, dict)
+            or set(keys) != set(graph.order)
+        ):
+            return None
+        if _still_valid(graph, hasher):
+            return graph, keys
+    except Exception:  # unreadable, moved, not UTF-8, a class that changed: load again
+        return None
+    return None
+
+
+def store(db: sqlite3.Connection, key: str, graph: Graph, keys: Mapping[str, str]) -> None:
+    """Remember a graph that loaded and planned; nothing when no secret can be had."""
+    secret = _secret(create=True)
+    if secret is None:
+        return
+    payload = pickle.dumps((graph, dict(keys)), protocol=pickle.HIGHEST_PROTOCOL)
+    db.execute(TABLE)
+    db.execute(
+        "INSERT OR REPLACE INTO load_cache VALUES (?, ?, ?)",
+        (key, _mac(secret, key, payload), payload),
+    )
