@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import statistics
 import sys
 import tempfile
@@ -270,6 +271,10 @@ def splits(bench: Bench, rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def fmt_load(load: tuple[float, float, float] | None = None) -> str:
+    return " ".join(f"{x:.2f}" for x in (load or os.getloadavg()))
+
+
 def suites() -> list[Any]:
     """The other bench modules that exist (see SUITES)."""
     found = []
@@ -300,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     only = {s.strip() for s in args.only.split(",") if s.strip()}
 
     started = time.perf_counter()
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="trace-bench-", dir=args.workdir) as tmp:
         bench = Bench(Path(tmp), args.jobs, args.repeat)
         rows: list[Row] = []
@@ -324,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     missed = [r for r in met if r.met != "yes"]
     print(f"\ngoals met: {len(met) - len(missed)} of {len(met)}")
     print(f"total bench time {time.perf_counter() - started:.0f} s; jobs={args.jobs}")
+    # the machine is shared: absolute times are only as good as the load they were taken at
+    print(f"load average (1, 5, 15 min) at start {fmt_load(load_before)}, at end {fmt_load()}")
     return 0
 
 

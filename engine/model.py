@@ -22,7 +22,9 @@ MAX_STEPS = 1_000_000
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: schemas are built on first validation; a run whose graph comes from the load
+    # cache (engine/loadcache.py) validates nothing and never pays for them
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class FileModel(Strict):
