@@ -172,7 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     hasher = StatCache.read_only(state / "state.db")
     started = time.perf_counter()
     cache_key = loadcache.name(args.graph, _root(args), None, None)
-    hit = None if args.full else loadcache.lookup(state / "state.db", cache_key, hasher)
+    hit = None if args.full else loadcache.lookup(state, _root(args), cache_key, hasher)
     graph, known_keys = hit or (load_graph(args.graph, root=_root(args), hasher=hasher), None)
     loaded = time.perf_counter() - started
     # The fast path's stamp is taken now, before the build: what the keys were computed from.
@@ -188,7 +188,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         if known_keys is None:
             keys = {sid: r.key for sid, r in result.steps.items()}
-            loadcache.store(index.db, cache_key, graph, keys)
+            loadcache.store(index.db, state, cache_key, graph, keys)
         key = fastpath.name(args.graph, _root(args))
         if result.ok:
             outs = {sid: r.out for sid, r in result.steps.items() if r.out}
@@ -242,13 +242,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     state = _state_dir(args)
     hasher = StatCache.read_only(state / "state.db")
     cache_key = loadcache.name(args.graph, _root(args), None, None)
-    hit = loadcache.lookup(state / "state.db", cache_key, hasher)
+    hit = loadcache.lookup(state, _root(args), cache_key, hasher)
     graph, known_keys = hit or (load_graph(args.graph, root=_root(args), hasher=hasher), None)
     with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
         hasher.flush(index.db)
         p, cached = plan(graph, index, known_keys)
         if known_keys is None:
-            loadcache.store(index.db, cache_key, graph, {s: sp.key for s, sp in p.steps.items()})
+            keys = {s: sp.key for s, sp in p.steps.items()}
+            loadcache.store(index.db, state, cache_key, graph, keys)
         known = known_drvs(p, cached)  # clean upstream steps: imported, not rendered again
         if p.dirty and args.no_eval:  # a template that does not render is bad input
             render_expression(graph, p, p.dirty, known)

@@ -7,10 +7,10 @@ result is reused instead. An entry is used only when ALL of these hold, else the
 
 - its name matches: engine id (version + digest of the key-shaping modules), the entry file,
   the root, the variant, the context and TRACE_DATA_DIR;
-- its HMAC-SHA256 checks out under a per-user secret kept outside every project
-  (`$XDG_CACHE_HOME/trace/load-cache.key`, mode 0600). The state dir may sit inside a checkout
-  someone else wrote (`ROOT/.trace` of a fork): an entry written without the secret is
-  forged and ignored, and nothing is unpickled before the MAC is checked;
+- its HMAC-SHA256 checks out under a per-user secret kept outside the project and the state
+  dir (`$XDG_STATE_HOME/trace/load-cache.key`, mode 0600: engine/userkey.py). The state dir
+  may sit inside a checkout someone else wrote (`ROOT/.trace` of a fork): an entry written
+  without the secret is forged and ignored, and nothing is unpickled before the MAC is checked;
 - every pipeline file and template has the sha256 it had when it was loaded (content, not
   mtime: an edit that keeps size and mtime is still seen), at the same real path (a path that
   is now a symlink, or goes through one, is a miss: the full load would resolve it elsewhere);
@@ -26,13 +26,12 @@ import hmac
 import json
 import os
 import pickle
-import secrets
 import sqlite3
-import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from engine import userkey
 from engine.hashing import StatCache, digest_bytes, tree_digest
 from engine.model import Graph, InputRef
 
@@ -40,37 +39,14 @@ TABLE = "CREATE TABLE IF NOT EXISTS load_cache (name TEXT PRIMARY KEY, mac TEXT,
 FORMAT = 1
 
 
-def key_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "trace" / "load-cache.key"
+def key_file() -> Path | None:
+    home = userkey.state_home()
+    return None if home is None else home / "trace" / "load-cache.key"
 
 
-def _secret(create: bool) -> bytes | None:
-    """This user's MAC key (created on first use); None when it cannot be trusted or made."""
+def _secret(outside: Iterable[Path], create: bool) -> bytes | None:
     path = key_file()
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        if not create:
-            return None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            os.write(fd, secrets.token_bytes(32))
-            os.close(fd)
-        except OSError:
-            return None
-        return _secret(create=False)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-            return None  # someone else could have written or read it
-        data = os.read(fd, 64)
-    finally:
-        os.close(fd)
-    return data if len(data) == 32 else None
+    return None if path is None else userkey.load(path, outside, create=create)
 
 
 def name(entry: Path, root: Path, context: Mapping[str, Any] | None, variant: str | None) -> str:
@@ -89,7 +65,8 @@ def name(entry: Path, root: Path, context: Mapping[str, Any] | None, variant: st
 
 
 def _mac(secret: bytes, key: str, payload: bytes) -> str:
-    return hmac.new(secret, key.encode() + b"\0" + payload, hashlib.sha256).hexdigest()
+    msg = b"trace load cache\0" + key.encode() + b"\0" + payload
+    return hmac.new(secret, msg, hashlib.sha256).hexdigest()
 
 
 def _trees(graph: Graph) -> Iterator[tuple[InputRef, tuple[str, ...] | None]]:
@@ -134,9 +111,12 @@ def _still_valid(graph: Graph, hasher: StatCache) -> bool:
     return True
 
 
-def lookup(db_path: Path, key: str, hasher: StatCache) -> tuple[Graph, dict[str, str]] | None:
+def lookup(
+    state: Path, root: Path, key: str, hasher: StatCache
+) -> tuple[Graph, dict[str, str]] | None:
     """The cached (graph, step keys) under `key`, if genuine and still what loading would give."""
-    secret = _secret(create=False)
+    db_path = state / "state.db"
+    secret = _secret([root, state], create=False)
     if secret is None or not db_path.is_file():
         return None
     try:
@@ -168,9 +148,11 @@ def lookup(db_path: Path, key: str, hasher: StatCache) -> tuple[Graph, dict[str,
     return None
 
 
-def store(db: sqlite3.Connection, key: str, graph: Graph, keys: Mapping[str, str]) -> None:
+def store(
+    db: sqlite3.Connection, state: Path, key: str, graph: Graph, keys: Mapping[str, str]
+) -> None:
     """Remember a graph that loaded and planned; nothing when no secret can be had."""
-    secret = _secret(create=True)
+    secret = _secret([graph.root, state], create=True)
     if secret is None:
         return
     payload = pickle.dumps((graph, dict(keys)), protocol=pickle.HIGHEST_PROTOCOL)

@@ -22,7 +22,7 @@ from tests.enginekit import cli, layered_steps, make_project, write_inputs
 
 @pytest.fixture(autouse=True)
 def _own_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
 
 
 def project(tmp_path: Path) -> tuple[Path, Path]:
@@ -42,7 +42,7 @@ def plan_json(graph: Path, state: Path) -> dict[str, Any]:
 
 def lookup(graph: Path, state: Path) -> Any:
     key = loadcache.name(graph, graph.parent, None, None)
-    return loadcache.lookup(state / "state.db", key, StatCache.read_only(state / "state.db"))
+    return loadcache.lookup(state, graph.parent, key, StatCache.read_only(state / "state.db"))
 
 
 def test_an_unchanged_graph_is_not_loaded_again_and_plans_the_same(
@@ -154,5 +154,19 @@ def test_a_secret_others_could_read_or_write_is_not_used(tmp_path: Path) -> None
     graph, state = project(tmp_path)
     plan_json(graph, state)
     assert lookup(graph, state) is not None
-    loadcache.key_file().chmod(0o644)
+    key = loadcache.key_file()
+    assert key is not None
+    key.chmod(0o644)
+    assert lookup(graph, state) is None
+
+
+def test_a_secret_inside_the_project_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # whoever wrote the project (a fork) could have written the key too
+    graph, state = project(tmp_path)
+    monkeypatch.setenv("XDG_STATE_HOME", str(graph.parent / ".keys"))
+    plan_json(graph, state)
+    key = loadcache.key_file()
+    assert key is not None and not key.exists()
     assert lookup(graph, state) is None
