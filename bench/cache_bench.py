@@ -7,11 +7,13 @@ One run, on this machine, with a `file://` binary cache:
 2. machine A (its own state dir): `trace fork NAMES` cold;
 3. `trace push` A's results to the cache, signed with a fresh `nix-store
    --generate-binary-cache-key` key;
-4. delete A's outputs from the store (its GC roots first);
+4. delete A's outputs and the determinism claims push signed from the store (its GC roots
+   first);
 5. machine B (a fresh state dir, a machine config that trusts the key): `trace fork NAMES`.
 
-B must build no result (it may still rebuild `check` steps with `--check`: determinism is
-measured where the verdict is made) and reach A's decisions. Times are wall clock of the CLI.
+B must build no result and rebuild no `check` step with `--check` (A's signed determinism claims
+came with the outputs), and reach A's decisions. Times are wall clock of the CLI; the load
+average (`/proc/loadavg`) before and after is printed, the machine being shared.
 
     .venv/bin/python bench/cache_bench.py [--candidates pager-last-page,roster-wrong-field]
 """
@@ -74,11 +76,16 @@ def decisions(report: dict[str, Any]) -> dict[str, str]:
     return {str(c["candidate"]): str(c.get("decision")) for c in report["candidates"]}
 
 
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--candidates", default="pager-last-page,roster-wrong-field")
     args = ap.parse_args()
     names = [n for n in args.candidates.split(",") if n]
+    load0 = _load()
     sys.path.insert(0, str(REPO))
     with tempfile.TemporaryDirectory(prefix="trace-cache-bench-") as tmp:
         work = Path(tmp)
@@ -98,12 +105,14 @@ def main() -> None:
         a_state, b_state = str(fork / ".trace-a"), str(fork / ".trace-b")
         cold_s, a_out = trace("fork", *names, *common, "--state-dir", a_state, env=no_cache)
         to = f"file://{cache}"
-        push_s, _ = trace(
-            "push", "--state-dir", a_state, "--to", to, "--key", str(sec), env=no_cache
+        push_s, pushed = trace(
+            "push", "--state-dir", a_state, "--to", to, "--key", str(sec), "--json", env=no_cache
         )
-        from tests.storekit import delete_outputs, outputs
+        from tests.storekit import checked_on, delete_outputs, outputs
 
         results, gone = len(outputs(Path(a_state))), len(delete_outputs(Path(a_state)))
+        claims = json.loads(pushed)["claims"]
+        subprocess.run(["nix-store", "--delete", *claims], capture_output=True, timeout=600)
         env = {"TRACE_MACHINE_CONFIG": str(machine)}
         sub_s, b_out = trace("fork", *names, *common, "--state-dir", b_state, env=env)
         a, b = json.loads(a_out), json.loads(b_out)
@@ -115,10 +124,14 @@ def main() -> None:
         print(f"{'B: fresh state, signed cache':<34} {sub_s:8.1f}  {counts(b)}")
         print(f"deleted {gone} of A's {results} outputs before B ran (others are held elsewhere)")
         print(f"ratio B/A: {sub_s / cold_s:.3f}")
+        where = checked_on(Path(b_state))
+        rebuilt = sum(1 for w in where if not w.startswith("claim:"))
+        print(f"B --check: {len(where) - rebuilt} claims taken, {rebuilt} rebuilt")
+        print(f"load average before: {load0}; after: {_load()}")
         same = decisions(a) == decisions(b)
         print(f"decisions: A {decisions(a)}; B the same: {same}")
-        if counts(b).get("built", 0) or not same:
-            sys.exit("B built results or decided differently: the cache did not answer")
+        if counts(b).get("built", 0) or rebuilt or not same:
+            sys.exit("B built or --checked results or decided differently")
         subprocess.run(["chmod", "-R", "u+w", str(work)], timeout=60)
 
 

@@ -53,6 +53,12 @@ class CachedResult(BaseModel):
     out: str
     outcome: Any = None
     deterministic: bool | None = None
+    built_on: str | None = None  # engine.run.StepResult's: who made it, who rebuilt it
+    checked_on: str | None = None
+
+
+# columns added after the first release: a state.db made before them gets them (NULL: unknown)
+_LATER_COLUMNS = ("built_on TEXT", "checked_on TEXT")
 
 
 class Index:
@@ -87,6 +93,10 @@ class Index:
                 PRIMARY KEY (graph, step_id));
             """
         )
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(results)")}
+        for column in _LATER_COLUMNS:
+            if column.split()[0] not in have:
+                self.db.execute(f"ALTER TABLE results ADD COLUMN {column}")
         self.gcroots = self._gcroot_dir()
 
     def close(self) -> None:
@@ -108,7 +118,8 @@ class Index:
             chunk = keys[i : i + 500]
             marks = ",".join("?" * len(chunk))
             for row in self.db.execute(
-                f"SELECT key, step_id, drv, out, outcome, deterministic FROM results "
+                f"SELECT key, step_id, drv, out, outcome, deterministic, built_on, checked_on "
+                f"FROM results "
                 f"WHERE key IN ({marks})",
                 chunk,
             ):
@@ -122,6 +133,8 @@ class Index:
                     out=row[3],
                     outcome=json.loads(row[4]) if row[4] is not None else None,
                     deterministic=None if row[5] is None else bool(row[5]),
+                    built_on=row[6] if type(row[6]) is str else None,
+                    checked_on=row[7] if type(row[7]) is str else None,
                 )
         return found
 
@@ -136,7 +149,8 @@ class Index:
         with self.db:
             self.db.execute("BEGIN")
             self.db.executemany(
-                "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO results (key, step_id, drv, out, outcome, deterministic,"
+                " created, built_on, checked_on) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         r.key,
@@ -146,6 +160,8 @@ class Index:
                         None if r.outcome is None else json.dumps(r.outcome, sort_keys=True),
                         None if r.deterministic is None else int(r.deterministic),
                         now,
+                        r.built_on,
+                        r.checked_on,
                     )
                     for r in results
                 ],

@@ -11,9 +11,10 @@ of disk) is Nix's own failure, reported by the caller as such with Nix's stderr.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,19 @@ def store_uri(spec: str) -> str:
     return uri
 
 
+def check_groups(
+    drvs: Sequence[str], pool: Sequence[str], built_on: Mapping[str, str]
+) -> dict[str, list[str]]:
+    """Which check builder rebuilds which derivation: one that did not build it when there is
+    one (else any), spread over those by the derivation's hash (stable from run to run)."""
+    groups: dict[str, list[str]] = {}
+    for drv in drvs:
+        others = [s for s in pool if store_uri(s) != built_on.get(drv)] or list(pool)
+        pick = int(hashlib.sha256(drv.encode()).hexdigest()[:8], 16) % len(others)
+        groups.setdefault(others[pick], []).append(drv)
+    return groups
+
+
 def output_of(drv: str) -> str:
     """The `out` output path of a derivation, read from the .drv file (no nix process)."""
     with open(drv, encoding="utf-8") as fh:
@@ -152,9 +166,14 @@ class Nix:
         """`substitute=False`: no binary cache at all (a replay must rebuild, not download);
         `machine`: the machine config (default: the one in force, engine/remote/machine.py)."""
         self.settings = settings
-        self.jobs = jobs or settings.jobs
         self.substitute = substitute
         self.machine = machine if machine is not None else load_machine()
+        # -j, then the machine's max-jobs (0: only the builders build), then the pipeline's
+        self.jobs: int | None = jobs
+        if jobs is None:
+            self.jobs = self.machine.max_jobs
+        if self.jobs is None:
+            self.jobs = settings.jobs
 
     def option_args(self) -> list[str]:
         """The graph's settings, the machine's cache and builder settings, then the ones trace
@@ -194,13 +213,25 @@ class Nix:
         *,
         on_event: Callable[[str, str], None] | None = None,
         check: bool = False,
+        built_on: Mapping[str, str] | None = None,
     ) -> RealiseReport:
         """Build (or `--check`) derivations with --keep-going, in as few calls as argv allows.
 
+        A `--check` goes to the machine's check pool when it has one (MachineConfig.check_pool),
+        each derivation to a check builder other than the one that built it (`built_on`).
         Stops at the first call in which Nix itself failed (see RealiseReport.nix_failed)."""
         report = RealiseReport(returncode=0)
-        for batch in batches(drvs):
-            part = self._realise(batch, on_event=on_event, check=check)
+        pool = self.machine.check_pool() if check else []
+        if pool:  # every check builder gets its share, none the machine that built the drv
+            parts = (
+                self._check_on(spec, group)
+                for spec, group in check_groups(drvs, pool, built_on or {}).items()
+            )
+        else:
+            parts = (self._realise(b, on_event=on_event, check=check) for b in batches(drvs))
+            if check:  # a local --check prints no `building` line: it ran here
+                report.built_on = dict.fromkeys(drvs, "local")
+        for part in parts:
             report.built |= part.built
             report.failed |= part.failed
             report.built_on.update(part.built_on)
@@ -219,13 +250,11 @@ class Nix:
         on_event: Callable[[str, str], None] | None = None,
         check: bool = False,
     ) -> RealiseReport:
-        if check and self.machine.check_builders:
-            return self._check_on(self.machine.check_builders[0], drvs)
         args = ["--realise", *drvs, "--keep-going", *self.option_args()]
         # unset: one build per core (Nix's own default is a single build at a time)
-        args += ["--max-jobs", str(self.jobs) if self.jobs else "auto"]
-        if check:
-            args.append("--check")
+        args += ["--max-jobs", "auto" if self.jobs is None else str(self.jobs)]
+        if check:  # rebuilt and compared HERE: a remote --check via the build hook compares
+            args += ["--check", "--option", "builders", ""]  # nothing (see _check_on)
         return self._stream(args, check=check, on_event=on_event)
 
     def _check_on(self, spec: str, drvs: Sequence[str]) -> RealiseReport:

@@ -27,6 +27,16 @@ def outputs(state: Path) -> dict[str, tuple[str, str]]:
     return {f"{g.rsplit('#', 1)[-1]}/{sid}": (drv, out) for g, sid, drv, out in rows}
 
 
+def checked_on(state: Path) -> list[str]:
+    """Where each of a state directory's results was --checked ('claim:<path>': a claim taken)."""
+    db = sqlite3.connect(state / "state.db")
+    try:
+        rows = db.execute("SELECT checked_on FROM results WHERE checked_on IS NOT NULL").fetchall()
+    finally:
+        db.close()
+    return [str(w) for (w,) in rows]
+
+
 def delete_outputs(state: Path) -> set[str]:
     """Drop the state dir's GC roots and delete its outputs from the store; return the outputs
     that are gone (others are held by another state directory's roots: left alone)."""

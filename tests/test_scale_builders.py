@@ -30,7 +30,9 @@ import pytest
 from plumbum import local
 
 from engine.cli import main
-from engine.nix import store_uri
+from engine.model import NixSettings
+from engine.nix import Nix, check_groups, store_uri
+from engine.remote.machine import MachineConfig
 from tests.enginekit import make_project
 
 pytestmark = pytest.mark.nix
@@ -45,10 +47,21 @@ class Remote:
     ssh_config: Path
 
     def machine(self, name: str) -> tuple[str, Path]:
-        """A builder spec's store URI for machine NAME and its store root."""
+        """A builder spec's store URI for machine NAME and its store root.
+
+        The machine has a Nix configuration of its own (NIX_CONF_DIR), as a builder does: the
+        sandbox on, no substituters, and the host paths the fixture fork's builds use (its
+        trace.toml's extra-sandbox-paths: a builder must provide what the builds need)."""
         root = self.base / f"store-{name}"
+        conf = self.base / f"conf-{name}"
+        conf.mkdir(exist_ok=True)
+        (conf / "nix.conf").write_text(
+            "sandbox = true\nsubstituters =\nextra-sandbox-paths = /usr /lib64 /bin /lib\n"
+        )
         program = self.base / f"daemon-{name}"
-        program.write_text(f'#!/bin/sh\nexec nix-daemon --store "{root}" "$@"\n')
+        program.write_text(
+            f'#!/bin/sh\nNIX_CONF_DIR="{conf}" exec nix-daemon --store "{root}" "$@"\n'
+        )
         program.chmod(0o755)
         return f"ssh-ng://trace-builder?remote-program={program}", root
 
@@ -208,15 +221,49 @@ def test_the_check_rebuild_runs_on_another_machine_and_can_fail(
 def test_builders_and_check_builders_are_two_machines(
     remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Every build on `first` (max-jobs = 0: none here); both machines are check builders, and a
+    step is --checked on the one that did NOT build it."""
     first, first_root = remote.machine("first")
     second, second_root = remote.machine("second")
     graph = project(tmp_path / "p")
-    machine = f'builders = ["{first} {SYSTEM} - 2 1"]\ncheck-builders = ["{second} {SYSTEM}"]\n'
+    machine = (
+        f'builders = ["{first} {SYSTEM} - 2 1"]\nmax-jobs = 0\n'
+        f'check-builders = ["{first} {SYSTEM}", "{second} {SYSTEM}"]\n'
+    )
     steps = run(graph, tmp_path / "state", machine, remote, monkeypatch)
-    b = steps["b"]
-    assert (b["built_on"], b["checked_on"], b["deterministic"]) == (first, second, True)
-    assert (first_root / b["out"].lstrip("/")).exists()
-    assert (second_root / b["out"].lstrip("/")).exists()
+    assert {s["built_on"] for s in steps.values()} == {first}
+    for sid in ("b", "coin"):
+        assert (steps[sid]["built_on"], steps[sid]["checked_on"]) == (first, second), sid
+        assert (first_root / steps[sid]["out"].lstrip("/")).exists()
+        assert (second_root / steps[sid]["out"].lstrip("/")).exists()
+    assert steps["b"]["deterministic"] is True and steps["coin"]["deterministic"] is False
+    # the next run's cached results still say where they were made and checked
+    again = run(graph, tmp_path / "state", machine, remote, monkeypatch)
+    assert {s["status"] for s in again.values()} == {"cached"}
+    assert again["b"]["built_on"] == first and again["b"]["checked_on"] == second
+
+
+def test_check_rebuilds_go_to_a_check_builder_that_did_not_build_the_step() -> None:
+    a, b, c = (f"ssh-ng://{h} {SYSTEM}" for h in "abc")
+    drvs = [f"/nix/store/{i:032d}-s.drv" for i in range(40)]
+    # built on a: never checked on a
+    assert set(check_groups(drvs, [a, b], dict.fromkeys(drvs, "ssh-ng://a"))) == {b}
+    # built here: spread over every check builder, the same way on every run
+    spread = check_groups(drvs, [a, b, c], dict.fromkeys(drvs, "local"))
+    assert set(spread) == {a, b, c} and sum(map(len, spread.values())) == len(drvs)
+    assert spread == check_groups(drvs, [a, b, c], {})
+    # one check builder, which built it too: checked there (the best there is)
+    assert check_groups(drvs[:1], [a], {drvs[0]: "ssh-ng://a"}) == {a: drvs[:1]}
+
+
+def test_max_jobs_zero_sends_builds_and_checks_to_the_builders() -> None:
+    spec = f"ssh-ng://a {SYSTEM}"
+    machine = MachineConfig.model_validate({"builders": [spec], "max-jobs": 0})
+    assert machine.check_pool() == [spec]
+    assert Nix(NixSettings(jobs=3), machine=machine).jobs == 0  # the machine's over a pipeline's
+    assert Nix(NixSettings(), 2, machine=machine).jobs == 2  # -j over the machine's
+    checking = MachineConfig.model_validate({"builders": [spec], "check-builders": ["b"]})
+    assert checking.check_pool() == ["b"] and MachineConfig(builders=[spec]).check_pool() == []
 
 
 def test_the_store_uri_of_a_builder_spec() -> None:
@@ -225,3 +272,97 @@ def test_the_store_uri_of_a_builder_spec() -> None:
     assert store_uri("ssh-ng://b?remote-program=/p x86_64-linux /k") == (
         "ssh-ng://b?remote-program=/p&ssh-key=/k"
     )
+
+
+# ---- a whole verify on a remote builder ----
+
+FORK = Path(__file__).resolve().parent / "fixtures" / "fork"
+CAND = "trace/candidates/pager-last-page/candidate.toml"
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(list(args))
+    return rc, out.getvalue()
+
+
+def test_a_verify_runs_on_the_builder_with_the_verdict_of_a_local_one(
+    remote: Remote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fixture fork's candidate, verified on a machine that builds nothing itself
+    (`max-jobs = 0`): every build runs on the builder (its own store has the output AND the
+    build log, which only a build there writes), the determinism check is rebuilt there too,
+    and the result, bundled, names the machines. Its outputs deleted here, the same candidate
+    verified by this machine alone reaches the same verdict from the same derivations."""
+    from engine.verify.cached import evidence_view
+    from engine.verify.result import VerifyResult
+    from tests.storekit import delete_outputs
+
+    uri, root = remote.machine("verify")
+    fork = tmp_path / "fork"
+    shutil.copytree(FORK, fork, ignore=shutil.ignore_patterns(".trace", "result*"))
+    (fork / "pkgs" / "pager" / "src" / "SALT").write_text(uuid.uuid4().hex + "\n")
+    cand, state = str(fork / CAND), tmp_path / "remote-state"
+    config = tmp_path / "machine.toml"
+    config.write_text(f'builders = ["{uri} {SYSTEM} - 4 1"]\nmax-jobs = 0\n')
+    monkeypatch.setenv("TRACE_MACHINE_CONFIG", str(config))
+    monkeypatch.setenv("NIX_SSHOPTS", f"-F {remote.ssh_config}")
+    with local.env(NIX_SSHOPTS=f"-F {remote.ssh_config}"):
+        rc, out = _cli("verify", cand, "--fork", str(fork), "--state-dir", str(state), "--json")
+        assert rc == 0, out
+        there = VerifyResult.model_validate_json(out)
+        rc, table = _cli("verify", cand, "--fork", str(fork), "--state-dir", str(state))
+        assert rc == 0
+    assert there.passed and there.deterministic is True
+    built = {sid: s for sid, s in there.steps.items() if s.status == "built"}
+    assert len(built) > 40  # the package builds, their runs, the gates' builds and runs
+    assert {s.built_on for s in built.values()} == {uri}
+    for sid, step in built.items():
+        assert step.out and (root / step.out.lstrip("/")).exists(), sid
+        assert step.drv
+        log = subprocess.run(
+            ["nix-store", "--store", str(root), "--read-log", step.drv],
+            capture_output=True,
+            timeout=60,
+        )
+        assert log.returncode == 0, (sid, log.stderr)
+    checked = {sid: s for sid, s in there.steps.items() if s.checked_on}
+    assert "post-fix" in checked and {s.checked_on for s in checked.values()} == {uri}
+    # the verify table names the machine (a cached re-run keeps where its results were made)
+    assert f"built on: {uri}" in table and f"--check rebuilt on: {uri}" in table
+
+    # bundled: the statement's runDetails name the machines; the payload does not
+    rc, _ = _cli("keygen", str(tmp_path / "signer"))
+    assert rc == 0
+    bundle = tmp_path / "bundle"
+    with local.env(NIX_SSHOPTS=f"-F {remote.ssh_config}"):  # its --check rebuild runs there too
+        rc, out = _cli(
+            "bundle", cand, "--fork", str(fork), "--state-dir", str(state), "--out", str(bundle),
+            "--key", str(tmp_path / "signer"), "--today", "2026-12-01",
+        )  # fmt: skip
+    assert rc == 0, out
+    statement = json.loads((bundle / "statement.json").read_text())
+    where = {
+        b["name"].removeprefix("machine:"): b["annotations"]
+        for b in statement["predicate"]["runDetails"]["byproducts"]
+    }
+    assert where["post-fix"] == {"trace.builtOn": uri, "trace.checkedOn": uri}
+    assert where["pre-fix"] == {"trace.builtOn": uri}
+    assert "built_on" not in (bundle / "payload" / "verify-result.json").read_text()
+    rc, out = _cli(
+        "verify-bundle", str(bundle), "--key", str(tmp_path / "signer.pub"), "--fork", str(fork)
+    )
+    assert rc == 0, out
+
+    # this machine alone: nothing remote, its own builds, the same verdict
+    delete_outputs(state)
+    monkeypatch.setenv("TRACE_MACHINE_CONFIG", "")
+    rc, out = _cli(
+        "verify", cand, "--fork", str(fork), "--state-dir", str(tmp_path / "local"), "--json"
+    )
+    assert rc == 0, out
+    here = VerifyResult.model_validate_json(out)
+    assert {s.built_on for s in here.steps.values() if s.status == "built"} == {"local"}
+    assert {sid for sid, s in here.steps.items() if s.status == "built"} >= {"pre-fix", "post-fix"}
+    assert evidence_view(here) == evidence_view(there)

@@ -129,6 +129,8 @@ def test_the_config_is_found_by_env_then_xdg(
         ('builders = ["ssh-ng://a ; ssh-ng://b"]\n', "builders.1", "one builder"),
         ("sandbox = false\n", "sandbox", "Extra inputs"),
         ('substituters = "file:///srv/c"\n', "substituters", "valid list"),
+        ("max-jobs = 0\n", "max-jobs", "no builders are listed"),
+        ("max-jobs = -1\n", "max-jobs", "greater than or equal to 0"),
     ],
 )
 def test_a_machine_config_that_weakens_trust_is_refused(
@@ -262,6 +264,74 @@ def test_an_unsigned_wrongly_signed_or_tampered_cache_is_refused(tmp_path: Path,
     }
 
 
+# ---- determinism claims: only a trusted key's signature stands in for a --check ----
+
+
+@pytest.mark.nix
+def test_a_claims_store_path_is_the_one_nix_gives_its_text() -> None:
+    from engine.remote.attest import claim_name, claim_text, text_path
+
+    drv = "/nix/store/" + "a" * 32 + "-x.drv"
+    text = claim_text(drv, "/nix/store/" + "b" * 32 + "-x", "sha256-AAAA")
+    assert "$" not in text  # a JSON string is then a Nix string with the same value
+    expr = f"builtins.toFile {json.dumps(claim_name(drv))} {json.dumps(text)}"
+    proc = subprocess.run(
+        ["nix-instantiate", "--eval", "-E", expr], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == text_path(claim_name(drv), text)
+
+
+@pytest.mark.nix
+@pytest.mark.parametrize("how", ["signed", "unsigned", "other-key"])
+def test_a_determinism_claim_is_taken_only_with_a_trusted_signature(
+    tmp_path: Path, how: str
+) -> None:
+    """A checks step b and pushes; B substitutes b's output. B takes A's claim instead of
+    rebuilding b only when the claim is signed by a key B trusts: a claim whose signature was
+    stripped in the cache (Nix itself substitutes a content-addressed path without one) or
+    replaced by another key's is refused, and B rebuilds b with --check here."""
+    graph = make_project(
+        tmp_path / "p", two_steps().replace('needs = ["a"]', 'needs = ["a"]\ncheck = true')
+    )
+    a_state, b_state, cache = tmp_path / "A", tmp_path / "B", tmp_path / "cache"
+    rc, out = cli(
+        "run", str(graph), "--root", str(graph.parent), "--state-dir", str(a_state), "--json"
+    )
+    assert rc == 0 and json.loads(out)["steps"]["b"]["deterministic"] is True
+    sec, pub = cache_key(tmp_path, "trusted")
+    to = f"file://{cache}?compression=none"
+    rc, out = cli("push", "--state-dir", str(a_state), "--to", to, "--key", str(sec), "--json")
+    assert rc == 0
+    (claim,) = json.loads(out)["claims"]
+    narinfo = cache / f"{Path(claim).name.split('-', 1)[0]}.narinfo"
+    lines = [ln for ln in narinfo.read_text().splitlines() if not ln.startswith("Sig:")]
+    if how != "signed":
+        narinfo.write_text("\n".join(lines) + "\n")
+    if how == "other-key":
+        other, _ = cache_key(tmp_path, "other")
+        subprocess.run(
+            ["nix", "store", "sign", "--store", to, "--key-file", str(other), claim],
+            check=True,
+            timeout=120,
+        )
+        assert "Sig: other:" in narinfo.read_text()
+    delete_outputs(a_state)
+    subprocess.run(["nix-store", "--delete", claim], check=True, timeout=120)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRACE_MACHINE_CONFIG", str(machine_file(tmp_path / "m.toml", cache, pub)))
+        rc, out = cli(
+            "run", str(graph), "--root", str(graph.parent), "--state-dir", str(b_state), "--json"
+        )
+    assert rc == 0
+    b = json.loads(out)["steps"]["b"]
+    assert b["status"] == "substituted" and b["deterministic"] is True
+    if how == "signed":
+        assert b["checked_on"] == f"claim:{claim}"
+    else:  # Nix took the unsigned path from the cache; trace did not take its word
+        assert b["checked_on"] == "local"
+
+
 # ---- machine A pushes, machine B verifies by substitution ----
 
 
@@ -311,6 +381,8 @@ def machines(tmp_path_factory: pytest.TempPathFactory) -> Machines:
     assert rc == 0, out
     a_outputs = outputs(a_state)
     gone = delete_outputs(a_state)
+    # and the determinism claims push added to the store: B has only what the cache has
+    subprocess.run(["nix-store", "--delete", *json.loads(out)["claims"]], timeout=600, check=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TRACE_MACHINE_CONFIG", str(machine_file(base / "machine-b.toml", cache, pub)))
         b_result = verify_and_bundle(b_state, base / "bundle-b")
@@ -328,6 +400,18 @@ def test_machine_b_builds_nothing_and_substitutes_what_a_built(machines: Machine
     assert len(machines.gone) > len(pushed) // 2
     statuses = {sid: s["status"] for sid, s in machines.b_result["steps"].items()}
     assert "built" not in statuses.values()
+    # nor --check rebuilt: A's signed determinism claims came with the outputs (pushed too)
+    checked = {sid: s for sid, s in machines.b_result["steps"].items() if s["checked_on"]}
+    assert set(checked) >= {"post-fix", "post-fix-run@1"}
+    for sid, step in checked.items():
+        assert step["checked_on"].startswith("claim:/nix/store/"), sid
+        assert step["deterministic"] is True
+        assert step["checked_on"].removeprefix("claim:") in machines.push_out["claims"]
+    a_checked = {sid for sid, s in machines.a_result["steps"].items() if s["checked_on"]}
+    assert a_checked == set(checked)
+    assert {
+        s["checked_on"] for sid, s in machines.a_result["steps"].items() if s["checked_on"]
+    } == {"local"}
     for step in machines.b_result["steps"].values():
         # deleted outputs came from the cache; the few another state dir still holds were found
         want = "substituted" if step["out"] in machines.gone else "reused"
@@ -366,3 +450,16 @@ def test_machine_b_reaches_the_same_verdict_and_bundle(machines: Machines) -> No
         for b in (machines.a_bundle, machines.b_bundle)
     ]
     assert subjects[0] == subjects[1] and len(subjects[0]) > 10
+
+    # the statements (signed, not payload) say where each side's results came from
+    def machines_of(bundle: Path) -> dict[str, dict[str, str]]:
+        doc = json.loads((bundle / "statement.json").read_text())
+        return {
+            b["name"].removeprefix("machine:"): b["annotations"]
+            for b in doc["predicate"]["runDetails"]["byproducts"]
+        }
+
+    a_where, b_where = machines_of(machines.a_bundle), machines_of(machines.b_bundle)
+    assert a_where["post-fix"] == {"trace.builtOn": "local", "trace.checkedOn": "local"}
+    assert b_where["post-fix"]["trace.builtOn"].startswith("cache:file://")
+    assert b_where["post-fix"]["trace.checkedOn"].startswith("claim:/nix/store/")

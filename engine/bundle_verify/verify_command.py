@@ -60,6 +60,20 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=cmd_verify)
 
 
+def machine_lines(result: VerifyResult) -> list[str]:
+    """Where this run's steps were made and `--check`ed, when any step ran on another machine
+    (a remote builder or a cache) or was checked; nothing when all was built here unchecked."""
+    seen = result.machines()
+    if set(seen["built"]) <= {"local"} and not seen["checked"]:
+        return []
+    lines = []
+    for what, label in (("built", "built on"), ("checked", "--check rebuilt on")):
+        if seen[what]:
+            parts = [f"{m} ({n} steps)" for m, n in sorted(seen[what].items())]
+            lines.append(f"{label}: " + ", ".join(parts))
+    return lines
+
+
 def print_table(result: VerifyResult) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -84,6 +98,8 @@ def print_table(result: VerifyResult) -> None:
         )
     console = Console(width=max(100, Console().width))
     console.print(table)
+    for line in machine_lines(result):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if result.gates:
         console.print("gates are measured here and judged by the signing policy (`trace decide`)")
     if result.passed:

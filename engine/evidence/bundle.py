@@ -147,6 +147,7 @@ def assemble(
     rules: tuple[RedactionRule, ...] = RULES,
     started: dt.datetime | None = None,
     finished: dt.datetime | None = None,
+    machines: dict[str, tuple[str | None, str | None]] | None = None,
 ) -> Assembled:
     """Redact, add the replay record, redaction rules and the index, and build the statement.
 
@@ -160,8 +161,14 @@ def assemble(
     replay = ReplayRecord.model_validate(replay_doc)
     _count(reports, REPLAY_PATH, counts)
     redacted.append(json_entry(REPLAY_PATH, "replay", replay_doc))
-    (candidate_id, builder_id, versions), counts = redact_value(
-        [candidate_id, builder_id, policy_versions], rules
+    (candidate_id, builder_id, versions, where), counts = redact_value(
+        [
+            candidate_id,
+            builder_id,
+            policy_versions,
+            {k: list(v) for k, v in (machines or {}).items()},
+        ],
+        rules,
     )
     _count(reports, STATEMENT_FILE, counts)
     applied = [RedactionReport(path=p, counts=c) for p, c in sorted(reports.items()) if c]
@@ -186,6 +193,7 @@ def assemble(
         invocation_id=str(uuid.uuid4()),
         started=started or now,
         finished=finished or now,
+        machines={k: (v[0], v[1]) for k, v in where.items()},
     )
     return Assembled(
         entries=tuple(redacted), statement=statement, statement_bytes=statement.to_bytes()

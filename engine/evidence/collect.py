@@ -177,7 +177,20 @@ def variant_entries(run: RunResult) -> list[PayloadEntry]:
 
 
 def verify_entry(result: VerifyResult) -> PayloadEntry:
-    return json_entry(VERIFY_RESULT_PATH, "verify", result.model_dump(mode="json", by_alias=True))
+    """The verify result as bundled: without the machines each step ran on (MACHINE_KEYS), which
+    the statement's runDetails carry, so two machines' bundles of one result are the same."""
+    from engine.verify.result import MACHINE_KEYS
+
+    doc = result.model_dump(mode="json", by_alias=True)
+    return json_entry(VERIFY_RESULT_PATH, "verify", _without(doc, MACHINE_KEYS))
+
+
+def _without(value: Any, keys: frozenset[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _without(v, keys) for k, v in value.items() if k not in keys}
+    if isinstance(value, list):
+        return [_without(v, keys) for v in value]
+    return value
 
 
 def gate_records(
@@ -378,4 +391,5 @@ def assemble_evidence(
         builder_id=builder_id,
         started=ran[0] if ran else None,
         finished=ran[1] if ran else None,
+        machines={sid: (r.built_on, r.checked_on) for sid, r in run.steps.items()},
     )

@@ -11,8 +11,12 @@ Predicate (`https://slsa.dev/provenance/v1` field names):
   graph files (absolute `urn:trace:fork:`/`urn:trace:engine:` uris, sha256 of that file), and
   every step's derivation (`file:///nix/store/….drv`, sha256 of the .drv's bytes, the step key as
   the `trace.stepKey` annotation).
-- runDetails: builder id (default `urn:trace:builder:cli`) + versions, invocation id, and the
-  real start/finish times of the run whose results are bundled.
+- runDetails: builder id (default `urn:trace:builder:cli`) + versions, invocation id, the
+  real start/finish times of the run whose results are bundled, and `byproducts`: for each step
+  whose machines are known, `{name: "machine:<step>", annotations: {trace.builtOn,
+  trace.checkedOn}}` (where its output was made: `local`, a remote builder's store URI or
+  `cache:<url>`; where its `--check` rebuild ran). Signed, but not a payload file: two machines'
+  bundles of the same results have the same subjects.
 The URIs are stable and documented in docs/evidence.md.
 The statement is serialised as RFC 8785 (JCS) bytes: those exact bytes are the DSSE payload.
 """
@@ -149,6 +153,22 @@ def dependencies(replay: ReplayRecord) -> list[ResourceDescriptor]:
     return deps
 
 
+MACHINE_PREFIX: Final = "machine:"
+
+
+def machine_byproducts(
+    machines: dict[str, tuple[str | None, str | None]],
+) -> list[ResourceDescriptor]:
+    """runDetails.byproducts: step id -> (built on, checked on), for the steps where known."""
+    out: list[ResourceDescriptor] = []
+    for sid in sorted(machines):
+        built, checked = machines[sid]
+        notes = {k: v for k, v in (("trace.builtOn", built), ("trace.checkedOn", checked)) if v}
+        if notes:
+            out.append(ResourceDescriptor(name=MACHINE_PREFIX + sid, annotations=notes))
+    return out
+
+
 def external_parameters(replay: ReplayRecord, candidate_id: str) -> dict[str, Any]:
     return {
         "candidate": {"id": candidate_id, **replay.candidate.model_dump()},
@@ -168,6 +188,7 @@ def build_statement(
     invocation_id: str,
     started: dt.datetime,
     finished: dt.datetime,
+    machines: dict[str, tuple[str | None, str | None]] | None = None,
 ) -> Statement:
     """`subjects` maps payload path -> sha256 hex; `started`/`finished`: when the run whose
     results are bundled began and ended (the builds, or the store re-check of cached ones)."""
@@ -194,6 +215,7 @@ def build_statement(
                 metadata=RunMetadata(
                     invocationId=invocation_id, startedOn=_iso(started), finishedOn=_iso(finished)
                 ),
+                byproducts=machine_byproducts(machines or {}),
             ),
         ),
     )

@@ -38,9 +38,18 @@ def cmd_push(args: argparse.Namespace) -> int:
 
     rep = push(_state_dir(args), to=args.to, key=args.key, wait=args.wait)
     if args.json:
-        out = {"to": rep.to, "key": rep.key_name, "outputs": rep.outputs, "steps": rep.steps}
+        out = {
+            "to": rep.to,
+            "key": rep.key_name,
+            "outputs": rep.outputs,
+            "claims": rep.claims,
+            "steps": rep.steps,
+        }
         print(json.dumps(out, indent=2))
     else:
         n = len(rep.outputs)
-        print(f"pushed {n} results with their closure to {rep.to} (key {rep.key_name})")
+        print(
+            f"pushed {n} results with their closure and {len(rep.claims)} determinism claims "
+            f"to {rep.to} (key {rep.key_name})"
+        )
     return 0

@@ -70,6 +70,14 @@ class MachineConfig(BaseModel):
         description="builders for the `--check` rebuilds of determinism checks (only there: "
         "local builds off), so `deterministic` means bit-identical on two machines",
     )
+    max_jobs: int | None = Field(
+        default=None,
+        alias="max-jobs",
+        ge=0,
+        description="builds this machine runs itself at once (replaces trace's default and a "
+        "pipeline's `jobs`; `-j` still wins); 0: every build goes to `builders`, and the "
+        "determinism checks to `check-builders`, else to `builders` (never this machine)",
+    )
     push_to: str | None = Field(
         default=None, alias="push-to", description="`trace push`'s cache when --to is not given"
     )
@@ -90,6 +98,12 @@ class MachineConfig(BaseModel):
         if self.builders is not None:
             out.append(("builders", " ; ".join(self.builders)))
         return out
+
+    def check_pool(self) -> list[str]:
+        """The builder specs the `--check` rebuilds of determinism checks go to ([]: here)."""
+        if self.check_builders:
+            return list(self.check_builders)
+        return list(self.builders or []) if self.max_jobs == 0 else []
 
 
 def config_path() -> Path | None:
@@ -155,6 +169,13 @@ def _check(cfg: MachineConfig, path: Path) -> MachineConfig:
                     f"'{spec}' is not one builder specification",
                     "one machine per list entry: `ssh-ng://host system key jobs speed features`",
                 )
+    if cfg.max_jobs == 0 and not cfg.builders:
+        raise _refuse(
+            path,
+            "max-jobs",
+            "max-jobs = 0 sends every build to the builders, but no builders are listed",
+            "list the remote builders (`builders = [...]`) or allow local builds (max-jobs >= 1)",
+        )
     return cfg
 
 

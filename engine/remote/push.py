@@ -5,6 +5,8 @@ Which results: those of every graph's latest run in the state directory (the ste
 would call clean), not older results the index still holds. The signature is Nix's own
 (`nix-store --generate-binary-cache-key`): a machine that lists the public key in its
 `trusted-public-keys` accepts the paths as if it had built them (docs/evidence.md, trust model).
+With them go the determinism claims of the results whose `--check` passed (engine/remote/attest.py),
+signed with the same key: such a machine takes them instead of rebuilding those steps.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class PushReport:
     to: str
     key_name: str
     outputs: list[str] = field(default_factory=list)  # the results' output paths
+    claims: list[str] = field(default_factory=list)  # their determinism claims
     steps: int = 0
 
 
@@ -38,6 +41,19 @@ def results_to_push(index: Index) -> list[str]:
         "SELECT DISTINCT r.out FROM last_keys l JOIN results r ON r.key = l.key"
     ).fetchall()
     return sorted(str(out) for (out,) in rows if out and os.path.exists(out))
+
+
+def claims_to_push(index: Index) -> list[str]:
+    """The determinism claims (engine/remote/attest.py) of the latest results whose --check
+    passed, that are in the store, sorted."""
+    from engine.remote.attest import expected
+
+    rows = index.db.execute(
+        "SELECT DISTINCT r.drv, r.out FROM last_keys l JOIN results r ON r.key = l.key "
+        "WHERE r.deterministic = 1"
+    ).fetchall()
+    want = expected({str(drv): str(out) for drv, out in rows if drv and out})
+    return sorted(p for p, _ in want.values() if os.path.exists(p))
 
 
 def key_name(path: Path) -> str:
@@ -131,6 +147,7 @@ def push(
         )
     with Index(state_dir, wait=wait) as index:
         outs = results_to_push(index)
+        claims = claims_to_push(index)
         steps = len(index.db.execute("SELECT 1 FROM last_keys").fetchall())
     if not outs:
         raise UsageError(
@@ -138,8 +155,8 @@ def push(
             key="--state-dir",
             hint="run trace run/verify first (with the same --state-dir)",
         )
-    for batch in batches(outs):
+    for batch in batches(outs + claims):
         _nix(["store", "sign", "--key-file", str(key_file), "--recursive", *batch], "signing", to)
-    for batch in batches(outs):
+    for batch in batches(outs + claims):
         _nix(["copy", "--to", to, *batch], "nix copy", to)
-    return PushReport(to=to, key_name=name, outputs=outs, steps=steps)
+    return PushReport(to=to, key_name=name, outputs=outs, claims=claims, steps=steps)

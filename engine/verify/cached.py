@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from engine.errors import InputError, TraceError
+from engine.verify.result import MACHINE_KEYS
 
 if TYPE_CHECKING:
     from engine.cache import Index
@@ -37,9 +38,10 @@ if TYPE_CHECKING:
 
 SHOWN_STEPS = 6
 SHOWN_PER_REASON = 12
-# Fields that describe how a result was obtained (paths as given, step statuses, log tails), not
-# what the builds showed: left out when a result file is compared with the judged result.
-RUN_ONLY_KEYS = frozenset({"status", "log_tail"})
+# Fields that describe how a result was obtained (paths as given, step statuses, log tails, the
+# machines), not what the builds showed: left out when a result file is compared with the judged
+# result.
+RUN_ONLY_KEYS = frozenset({"status", "log_tail"}) | MACHINE_KEYS
 TOP_ONLY_KEYS = frozenset({"candidate_file", "graph"})
 POLICY_CHANGED = "param 'policy' changed"  # engine.run's reason for a gate step's policy param
 

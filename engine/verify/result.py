@@ -76,6 +76,20 @@ class StepRef(_Model):
     out: str | None = None
     deterministic: bool | None = Field(default=None, description="--check result (check steps)")
     log_tail: str = ""
+    built_on: str | None = Field(
+        default=None,
+        description="the machine that made the output: 'local', a builder's store URI or "
+        "'cache:<url>' (not in a bundle's payload: see MACHINE_KEYS)",
+    )
+    checked_on: str | None = Field(
+        default=None, description="the machine that did the --check rebuild (check steps)"
+    )
+
+
+# Where a step ran is a fact about one run, not about the evidence: a second machine that
+# substitutes the first one's outputs has the same evidence. These keys stay out of a bundle's
+# payload (its digests are the same on both machines) and go to the statement's runDetails.
+MACHINE_KEYS = frozenset({"built_on", "checked_on"})
 
 
 class SideResult(_Model):
@@ -135,3 +149,12 @@ class VerifyResult(_Model):
     steps: dict[str, StepRef] = Field(description="every step of the graph by id")
     graph: str = Field(description="entry pipeline file")
     engine_version: str
+
+    def machines(self) -> dict[str, dict[str, int]]:
+        """{'built': {machine: steps}, 'checked': {machine: steps}} over every step."""
+        out: dict[str, dict[str, int]] = {"built": {}, "checked": {}}
+        for step in self.steps.values():
+            for what, where in (("built", step.built_on), ("checked", step.checked_on)):
+                if where:
+                    out[what][where] = out[what].get(where, 0) + 1
+        return out

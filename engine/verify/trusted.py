@@ -147,11 +147,18 @@ def from_store(graph: Graph, run: RunResult, index: Index, *, recheck: bool) -> 
     calls = 2 if recheck else 1
     checks = [sid for sid in cached if graph.steps[sid].check]
     if recheck and checks:
-        report = nix.realise([drvs[s] for s in checks], check=True)
-        calls += 1
-        # as engine.run: a failed --check that names no derivation proves nothing reproducible
-        unexplained = report.returncode != 0 and not report.failed
+        from engine.remote.attest import check
+
+        # as engine.run: a signed claim for an output made elsewhere, else a --check rebuild
+        verdicts, report = check(
+            nix,
+            {
+                s: (drvs[s], outs[s], steps[s].built_on, steps[s].built_on == "local")
+                for s in checks
+            },
+        )
+        calls += report is not None
         for sid in checks:
-            fresh = drvs[sid] not in report.failed and not unexplained
-            steps[sid] = steps[sid].model_copy(update={"deterministic": fresh})
+            fresh, where = verdicts[sid]
+            steps[sid] = steps[sid].model_copy(update={"deterministic": fresh, "checked_on": where})
     return run.model_copy(update={"steps": steps, "nix_calls": run.nix_calls + calls})

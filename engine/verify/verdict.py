@@ -54,6 +54,8 @@ def step_ref(res: StepResult | None, sid: str) -> StepRef:
         out=res.out,
         deterministic=res.deterministic,
         log_tail=res.log_tail or "",
+        built_on=res.built_on,
+        checked_on=res.checked_on,
     )
 
 
