@@ -25,6 +25,7 @@ Lower layer: imports engine.errors and engine.nix only.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -94,14 +95,20 @@ def path_infos(paths: Iterable[str]) -> dict[str, dict[str, object]]:
     """`nix path-info --json --sigs` of the valid ones among `paths`."""
     infos: dict[str, dict[str, object]] = {}
     for batch in batches(sorted(set(paths))):
-        proc = subprocess.run(
-            ["nix", *NIX_COMMAND, "path-info", "--json", "--sigs", *batch],
-            capture_output=True,
-            text=True,
-            timeout=_DEADLINE,
-            stdin=subprocess.DEVNULL,
-        )  # an invalid path makes it exit 1 but still print the valid ones
-        for info in json.loads(proc.stdout or "[]"):
+        try:
+            proc = subprocess.run(
+                ["nix", *NIX_COMMAND, "path-info", "--json", "--sigs", *batch],
+                capture_output=True,
+                text=True,
+                timeout=_DEADLINE,
+                stdin=subprocess.DEVNULL,
+            )  # an invalid path makes it exit 1 but still print the valid ones
+            found = json.loads(proc.stdout or "[]")
+        except subprocess.TimeoutExpired:
+            raise NixError(f"nix path-info did not finish in {_DEADLINE:.0f} s") from None
+        except ValueError:
+            raise NixError(f"nix path-info failed: {printable(proc.stderr[-500:])}") from None
+        for info in found:
             if info.get("valid", True) and "narHash" in info:
                 infos[str(info["path"])] = info
     return infos
@@ -187,13 +194,14 @@ def accepted(pairs: dict[str, str], trusted: Sequence[str], fetch: Sequence[str]
     want = expected(pairs)
     paths = [p for p, _ in want.values()]
     missing = [p for p in paths if not os.path.exists(p)]
-    for batch in batches(missing):  # what no cache has stays missing: not an error
-        subprocess.run(
-            ["nix-store", "--realise", *batch, "--keep-going", *fetch],
-            capture_output=True,
-            timeout=_DEADLINE,
-            stdin=subprocess.DEVNULL,
-        )
+    for batch in batches(missing):  # what no cache has (or a cache that hangs) stays missing
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            subprocess.run(
+                ["nix-store", "--realise", *batch, "--keep-going", *fetch],
+                capture_output=True,
+                timeout=_DEADLINE,
+                stdin=subprocess.DEVNULL,
+            )
     infos = path_infos(paths)
     ok: dict[str, str] = {}
     for drv, (path, text) in want.items():
