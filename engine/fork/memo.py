@@ -46,9 +46,7 @@ import hashlib
 import hmac
 import json
 import os
-import secrets
 import shutil
-import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -56,14 +54,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from engine import __version__
+from engine import __version__, userkey
 from engine.fastpath import Entry, stamp
 from engine.fork.config import ForkConfig
 from engine.fork.report import Outcome
 
 FORMAT = "trace.fork-memo/v1"
 KEY_ENV = "TRACE_MEMO_KEY"
-KEY_BYTES = 32
 RACY_NS = 1_000_000_000  # files modified this close to the run's start are never memoised
 NIX_TOOLS = ("nix", "nix-build", "nix-instantiate", "nix-store")
 ENV_VARS = (  # what changes what Nix or trace does on this machine
@@ -80,52 +77,27 @@ ENV_VARS = (  # what changes what Nix or trace does on this machine
 Reads = list[tuple[str, list[str]]]
 
 
-def _home() -> Path:
-    try:
-        return Path.home()
-    except RuntimeError:  # no $HOME and no passwd entry: nothing outside the fork to keep a key
-        return Path("/nonexistent")
-
-
 def key_path() -> Path | None:
     env = os.environ.get(KEY_ENV)
     if env is not None:
         return Path(env) if env else None  # set but empty: no memo
-    base = os.environ.get("XDG_STATE_HOME") or str(_home() / ".local" / "state")
-    return Path(base) / "trace" / "memo.key"
+    home = userkey.state_home()
+    return None if home is None else home / "trace" / "memo.key"
 
 
 def load_key(cfg: ForkConfig) -> tuple[bytes | None, str]:
-    """The memo key (created on first use), or (None, why it is not used)."""
+    """The memo key (created on first use, engine/userkey.py), or (None, why it is not used)."""
     path = key_path()
     if path is None:
-        return None, f"${KEY_ENV} is empty"
-    path = path.absolute()
-    real = path.resolve()  # a symlinked folder into the fork is inside it
-    for inside in (cfg.root, cfg.state):
-        if path.is_relative_to(inside.absolute()) or real.is_relative_to(inside.resolve()):
-            return None, f"the memo key {path} is inside {inside}: anyone who writes it forges"
-    try:
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass  # another run made it a moment ago
-            else:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(secrets.token_bytes(KEY_BYTES))
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            data = fh.read()
-    except OSError as exc:
-        return None, f"the memo key {path} is unreadable ({exc.strerror})"
-    if st.st_uid != os.geteuid() or st.st_mode & 0o077 or not stat.S_ISREG(st.st_mode):
-        return None, f"the memo key {path} is not a file only its owner can read (chmod 600)"
-    if len(data) != KEY_BYTES:
-        return None, f"the memo key {path} is not {KEY_BYTES} bytes"
-    return data, ""
+        return None, f"${KEY_ENV} is empty and there is no home directory for a memo key"
+    key = userkey.load(path, (cfg.root, cfg.state))
+    if key is None:
+        return None, (
+            f"the memo key {path} is not used: it must be a {userkey.KEY_BYTES}-byte file only "
+            "you can read (chmod 600), not inside the fork or its state directory (whoever "
+            "writes there could forge verdicts)"
+        )
+    return key, ""
 
 
 def _sha256(path: Path) -> str | None:
@@ -177,7 +149,10 @@ def written_stamp(reads: Reads) -> str | None:
 def _machine(env: dict[str, str]) -> dict[str, object]:
     """The Nix tools this run would start and the config files that shape them (no process)."""
     tools = {t: os.path.realpath(w) if (w := shutil.which(t)) else None for t in NIX_TOOLS}
-    xdg = Path(env.get("XDG_CONFIG_HOME") or _home() / ".config")
+    try:
+        xdg = Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    except RuntimeError:  # no home: no per-user config either
+        xdg = Path("/nonexistent")
     files = [
         Path("/etc/nix/nix.conf"),
         Path(env.get("NIX_CONF_DIR", "/etc/nix")) / "nix.conf",
