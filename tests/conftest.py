@@ -17,6 +17,9 @@ os.environ["TRACE_MEMO_KEY"] = os.path.join(
     tempfile.mkdtemp(prefix="trace-tests-memo-"), "memo.key"
 )
 
+# The load cache's MAC key (engine/loadcache.py, engine/userkey.py): the suite's, never the user's.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="trace-tests-state-")
+
 # Fixture packages carry their own test suites (run inside their Nix builds by the regression
 # gate); they are data here, never part of trace's suite.
 collect_ignore = ["fixtures"]
