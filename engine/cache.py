@@ -123,9 +123,9 @@ class Index:
                 f"WHERE key IN ({marks})",
                 chunk,
             ):
-                if not all(type(v) is str for v in row[:4]):
+                if type(row[2]) is not str or type(row[3]) is not str:
                     continue  # not a row this index wrote: no result, so the step builds
-                # model_construct: the four strings are checked above, no validation per row
+                # model_construct: the paths are checked above (the key matched ours), no validation
                 found[row[0]] = CachedResult.model_construct(
                     key=row[0],
                     step_id=row[1],

@@ -250,7 +250,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if known_keys is None:
             keys = {s: sp.key for s, sp in p.steps.items()}
             loadcache.store(index.db, state, cache_key, graph, keys)
-        known = known_drvs(p, cached)  # clean upstream steps: imported, not rendered again
+        # clean upstream steps: imported, not rendered again
+        known = known_drvs(p, cached) if p.dirty else {}
         if p.dirty and args.no_eval:  # a template that does not render is bad input
             render_expression(graph, p, p.dirty, known)
         elif p.dirty:  # ... and so is a graph that does not evaluate
