@@ -5,7 +5,8 @@ repetition salts a copy of the fork (a comment appended to the package's source,
 time), so every derivation is new, and times two cold runs of the real verify graph:
 
 * `base`: only the two package builds and the reproducer runs (pre-fix, post-fix,
-  pre-fix-run@K, post-fix-run@K): what any verification must pay;
+  pre-fix-run@K, post-fix-run@K; post-fix with its --check rebuild): what any verification
+  must pay;
 * `whole`: the whole verify graph (expectation, scope, mutation, coverage, variants,
   regression), with another salt.
 
@@ -13,7 +14,10 @@ time), so every derivation is new, and times two cold runs of the real verify gr
 gate's share is given as the number of derivations it adds. The order of the two alternates
 between repetitions; medians are reported.
 
-    .venv/bin/python bench/gates_cost.py [--candidate cparse-key-overflow] [--repeat 3]
+`--phases` then times one more salted fork phase by phase (each phase's steps added to the
+ones before on one state dir): where the time goes.
+
+    .venv/bin/python bench/gates_cost.py [--candidate cparse-key-overflow] [--repeat 3] [--phases]
 """
 
 from __future__ import annotations
@@ -57,10 +61,56 @@ def graph_for(fork: Path, candidate: str) -> Graph:
     return load_graph(fork / "trace.toml", root=fork, context=verify_context(cand, fork))
 
 
-def base_only(graph: Graph) -> Graph:
-    keep = [s for s in graph.order if s.split("@")[0] in BASE_STEPS]
+def only(graph: Graph, bases: tuple[str, ...]) -> Graph:
+    """The steps whose base id is in `bases`, with everything they need."""
+    want = {s for s in graph.order if graph.steps[s].base_id in bases}
+    todo = list(want)
+    while todo:
+        for need in graph.steps[todo.pop()].needs:
+            if need not in want:
+                want.add(need)
+                todo.append(need)
+    keep = [s for s in graph.order if s in want]
     steps = {s: graph.steps[s] for s in keep}
     return graph.model_copy(update={"steps": steps, "order": tuple(keep)})
+
+
+def base_only(graph: Graph) -> Graph:
+    return only(graph, BASE_STEPS)
+
+
+# The phase split: each phase adds its steps to the ones before, built on the same state dir,
+# so each phase's time is what its own derivations cost (cold: the fork is salted).
+PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("base (2 builds + reproducer runs)", BASE_STEPS),
+    ("expectation, scope, fault-site", ("expectation", "gate-scope", "gate-fault-site")),
+    ("variants (plan, 1 run step/side, gate)", ("variant-plan", "variant-post", "variant-pre")),
+    ("", ("gate-variants",)),
+    ("mutation (mutant builds + runs, gate)", ("patched-source", "mutant-run", "gate-mutation")),
+    ("coverage (build + run, gate)", ("coverage-run", "gate-coverage")),
+    ("regression (2 test builds, gate)", ("tests-pre", "tests-post", "gate-regression")),
+)
+
+
+def phase_split(work: Path, candidate: str, package: str) -> list[tuple[str, float, int]]:
+    fork = salted_fork(work, package)
+    graph = graph_for(fork, candidate)
+    state = work / f"state-{uuid.uuid4().hex[:8]}"
+    rows: list[tuple[str, float, int]] = []
+    bases: tuple[str, ...] = ()
+    for name, more in PHASES:
+        bases += more
+        took, n = timed(only(graph, bases), state)
+        if name:
+            rows.append((name, took, n))
+        else:  # folded into the phase before (a gate step of it)
+            last = rows[-1]
+            rows[-1] = (last[0], last[1] + took, last[2] + n)
+    rest = tuple(s for s in {graph.steps[s].base_id for s in graph.order} if s not in bases)
+    if rest:
+        took, n = timed(graph, state)
+        rows.append((f"other ({', '.join(sorted(rest))})", took, n))
+    return rows
 
 
 def timed(graph: Graph, state: Path) -> tuple[float, int]:
@@ -77,7 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--candidate", default="cparse-key-overflow")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--phases", action="store_true", help="then one more salted fork, phase by phase"
+    )
     args = ap.parse_args(argv)
+    package = "cparse" if "cparse" in args.candidate else "pager"
     times: dict[str, list[float]] = {"base": [], "whole": []}
     built: dict[str, int] = {}
     shares: Counter[str] = Counter()
@@ -86,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.repeat):
             order = ("base", "whole") if rep % 2 == 0 else ("whole", "base")
             for what in order:
-                fork = salted_fork(work, "cparse" if "cparse" in args.candidate else "pager")
+                fork = salted_fork(work, package)
                 graph = graph_for(fork, args.candidate)
                 if what == "base":
                     graph = base_only(graph)
@@ -104,6 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  ratio whole / base                 {ratio:7.2f}")
     print(f"  goal  whole <= {GOAL:g} x base            {'met' if ratio <= GOAL else 'NO'}")
     print("  steps per kind: " + ", ".join(f"{k} {v}" for k, v in sorted(shares.items())))
+    if args.phases:
+        with tempfile.TemporaryDirectory(prefix="trace-gates-bench-") as tmp:
+            rows = phase_split(Path(tmp), args.candidate, package)
+        total = sum(t for _, t, _ in rows)
+        print("\nphase split (one more salted fork, each phase on top of the ones before):")
+        for name, took, n in rows:
+            print(f"  {name:42s} {took:7.2f} s  {100 * took / total:4.0f} %  {n} steps")
+        print(f"  {'sum':42s} {total:7.2f} s")
     return 0
 
 

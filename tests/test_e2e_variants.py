@@ -64,7 +64,10 @@ def test_the_bundle_holds_the_crashing_variant_and_the_replay_reruns_it(tmp_path
     assert replayed.ok, replayed.detail
     assert "every outcome as recorded" in replayed.detail
     replay = json.loads((payload / "replay.json").read_text())
-    assert f"variant-post@{first['index']}" in replay["steps"]  # the variant's run was rebuilt
+    assert "variant-post" in replay["steps"]  # the variants' runs were rebuilt, the crash too
+    rebuilt = json.loads((payload / "outcomes" / "variant-post.json").read_text())
+    (crash,) = [r for r in rebuilt["runs"] if r["index"] == first["index"]]
+    assert crash["outcome"]["sanitizer"]["kind"] == "heap-buffer-overflow"
 
     # a variant file changed after the fact no longer matches the gate record
     (variant / "data" / "long-key.conf").write_bytes(b"name=demo\n")

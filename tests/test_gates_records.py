@@ -16,7 +16,7 @@ from engine.gates.core import codes
 from engine.gates.core.coverage import changed_lines, match_path, python_executable_lines
 from engine.gates.core.coverage import evaluate as coverage_gate
 from engine.gates.core.mutation import evaluate as mutation_gate
-from engine.gates.core.mutation import write_mutant
+from engine.gates.core.mutation import write_mutants
 from engine.records import GateRecord
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,9 +55,9 @@ def mutant_dirs(
     """What the mutant-run steps leave behind: mutant.json (from the real writer), check.json
     (what equiv.check_mutant said: `run` unless given) and a run record."""
     dirs = []
+    write_mutants({"patches": [str(patch)]}, str(tmp / "mutants"))  # as the one shared step does
     for i, rec in enumerate(records, 1):
-        d = tmp / f"m{i}"
-        write_mutant({"patches": [str(patch)], "index": i}, str(d))
+        d = tmp / "mutants" / str(i)
         (d / "outcome.json").write_text(json.dumps(rec))
         status = checks[i - 1] if checks else "run"
         (d / "check.json").write_text(json.dumps({"status": status, "why": f"test: {status}"}))

@@ -3,8 +3,8 @@
 The symptom-hiding fix (cparse-poc-special-case: `main()` skips lines exactly as long as the
 PoC's, `parse_line()` untouched) passes every claim of `trace verify` with only the PoC
 reproducer; the variants gate denies it, and the still-failing variant is an ordinary
-reproducer in the variant run's output. The correct fix (cparse-key-overflow) passes. A second
-run builds nothing: the variants are derivations.
+reproducer in the variant run's output (one derivation per side runs every variant). The correct
+fix (cparse-key-overflow) passes. A second run builds nothing: the variants are derivations.
 """
 
 from __future__ import annotations
@@ -40,17 +40,25 @@ def test_a_symptom_hiding_fix_is_denied_by_its_variants(state: Path) -> None:
     assert first["id"] == "v001-length" and "40 -> 41 bytes" in first["description"]
     assert first["post_crash"] == ["AddressSanitizer: heap-buffer-overflow"]
     assert details["pre_fix_crashes"] == details["variants"] == 24
+    # one derivation per side ran every variant, each with its own record (in plan order)
+    batch = outcome(result, "variant-post")
+    assert batch["schema"] == "trace.variant-runs/v1"
+    assert [r["index"] for r in batch["runs"]] == list(range(1, 25))
+    assert len({r["id"] for r in batch["runs"]}) == 24
+    assert not any(s.startswith("variant-post@") for s in result.steps)
     # the variant is a replayable reproducer: the run's output holds its script and data, and
     # its record shows the target's own sanitizer report on the post-fix build
-    step = result.steps[f"variant-post@{first['index']}"]
-    variant = Path(step.out) / "variant"
+    step = result.steps["variant-post"]
+    variant = Path(step.out) / "v" / str(first["index"]) / "variant"
     assert (variant / "repro.sh").read_text().splitlines()[-1] == (
         "\"$TARGET/bin/cparse\" 'long-key.conf'"
     )
     key = (variant / "data" / "long-key.conf").read_bytes().split(b"\n")[1].split(b"=")[0]
     assert key == b"k" * 41
-    record = outcome(result, f"variant-post@{first['index']}")
+    (record,) = [r["outcome"] for r in batch["runs"] if r["index"] == first["index"]]
     assert record["target_ran"] and record["invocations"][0]["sanitizer"] == ASAN
+    pre = outcome(result, "variant-pre")
+    assert all(r["outcome"]["invocations"][0]["sanitizer"] == ASAN for r in pre["runs"])
     assert "still crash post-fix (replay: variants/v001-length/" in details["summary"]
 
     again = run_candidate(
@@ -60,7 +68,11 @@ def test_a_symptom_hiding_fix_is_denied_by_its_variants(state: Path) -> None:
 
 
 def test_the_correct_fix_passes_its_variants(state: Path) -> None:
-    gate = outcome(run_candidate("cparse-key-overflow", state), "gate-variants")
+    result = run_candidate("cparse-key-overflow", state)
+    gate = outcome(result, "gate-variants")
+    runs = outcome(result, "variant-post")["runs"]  # each variant's own run, none crashed
+    assert len(runs) == 24 and all(r["outcome"]["target_ran"] for r in runs)
+    assert not any(r["outcome"]["sanitizer"] for r in runs)
     assert (gate["passed"], gate["reasons"], gate["score"]) == (True, [], 1.0)
     assert gate["details"]["still_fails"] == 0
     assert gate["details"]["pre_fix_crashes"] == 24  # every variant reaches the bug pre-fix
@@ -87,6 +99,7 @@ def test_a_poc_on_stdin_is_varied_through_stdin(state: Path, tmp_path: Path) -> 
     assert gate["details"]["poc"]["invocations"][0]["stdin"] is True
     first = gate["details"]["still_failing"][0]
     assert first["description"].startswith("stdin:0: run of b'k' at 10: 40 -> 41 bytes")
-    step = result.steps[f"variant-post@{first['index']}"]
-    script = (Path(step.out) / "variant" / "repro.sh").read_text().splitlines()[-1]
+    step = result.steps["variant-post"]
+    variant = Path(step.out) / "v" / str(first["index"]) / "variant"
+    script = (variant / "repro.sh").read_text().splitlines()[-1]
     assert script == "\"$TARGET/bin/cparse\" '/dev/stdin' < stdin-0.bin"

@@ -10,7 +10,7 @@
 | reproducer/<name>            | reproducer | the script and its data files                  |
 | variants/<id>/...            | reproducer | each variant of the PoC that still crashes the |
 |                              |            | post-fix build (variants gate): repro.sh and   |
-|                              |            | data/*, from its variant-post step's output    |
+|                              |            | data/*, from the variant-post step's output    |
 | model.json                   | other      | model id, prompt digest, parameters (if any)   |
 | prompt.txt                   | other      | the prompt (when the candidate names one)      |
 | outcomes/<step id>.json      | run / gate | every step's outcome as built (all K runs)     |
@@ -148,18 +148,18 @@ VARIANT_POST_STEP = "variant-post"
 def variant_entries(run: RunResult) -> list[PayloadEntry]:
     """Each variant the variants gate found still failing, as a replayable reproducer:
     `variants/<id>/repro.sh` and `variants/<id>/data/<name>`, read from the output of the
-    variant's own post-fix run step (whose outcome records the crash; `verify-bundle --replay`
-    rebuilds that step). The files' sha256 are in the gate record (`still_failing[].files`)."""
+    post-fix variant-run step (whose outcome records every variant's run, the crash included;
+    `verify-bundle --replay` rebuilds that step, running the crashing variant again). The
+    files' sha256 are in the gate record (`still_failing[].files`)."""
     gate = run.steps.get(VARIANT_GATE_STEP)
     details = gate.outcome.get("details") if gate and isinstance(gate.outcome, dict) else None
     if not isinstance(details, dict):
         return []
     out: list[PayloadEntry] = []
     for item in details.get("still_failing") or []:
-        step = run.steps.get(f"{VARIANT_POST_STEP}@{item['index']}")
-        if step is None or step.out is None:
+        src = _variant_dir(run, int(item["index"]))
+        if src is None:
             continue
-        src = Path(step.out) / "variant"
         base = f"{VARIANTS_DIR}/{item['id']}"
         out.append(_file_entry(f"{base}/repro.sh", "reproducer", src / "repro.sh"))
         for name in sorted(item.get("files") or {}):
@@ -174,6 +174,17 @@ def variant_entries(run: RunResult) -> list[PayloadEntry]:
                 )
             )
     return out
+
+
+def _variant_dir(run: RunResult, index: int) -> Path | None:
+    """Variant `index`'s reproducer as its post-fix run kept it: `v/<index>/variant` of the one
+    variant-post step (engine/gates/core/variant_runs.py), or the `variant` dir of a
+    `variant-post@<index>` step (a graph that still runs one step per variant)."""
+    batch = run.steps.get(VARIANT_POST_STEP)
+    if batch is not None and batch.out is not None:
+        return Path(batch.out) / "v" / str(index) / "variant"
+    step = run.steps.get(f"{VARIANT_POST_STEP}@{index}")
+    return Path(step.out) / "variant" if step is not None and step.out is not None else None
 
 
 def verify_entry(result: VerifyResult) -> PayloadEntry:

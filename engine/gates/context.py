@@ -27,7 +27,6 @@ from engine.gates.core.mutate import generate
 # CONFIG = trace): it replaces the shipped one, so the gates must apply its thresholds.
 FORK_SIGNING = Path("trace") / "policy" / "signing.toml"
 GATES = ("scope", "mutation", "coverage", "variants", "regression", "fault-site")
-VARIANT_BUDGET = 24  # variants per side when the policy sets no [gates.variants] budget
 
 
 def mutant_count(candidate: Candidate) -> int:
@@ -81,14 +80,8 @@ def gate_context(
         "mutation": {"mutants": n, "steps": max(1, n), "policy": applied["mutation"]},
         "coverage": {"policy": applied["coverage"]},
         "scope": {"policy": applied["scope"]},
-        "variants": {"steps": variant_steps(applied["variants"]), "policy": applied["variants"]},
+        # the variants run in one derivation per side: the budget is the plan's, not a step count
+        "variants": {"policy": applied["variants"]},
         "regression": {"policy": applied["regression"]},
         "fault_site": {"policy": applied["fault-site"]},
     }
-
-
-def variant_steps(applied: str) -> int:
-    """How many variant steps per side: the policy's [gates.variants] budget (the plan makes at
-    most that many; the steps past its last variant are placeholders)."""
-    budget = json.loads(applied)["thresholds"].get("budget")
-    return int(budget) if budget is not None else VARIANT_BUDGET

@@ -1,12 +1,13 @@
 """Entry point inside the Nix sandbox: `python3 -B -m trace_gates.main GATE OUT`.
 
-`python3 -B -m trace_gates.main mutant OUTDIR` writes one mutant's patch series instead,
+`python3 -B -m trace_gates.main mutants OUTDIR` writes every mutant's patch series instead,
 `python3 -B -m trace_gates.main mutant-check OUTDIR` decides whether a built mutant is worth a
 run (stillborn, equivalent, not code: engine/gates/core/equiv.py), `... mutant-variants OUTDIR`
 runs a mutant the reproducer did not kill against the PoC's variants (mutant_variants.py),
 `python3 -B -m trace_gates.main patched-source SRC OUT` records where the patch landed (landing.py),
 `python3 -B -m trace_gates.main coverage-run` is the coverage variant's reproducer run,
-`python3 -B -m trace_gates.main variant-plan OUTDIR` writes the variants gate's plan, and
+`python3 -B -m trace_gates.main variant-plan OUTDIR` writes the variants gate's plan,
+`... variant-runs PLAN OUTDIR` runs every variant of it against one build (variant_runs.py), and
 `python3 -B -m trace_gates.main tests-record OUT` one side's package-test record.
 
 The gate's configuration comes as JSON in the environment variable TRACE_GATE_CONFIG (a
@@ -108,15 +109,20 @@ def write_json(path: str, value: object) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 2 and argv[0] == "mutant":
-        from .mutation import write_mutant
+    if len(argv) == 2 and argv[0] == "mutants":
+        from .mutation import write_mutants
 
-        write_mutant(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
+        write_mutants(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
         return 0
     if len(argv) == 2 and argv[0] == "variant-plan":
         from .variant_gate import write_plan
 
         write_plan(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
+        return 0
+    if len(argv) == 3 and argv[0] == "variant-runs":
+        from .variant_runs import run_side
+
+        run_side(argv[1], argv[2])
         return 0
     if len(argv) == 2 and argv[0] == "mutant-variants":
         from .mutant_variants import run_variants

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import tempfile
 from types import ModuleType
 from typing import Any
 
 from .modules import load_json_object
 from .variant_gate import runs_by_index
+from .variant_runs import run_harness
 
 Record = dict[str, Any]
 
@@ -44,23 +42,10 @@ def variant_kill(judge: ModuleType, mutant: Record, post: Record, oracles: Recor
     return "; ".join(str(p) for p in problems) or None
 
 
-def _harness(variant: str, out: str) -> None:
-    data = sorted(os.path.join(variant, "data", n) for n in os.listdir(f"{variant}/data"))
-    env = dict(os.environ)
-    env.update(
-        out=out,
-        script=os.path.join(variant, "repro.sh"),
-        data=" ".join(data),
-        TMPDIR=tempfile.mkdtemp(prefix="variant-", dir=os.environ.get("TMPDIR", "/tmp")),
-    )
-    harness = os.environ["harness"]  # noqa: SIM112 (the derivation attribute, as Nix names it)
-    subprocess.run([sys.executable, "-I", "-S", harness], env=env, check=True)
-
-
 def run_variants(cfg: dict[str, Any], out: str) -> dict[str, Any]:
-    """cfg: plan (the variant-plan dir), variant_runs (variant-post dirs), oracles (JSON),
-    and the harness's environment (the mutant-run step's); `out` holds the mutant's reproducer
-    record (outcome.json)."""
+    """cfg: plan (the variant-plan dir), variant_runs (the variant-post step's output),
+    oracles (JSON), and the harness's environment (the mutant-run step's); `out` holds the
+    mutant's reproducer record (outcome.json)."""
     from . import oracle
 
     oracles = json.loads(cfg.get("oracles") or "{}")
@@ -79,7 +64,7 @@ def run_variants(cfg: dict[str, Any], out: str) -> dict[str, Any]:
             continue
         dest = os.path.join(out, "variants", str(index))
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        _harness(variant, dest)
+        run_harness(variant, dest, hide=out)
         summary["ran"].append(index)
         why = variant_kill(
             oracle, load_json_object(os.path.join(dest, "outcome.json")), post, oracles

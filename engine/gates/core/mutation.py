@@ -1,8 +1,8 @@
 """The mutation gate: make mutant N's patch series, and judge the mutants' reproducer runs.
 
-`write_mutant` runs once per mutant, in its own derivation: it writes the mutated patch series
+`write_mutants` runs once, in one derivation: for each mutant it writes the mutated patch series
 (`p0.patch`, `p1.patch`, ...) and `mutant.json` (id, operator, location, reviewer diff) into a
-directory the mutant build applies. The mutant-run step then checks the built mutant
+directory (`N/`) that mutant N's build applies. The mutant-run step then checks the built mutant
 (`equiv.check_mutant`: stillborn, equivalent by TCE or AST, not code) and runs the reproducer
 only against the others. `evaluate` reads every mutant's records: killed when a TARGET
 invocation failed on the mutant, judged by the one rule that judges the post-fix runs
@@ -38,6 +38,14 @@ def _read(path: str) -> str:
 
 def mutant_meta(m: Mutant) -> dict[str, object]:
     return {**m.summary(), "patch_index": m.patch_index}
+
+
+def write_mutants(cfg: dict[str, Any], out: str) -> None:
+    """Every mutant's patch series, mutant N in `out/N` (write_mutant); a patch without
+    mutants gets the placeholder `out/1` (its one mutant-run step)."""
+    count = len(generate([_read(p) for p in cfg["patches"]]))
+    for index in range(1, max(1, count) + 1):
+        write_mutant({**cfg, "index": index}, os.path.join(out, str(index)))
 
 
 def write_mutant(cfg: dict[str, Any], out: str) -> None:

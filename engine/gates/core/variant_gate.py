@@ -34,6 +34,7 @@ from .applied import applied_policy, bound
 from .codes import gate_record
 from .modules import load_json_object
 from .oracle import newly_unacceptable
+from .variant_runs import run_dirs
 from .variants import Invocation, generate
 
 FATAL = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP", "SIGSYS")
@@ -197,8 +198,9 @@ def same_bug(crash: str, expect: dict[str, Any]) -> bool:
 
 
 def runs_by_index(dirs: list[str]) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
+    """Each variant's (variant.json, run record) by index, from variant-run step outputs."""
     out = {}
-    for d in dirs:
+    for d in run_dirs(dirs):
         meta = load_json_object(os.path.join(d, "variant.json"))
         if meta.get("id") is None:
             continue  # a placeholder step: the plan made fewer variants than the budget

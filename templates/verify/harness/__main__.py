@@ -135,7 +135,9 @@ def main() -> int:
         "cwd": work,
         "env": child_env,
         "expose": [work, view, shims, sockets],
-        "hide": [pkg, os.path.realpath(out), out, private, hook],
+        # `hide`: more to keep from the reproducer (a batch of variant runs: the records the
+        # earlier runs wrote, engine/gates/core/variant_runs.py)
+        "hide": [pkg, os.path.realpath(out), out, private, hook, *env.get("hide", "").split()],
         "only": [tmp],
     }
     proc = isolated_reproducer(

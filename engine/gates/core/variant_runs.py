@@ -1,0 +1,88 @@
+"""Every variant of the plan against one build, in ONE derivation (`variant-post`, `variant-pre`).
+
+A derivation per variant per side was most of a cold verify's derivations (2 x the budget),
+each paying Nix's per-build overhead for one harness run of a second. One derivation per side
+runs them one after another instead, each exactly as before: its own fresh working directory
+and process (the verify harness, `python3 -I -S $harness`, with the same sanitizer, isolation,
+timeout and redaction of the PoC's secrets), its own record. Nothing of one run survives into
+the next (its temporary directory is removed), and the reproducer never sees this derivation's
+`$out`, where the earlier runs' records are (`hide`).
+
+`$out/v/<n>/` is what a per-variant step used to be: `outcome.json` (trace.run/v1),
+`variant.json` (the plan's variant) and `variant/` (its `repro.sh` and `data/`: what a bundle
+carries when it still fails). `$out/outcome.json` (trace.variant-runs/v1) lists every variant's
+index, id and run record, so a replay that rebuilds the step compares every run, the crashing
+one included. `run_dirs` expands a step's output into those per-variant directories for the
+gates (variant_gate, mutant_variants, mutation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from .modules import load_json_object
+
+SCHEMA = "trace.variant-runs/v1"
+
+
+def run_harness(variant: str, out: str, *, hide: str = "") -> None:
+    """Variant directory `variant` (repro.sh, data/) under the verify harness into `out`, in a
+    fresh temporary directory removed afterwards; the rest of the harness's environment
+    (target, harness, timeout, tools, taint) is the derivation's."""
+    data = sorted(os.path.join(variant, "data", n) for n in os.listdir(f"{variant}/data"))
+    tmp = tempfile.mkdtemp(prefix="variant-", dir=os.environ.get("TMPDIR", "/tmp"))
+    env = dict(os.environ)
+    env.update(out=out, script=os.path.join(variant, "repro.sh"), data=" ".join(data), TMPDIR=tmp)
+    if hide:
+        env["hide"] = hide
+    harness = os.environ["harness"]  # noqa: SIM112 (the derivation attribute, as Nix names it)
+    try:
+        subprocess.run([sys.executable, "-I", "-S", harness], env=env, check=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _indices(plan: str) -> list[int]:
+    root = os.path.join(plan, "v")
+    return sorted(int(n) for n in os.listdir(root) if n.isdigit()) if os.path.isdir(root) else []
+
+
+def run_side(plan: str, out: str) -> dict[str, Any]:
+    """Run every variant of `plan` against the derivation's target; write `out` (see above)."""
+    os.makedirs(os.path.join(out, "v"))
+    runs = []
+    for index in _indices(plan):
+        src = os.path.join(plan, "v", str(index))
+        dest = os.path.join(out, "v", str(index))
+        run_harness(src, dest, hide=out)
+        shutil.copyfile(os.path.join(src, "variant.json"), os.path.join(dest, "variant.json"))
+        os.makedirs(os.path.join(dest, "variant"))
+        shutil.copyfile(os.path.join(src, "repro.sh"), os.path.join(dest, "variant", "repro.sh"))
+        shutil.copytree(os.path.join(src, "data"), os.path.join(dest, "variant", "data"))
+        meta = load_json_object(os.path.join(dest, "variant.json"))
+        record = load_json_object(os.path.join(dest, "outcome.json"))
+        runs.append({"index": index, "id": meta.get("id"), "outcome": record})
+    summary = {"schema": SCHEMA, "variants": len(runs), "runs": runs}
+    with open(os.path.join(out, "outcome.json"), "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    return summary
+
+
+def run_dirs(dirs: list[str]) -> list[str]:
+    """The per-variant run directories of variant-run step outputs: `<d>/v/<n>` of a batched
+    step's output, in index order; a directory without `v/` is one run itself."""
+    out: list[str] = []
+    for d in dirs:
+        root = os.path.join(d, "v")
+        if os.path.isdir(root):
+            out += [os.path.join(root, str(n)) for n in _indices(d)]
+        else:
+            out.append(d)
+    return out
