@@ -272,6 +272,13 @@ def test_mutation_not_measurable_says_why(tmp_path: Path) -> None:
     assert (rec["measurable"], rec["reasons"]) == (False, ["mutation-not-measurable"])
     assert rec["details"]["rules"] == ["mutation.no-mutants"]
     assert "no mutant generated" in rec["details"]["summary"]
+    # the shared mutant-patches step gives such a patch its one placeholder mutant-run (`1/`)
+    write_mutants({"patches": [str(comment)]}, str(tmp_path / "none"))
+    assert sorted(p.name for p in (tmp_path / "none").iterdir()) == ["1"]
+    placeholder = json.loads((tmp_path / "none" / "1" / "mutant.json").read_text())
+    assert (placeholder["id"], placeholder["of"]) == (None, 0)
+    rec = mutation_gate({**cfg, "mutant_runs": [str(tmp_path / "none" / "1")]})
+    assert rec["details"]["rules"] == ["mutation.no-mutants"]
     built = tmp_path / "built"
     built.mkdir()
     failed = {"schema": "trace.run/v1", "build": "failed", "target_ran": False}
