@@ -1,11 +1,14 @@
 """One derivation per side runs every variant (engine/gates/core/variant_runs.py), each as a
-run of its own: its own working directory, process and record, and no sight of the records the
-earlier variants wrote. The harness runs outside the sandbox against the tiny fake package of
-tests.test_verify_gate (the real builds: tests/test_gates_variants_nix.py)."""
+run of its own: its own working directory, process and record, and no sight of the records or
+files the other variants wrote, run beside it or before it. The harness runs outside the sandbox
+against the tiny fake package of tests.test_verify_gate (the real builds:
+tests/test_gates_variants_nix.py)."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,18 +29,19 @@ def _variant(plan: Path, n: int, script: str, data: dict[str, bytes]) -> None:
 
 
 def test_each_variant_runs_alone_and_keeps_its_own_record(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     run_harness(tmp_path, "setup", "true\n")  # makes the fake package at tmp_path/pkg
     plan, out = tmp_path / "plan", tmp_path / "batch-out"
-    _variant(plan, 1, '"$TARGET/bin/crash" one.bin\n', {"one.bin": b"1"})
-    _variant(plan, 2, '"$TARGET/bin/show" two.bin\n', {"two.bin": b"second\n"})
-    # variant 3 looks for what variants 1 and 2 left: their data in its working directory, the
-    # records in the batch's output
-    spy = f'ls\nls {out}/v/1 >/dev/null 2>&1 || echo no-batch-output\n"$TARGET/bin/ok"\n'
-    _variant(plan, 3, spy, {"three.bin": b"3"})
-    build = tmp_path / "build"
-    build.mkdir()
+    _variant(plan, 1, '"$TARGET/bin/crash" one.bin\nsleep 3\n', {"one.bin": b"1"})
+    _variant(plan, 2, 'sleep 3\n"$TARGET/bin/show" two.bin\n', {"two.bin": b"second\n"})
+    # variant 3, run while 1 and 2 are still at work, looks for what they have: their data in
+    # its working directory, their temporary directories beside its own, the records in the
+    # batch's output
+    spy = f'ls\nls "$TMPDIR/.." | wc -l\nls {out}/v >/dev/null 2>&1 || echo no-batch-output\n'
+    _variant(plan, 3, spy + '"$TARGET/bin/ok"\n', {"three.bin": b"3"})
+    build = Path(tempfile.mkdtemp(prefix="vr-", dir="/tmp"))  # short: the harness's sockets
+    request.addfinalizer(lambda: shutil.rmtree(build, ignore_errors=True))
     env = {"harness": str(HARNESS), "target": str(tmp_path / "pkg"), "run": "1"}
     for k, v in {**env, "tools": "/usr", "timeout": "30", "TMPDIR": str(build)}.items():
         monkeypatch.setenv(k, v)
@@ -49,7 +53,7 @@ def test_each_variant_runs_alone_and_keeps_its_own_record(
     one, two, three = (r["outcome"] for r in summary["runs"])
     assert one["invocations"][0]["signal"] == "SIGSEGV"  # variant 1's crash is its own
     assert two["invocations"][0]["stdout_tail"] == "second\n" and not two["target_failed"]
-    assert three["stdout_tail"].split() == ["three.bin", "no-batch-output", "fine"]
+    assert three["stdout_tail"].split() == ["three.bin", "1", "no-batch-output", "fine"]
     assert list(build.iterdir()) == []  # every run's temporary directory is gone
     for n in (1, 2, 3):  # each variant's reproducer and data, as a bundle carries them
         assert (out / "v" / str(n) / "variant" / "repro.sh").is_file()

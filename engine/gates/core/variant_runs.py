@@ -2,11 +2,12 @@
 
 A derivation per variant per side was most of a cold verify's derivations (2 x the budget),
 each paying Nix's per-build overhead for one harness run of a second. One derivation per side
-runs them one after another instead, each exactly as before: its own fresh working directory
-and process (the verify harness, `python3 -I -S $harness`, with the same sanitizer, isolation,
-timeout and redaction of the PoC's secrets), its own record. Nothing of one run survives into
-the next (its temporary directory is removed), and the reproducer never sees this derivation's
-`$out`, where the earlier runs' records are (`hide`).
+runs them instead (a few at a time, PARALLEL), each exactly as before: its own fresh working
+directory and process (the verify harness, `python3 -I -S $harness`, with the same sanitizer,
+isolation, timeout and redaction of the PoC's secrets), its own record. A reproducer sees
+neither the other runs' temporary directories (`only`: their common parent shows its own
+alone; each is removed when its run ends) nor this derivation's `$out`, where the others'
+records are (`hide`).
 
 `$out/v/<n>/` is what a per-variant step used to be: `outcome.json` (trace.run/v1),
 `variant.json` (the plan's variant) and `variant/` (its `repro.sh` and `data/`: what a bundle
@@ -24,23 +25,31 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .modules import load_json_object
 
 SCHEMA = "trace.variant-runs/v1"
+# Runs at a time. A harness run is mostly waiting (process start-ups, hand-offs over its socket),
+# not computing, so a few at once finish much sooner on a loaded machine; each run still has its
+# own working directory, process, timeout and record, and the records do not depend on it.
+PARALLEL = 4
 
 
-def run_harness(variant: str, out: str, *, hide: str = "") -> None:
+def run_harness(variant: str, out: str, *, hide: str = "", runs: str | None = None) -> None:
     """Variant directory `variant` (repro.sh, data/) under the verify harness into `out`, in a
-    fresh temporary directory removed afterwards; the rest of the harness's environment
-    (target, harness, timeout, tools, taint) is the derivation's."""
+    fresh temporary directory (in `runs`, whose other entries its reproducer does not see)
+    removed afterwards; the rest of the harness's environment (target, harness, timeout, tools,
+    taint) is the derivation's."""
     data = sorted(os.path.join(variant, "data", n) for n in os.listdir(f"{variant}/data"))
-    tmp = tempfile.mkdtemp(prefix="variant-", dir=os.environ.get("TMPDIR", "/tmp"))
+    tmp = tempfile.mkdtemp(prefix="v-", dir=runs or os.environ.get("TMPDIR", "/tmp"))
     env = dict(os.environ)
     env.update(out=out, script=os.path.join(variant, "repro.sh"), data=" ".join(data), TMPDIR=tmp)
     if hide:
         env["hide"] = hide
+    if runs:
+        env["only"] = runs
     harness = os.environ["harness"]  # noqa: SIM112 (the derivation attribute, as Nix names it)
     try:
         subprocess.run([sys.executable, "-I", "-S", harness], env=env, check=True)
@@ -53,14 +62,24 @@ def _indices(plan: str) -> list[int]:
     return sorted(int(n) for n in os.listdir(root) if n.isdigit()) if os.path.isdir(root) else []
 
 
-def run_side(plan: str, out: str) -> dict[str, Any]:
-    """Run every variant of `plan` against the derivation's target; write `out` (see above)."""
+def run_side(plan: str, out: str, *, parallel: int = PARALLEL) -> dict[str, Any]:
+    """Run every variant of `plan` against the derivation's target, `parallel` at a time;
+    write `out` (see above)."""
     os.makedirs(os.path.join(out, "v"))
+    indices = _indices(plan)
+    runs_dir = tempfile.mkdtemp(prefix="runs-", dir=os.environ.get("TMPDIR", "/tmp"))
+
+    def one(n: int) -> None:
+        dest = os.path.join(out, "v", str(n))
+        run_harness(os.path.join(plan, "v", str(n)), dest, hide=out, runs=runs_dir)
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        list(pool.map(one, indices))  # a run that failed to start raises here
+    os.rmdir(runs_dir)
     runs = []
-    for index in _indices(plan):
+    for index in indices:
         src = os.path.join(plan, "v", str(index))
         dest = os.path.join(out, "v", str(index))
-        run_harness(src, dest, hide=out)
         shutil.copyfile(os.path.join(src, "variant.json"), os.path.join(dest, "variant.json"))
         os.makedirs(os.path.join(dest, "variant"))
         shutil.copyfile(os.path.join(src, "repro.sh"), os.path.join(dest, "variant", "repro.sh"))

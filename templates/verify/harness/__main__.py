@@ -135,10 +135,11 @@ def main() -> int:
         "cwd": work,
         "env": child_env,
         "expose": [work, view, shims, sockets],
-        # `hide`: more to keep from the reproducer (a batch of variant runs: the records the
-        # earlier runs wrote, engine/gates/core/variant_runs.py)
+        # a batch of variant runs (engine/gates/core/variant_runs.py) keeps more from the
+        # reproducer: `hide`, the records the other runs wrote; `only`, the directory holding
+        # every run's own TMPDIR (it shows this run's alone, not the others' at work beside it)
         "hide": [pkg, os.path.realpath(out), out, private, hook, *env.get("hide", "").split()],
-        "only": [tmp],
+        "only": [tmp, *env.get("only", "").split()],
     }
     proc = isolated_reproducer(
         python,
