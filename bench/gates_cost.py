@@ -155,7 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  base  (2 builds + reproducer runs) {base:7.2f} s  {built['base']} steps")
     print(f"  whole (every gate)                 {whole:7.2f} s  {built['whole']} steps")
     ratio = whole / base
+    pairs = [w / b for w, b in zip(times["whole"], times["base"], strict=True)]
     print(f"  ratio whole / base                 {ratio:7.2f}")
+    print(
+        f"  ratio per repetition               {' '.join(f'{r:.2f}' for r in pairs)}"
+        f"  (median {statistics.median(pairs):.2f})"
+    )
     print(f"  goal  whole <= {GOAL:g} x base            {'met' if ratio <= GOAL else 'NO'}")
     print("  steps per kind: " + ", ".join(f"{k} {v}" for k, v in sorted(shares.items())))
     if args.phases:
