@@ -54,7 +54,18 @@ def run_harness(variant: str, out: str, *, hide: str = "", runs: str | None = No
     try:
         subprocess.run([sys.executable, "-I", "-S", harness], env=env, check=True)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove(tmp)
+
+
+def remove(path: str) -> None:
+    """Remove a run's directory tree, read-only parts too (the harness's copy of a package
+    keeps the store's modes: a Python package's directories are not writable)."""
+    for root, dirs, _ in os.walk(path):
+        for d in dirs:
+            full = os.path.join(root, d)
+            if not os.path.islink(full):
+                os.chmod(full, 0o700)
+    shutil.rmtree(path)
 
 
 def _indices(plan: str) -> list[int]:
@@ -75,7 +86,7 @@ def run_side(plan: str, out: str, *, parallel: int = PARALLEL) -> dict[str, Any]
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         list(pool.map(one, indices))  # a run that failed to start raises here
-    os.rmdir(runs_dir)
+    remove(runs_dir)
     runs = []
     for index in indices:
         src = os.path.join(plan, "v", str(index))
