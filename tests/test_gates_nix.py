@@ -180,7 +180,7 @@ def test_a_changed_reproducer_reruns_the_mutants_and_not_the_builds(tmp_path: Pa
     second = run(cand / "candidate.toml", state, root=Path("/"))
     rebuilt = sorted(s for s, r in second.steps.items() if r.status != "cached")
     variants = ["gate-variants", "variant-plan"]  # the PoC's runs changed: so may its variants
-    variants += [f"variant-{side}@{n}" for side in ("post", "pre") for n in range(1, 25)]
+    variants += ["variant-post", "variant-pre"]  # one step per side runs every variant
     assert rebuilt == sorted(
         [
             "coverage-run",
