@@ -188,3 +188,32 @@ def test_a_target_that_registers_after_the_harness_ended_its_targets_is_ended_to
         client.wait(timeout=30)  # stdin stays open: only the harness's kill ends the reader
     [entry] = harness.stop()
     assert (entry["ended"], entry["signal"], entry["exit_code"]) == ("timed-out", None, None)
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_the_reproducer_wait_wakes_on_exit_and_still_times_out(
+    harness: ModuleType, monkeypatch: pytest.MonkeyPatch, pidfd: bool
+) -> None:
+    """exited_within waits on a pidfd (woken by the exit, not polling up to 50 ms a look);
+    without pidfd_open it falls back to Popen's own wait. Both end a sleeper at the deadline."""
+    import os
+    import subprocess
+
+    import targets
+
+    if not pidfd:
+
+        def refuse(pid: int) -> int:
+            raise OSError("no pidfd here")
+
+        monkeypatch.setattr(os, "pidfd_open", refuse)
+    quick = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert targets.exited_within(quick, 30) is True
+    assert quick.wait() == 0
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert targets.exited_within(slow, 0.3) is False
+        assert slow.poll() is None  # it came back at the deadline, the sleeper still running
+    finally:
+        slow.kill()
+        slow.wait()

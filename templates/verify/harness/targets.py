@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import select
 import signal
 import socket
 import stat
@@ -375,6 +376,25 @@ def canonical_key(inv: dict[str, Any]) -> str:
     )
 
 
+def exited_within(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Whether `proc` exits within `timeout` s. Woken by the exit itself (a pidfd), not by
+    Popen.wait(timeout=)'s polling, which sleeps up to 50 ms between looks: every reproducer run
+    paid that. Without pidfd_open (an old kernel), the polling wait."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+    return bool(ready) or proc.poll() is not None
+
+
 def collect(
     proc: subprocess.Popen[bytes], harness: Harness, timeout: int
 ) -> tuple[int, bytes, bytes, bool]:
@@ -390,11 +410,7 @@ def collect(
     ]
     for t in readers:
         t.start()
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+    timed_out = not exited_within(proc, timeout)
     # targets first (still running: the harness ends them), then the reproducer's leftovers:
     # killing those first could end a target's input and let it finish by timing
     harness.kill_targets("timed-out" if timed_out else "killed-by-harness")
