@@ -166,7 +166,10 @@ def fork_run(
     """One `trace fork` run: (wall, own, nix processes, git processes, cpu)."""
     log.unlink(missing_ok=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    trace = shutil.which("trace", path=env["PATH"]) or "trace"
+    # the trace of the Python running this bench (.venv/bin/python bench/... works without
+    # activating the venv), else the one on PATH
+    beside = Path(sys.executable).parent / "trace"
+    trace = str(beside) if beside.exists() else shutil.which("trace", path=env["PATH"]) or "trace"
     t0 = time.perf_counter()
     proc = subprocess.run(
         [trace, "fork", "--no-sign", "--json", "-q", *source],
