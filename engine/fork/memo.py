@@ -322,10 +322,10 @@ class Run:
 
         self._stamps.clear()
         done = 0
+        shared = self._stamp_digest(self.shared_reads, racy=True)  # trace's own code and data
         for file, entry in self._pending.items():
             reads: Reads = [(p, list(ex)) for p, ex in entry["reads"]]
             digest = self._stamp_digest(reads, racy=True)
-            shared = self._stamp_digest(self.shared_reads, racy=True)
             if digest is None or shared is None or shared != self._shared:
                 self._where(file).unlink(missing_ok=True)
                 continue
