@@ -49,6 +49,7 @@ def test_each_variant_runs_alone_and_keeps_its_own_record(
     summary = run_side(str(plan), str(out))
 
     assert summary["schema"] == SCHEMA and summary["variants"] == 3
+    assert summary["symbolized"] is True  # no `symbolize=0` in this environment
     assert json.loads((out / "outcome.json").read_text()) == summary
     one, two, three = (r["outcome"] for r in summary["runs"])
     assert one["invocations"][0]["signal"] == "SIGSEGV"  # variant 1's crash is its own

@@ -217,3 +217,56 @@ def test_the_reproducer_wait_wakes_on_exit_and_still_times_out(
     finally:
         slow.kill()
         slow.wait()
+
+
+def test_symbolize_0_is_appended_to_every_sanitizers_options(tmp_path: Path) -> None:
+    script = 'ASAN_OPTIONS=detect_leaks=0 "$TARGET/bin/showenv"\n'
+    off = run_harness(tmp_path, "sym0", script, extra_env={"symbolize": "0"})
+    lines = off["invocations"][0]["stdout_tail"].splitlines()
+    # after the reproducer's own options (the last value of a flag wins)
+    assert "ASAN_OPTIONS=detect_leaks=0:symbolize=0" in lines
+    for var in ("UBSAN_OPTIONS", "MSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS"):
+        assert f"{var}=symbolize=0" in lines
+    on = run_harness(tmp_path, "sym1", script)
+    lines = on["invocations"][0]["stdout_tail"].splitlines()
+    assert "ASAN_OPTIONS=detect_leaks=0" in lines
+    assert not [line for line in lines if "symbolize" in line]
+
+
+OVERFLOW_C = """#include <stdlib.h>
+#include <string.h>
+int main(int argc, char **argv) {
+    char *buf = malloc(4);
+    memcpy(buf, argv[1], strlen(argv[1]) + 1);
+    free(buf);
+    return 0;
+}
+"""
+
+
+def test_an_unsymbolized_asan_report_keeps_the_verdict_fields_not_the_frames(
+    tmp_path: Path,
+) -> None:
+    """A real AddressSanitizer crash (host gcc): with symbolize=0 the record says the same tool,
+    kind and ending, without frames; symbolized, the frames carry file:line."""
+    import subprocess
+
+    pkg = tmp_path / "pkg"
+    (pkg / "bin").mkdir(parents=True)
+    (tmp_path / "overflow.c").write_text(OVERFLOW_C)
+    subprocess.run(
+        ["gcc", "-g", "-fsanitize=address", "-o", str(pkg / "bin" / "overflow"), "overflow.c"],
+        cwd=tmp_path,
+        check=True,
+    )
+    script = '"$TARGET/bin/overflow" much-too-long\n'
+    runs = {
+        "on": run_harness(tmp_path, "asan1", script),
+        "off": run_harness(tmp_path, "asan0", script, extra_env={"symbolize": "0"}),
+    }
+    [on], [off] = (runs[k]["invocations"] for k in ("on", "off"))
+    assert on["sanitizer"] == off["sanitizer"] == ASAN
+    assert (on["exit_code"], on["signal"]) == (off["exit_code"], off["signal"]) == (1, None)
+    assert runs["on"]["target_failed"] and runs["off"]["target_failed"]
+    assert any(f["file"] and f["file"].endswith("overflow.c") for f in on["frames"])
+    assert off["frames"] == []

@@ -2,30 +2,40 @@
 
 A derivation per variant per side was most of a cold verify's derivations (2 x the budget),
 each paying Nix's per-build overhead for one harness run of a second. One derivation per side
-runs them instead (a few at a time, PARALLEL), each exactly as before: its own fresh working
-directory and process (the verify harness, `python3 -I -S $harness`, with the same sanitizer,
-isolation, timeout and redaction of the PoC's secrets), its own record. A reproducer sees
-neither the other runs' temporary directories (`only`: their common parent shows its own
-alone; each is removed when its run ends) nor this derivation's `$out`, where the others'
-records are (`hide`).
+runs them instead (a few at a time, PARALLEL), each exactly as the PoC's runs are: the verify
+harness's `run` (with the same sanitizer, isolation, timeout and redaction of the PoC's
+secrets) in a fresh working directory, its reproducer in namespaces of its own, its own
+record. The harness is loaded once into this process and serves every run (a harness process
+per run paid its interpreter's start and imports each time); each run has its own socket,
+threads and files, and shares no state with the others. A reproducer sees neither the other
+runs' temporary directories (`only`: their common parent shows its own alone; each is removed
+when its run ends) nor this derivation's `$out`, where the others' records are (`hide`).
+
+`symbolize=0` in the derivation's environment (the pre-fix side, `variant-pre`) leaves the
+targets' sanitizer reports unsymbolized (the harness's `run`): the gate only counts the pre-fix
+build's crashes and compares their kinds, and symbolizing a crash's report costs more than the
+rest of its run. The post-fix side symbolizes: a variant that still crashes it is bundled as a
+new reproducer, its frames shown.
 
 `$out/v/<n>/` is what a per-variant step used to be: `outcome.json` (trace.run/v1),
 `variant.json` (the plan's variant) and `variant/` (its `repro.sh` and `data/`: what a bundle
 carries when it still fails). `$out/outcome.json` (trace.variant-runs/v1) lists every variant's
-index, id and run record, so a replay that rebuilds the step compares every run, the crashing
-one included. `run_dirs` expands a step's output into those per-variant directories for the
-gates (variant_gate, mutant_variants, mutation).
+index, id and run record (and whether the reports were symbolized), so a replay that rebuilds
+the step compares every run, the crashing one included. `run_dirs` expands a step's output
+into those per-variant directories for the gates (variant_gate, mutant_variants, mutation).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 from typing import Any
 
 from .modules import load_json_object
@@ -37,11 +47,32 @@ SCHEMA = "trace.variant-runs/v1"
 PARALLEL = 4
 
 
+_LOADED: dict[str, ModuleType] = {}
+_LOADING = threading.Lock()
+
+
+def harness(path: str) -> ModuleType:
+    """The verify harness at `path` (its `__main__.py`, beside its own modules), loaded once."""
+    with _LOADING:
+        if path not in _LOADED:
+            if path not in sys.path:
+                sys.path.insert(0, path)
+            spec = importlib.util.spec_from_file_location(
+                "trace_harness", os.path.join(path, "__main__.py")
+            )
+            if spec is None or spec.loader is None:
+                raise ImportError(f"no verify harness at {path}")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            _LOADED[path] = module
+        return _LOADED[path]
+
+
 def run_harness(variant: str, out: str, *, hide: str = "", runs: str | None = None) -> None:
     """Variant directory `variant` (repro.sh, data/) under the verify harness into `out`, in a
     fresh temporary directory (in `runs`, whose other entries its reproducer does not see)
     removed afterwards; the rest of the harness's environment (target, harness, timeout, tools,
-    taint) is the derivation's."""
+    taint, symbolize) is the derivation's."""
     data = sorted(os.path.join(variant, "data", n) for n in os.listdir(f"{variant}/data"))
     tmp = tempfile.mkdtemp(prefix="v-", dir=runs or os.environ.get("TMPDIR", "/tmp"))
     env = dict(os.environ)
@@ -50,9 +81,8 @@ def run_harness(variant: str, out: str, *, hide: str = "", runs: str | None = No
         env["hide"] = hide
     if runs:
         env["only"] = runs
-    harness = os.environ["harness"]  # noqa: SIM112 (the derivation attribute, as Nix names it)
     try:
-        subprocess.run([sys.executable, "-I", "-S", harness], env=env, check=True)
+        harness(env["harness"]).run(env)
     finally:
         remove(tmp)
 
@@ -98,7 +128,12 @@ def run_side(plan: str, out: str, *, parallel: int = PARALLEL) -> dict[str, Any]
         meta = load_json_object(os.path.join(dest, "variant.json"))
         record = load_json_object(os.path.join(dest, "outcome.json"))
         runs.append({"index": index, "id": meta.get("id"), "outcome": record})
-    summary = {"schema": SCHEMA, "variants": len(runs), "runs": runs}
+    summary = {
+        "schema": SCHEMA,
+        "variants": len(runs),
+        "symbolized": os.environ.get("symbolize") != "0",  # noqa: SIM112 (a derivation attribute)
+        "runs": runs,
+    }
     with open(os.path.join(out, "outcome.json"), "w", encoding="utf-8") as fh:
         json.dump(summary, fh, indent=2, sort_keys=True)
         fh.write("\n")

@@ -50,6 +50,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 
 from capture import TAIL_CHARS, Capture, normalise, signal_name
 from isolation import isolated_reproducer
@@ -85,8 +86,34 @@ __all__ = [
 ]
 
 
+# The sanitizers' runtime options that `symbolize=0` turns symbolization off in (a common flag of
+# every sanitizer runtime; the last value given wins, so it overrides the reproducer's own).
+SANITIZER_OPTIONS = (
+    "ASAN_OPTIONS",
+    "UBSAN_OPTIONS",
+    "MSAN_OPTIONS",
+    "TSAN_OPTIONS",
+    "LSAN_OPTIONS",
+)
+
+
 def main() -> int:
-    env = os.environ
+    run(os.environ)
+    return 0
+
+
+def run(env: Mapping[str, str]) -> None:
+    """One reproducer run, configured by `env` (the derivation's environment, see above), its
+    record written to `$out/outcome.json`. Callable in-process: a batch of variant runs
+    (engine/gates/core/variant_runs.py) calls it once per variant, each with its own `out` and
+    TMPDIR, several at a time; nothing here reads or changes process-wide state.
+
+    `symbolize=0` in `env`: the targets' sanitizer reports are left unsymbolized (frames as
+    module+offset: no function, file or line). The record's verdict fields (how each invocation
+    ended, the report's tool and kind) are the same; the run costs far less when the target
+    crashes (symbolizing reads the DWARF of the program and of the sanitizer runtime). For runs
+    whose crashes are only counted (the pre-fix side of the variants), never for a run whose
+    frames are evidence (the PoC's runs: the fault-site gate reads them)."""
     out, pkg = env["out"], os.path.realpath(env["target"])
     tmp = env.get("TMPDIR", "/tmp")
     work, view, hook = (os.path.join(tmp, d) for d in ("work", "target", "hook"))
@@ -114,7 +141,9 @@ def main() -> int:
     for name in ("python3", "python"):
         write_wrapper(os.path.join(shims, name), python, sock, name)
     pypath = ":".join([hook, *python_paths(pkg)])
-    harness = Harness(private, sock, programs, find_python(tools), pypath)
+    unsymbolized = env.get("symbolize") == "0"
+    options = {var: "symbolize=0" for var in SANITIZER_OPTIONS} if unsymbolized else {}
+    harness = Harness(private, sock, programs, find_python(tools), pypath, options)
     harness.start()
 
     child_env = {
@@ -160,8 +189,6 @@ def main() -> int:
         (pkg, "<target>"),
         (tmp, "<tmp>"),
     ]
-    # redacted before anything is cut, kept or hashed (redaction.py): a tail never starts
-    # inside a secret a rule would have matched whole
     # redacted before anything is cut or kept (redaction.py): a tail never starts inside a
     # secret a rule would have matched whole; the digests are of the streams as written
     fragments = taint_fragments(env.get("taint"))
@@ -197,7 +224,6 @@ def main() -> int:
     with open(os.path.join(out, "outcome.json"), "w", encoding="utf-8") as fh:
         json.dump(record, fh, indent=2, sort_keys=True)
         fh.write("\n")
-    return 0
 
 
 if __name__ == "__main__":

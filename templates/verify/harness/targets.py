@@ -129,9 +129,18 @@ class Harness:
     """Runs target programs on behalf of wrappers and shims, and remembers how each ended."""
 
     def __init__(
-        self, private: str, sock: str, programs: dict[str, str], python: str, pypath: str
+        self,
+        private: str,
+        sock: str,
+        programs: dict[str, str],
+        python: str,
+        pypath: str,
+        options: dict[str, str] | None = None,
     ) -> None:
         self.private = private
+        # appended to the targets' environment variables of these names (`VAR=...:option`):
+        # the sanitizers' runtime options (the last value of a flag wins)
+        self.options = dict(options or {})
         self.sock = sock
         self.programs = programs
         self.python = python
@@ -149,7 +158,6 @@ class Harness:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.sock)
         self.listener.listen(64)
-        self.listener.settimeout(0.1)
         self.thread = threading.Thread(target=self._serve, daemon=True)
 
     def start(self) -> None:
@@ -159,9 +167,7 @@ class Harness:
         while not self.stopped.is_set():
             try:
                 conn, _ = self.listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
+            except OSError:  # stop() shut the listener down
                 return
             conn.settimeout(None)
             t = threading.Thread(target=self._handle, args=(conn,), daemon=True)
@@ -173,6 +179,8 @@ class Harness:
         clean = {k: v for k, v in env.items() if not k.startswith(DROPPED_ENV) and k != AUDIT_VAR}
         clean["PYTHONPATH"] = self.pypath
         clean[AUDIT_VAR] = log
+        for var, option in self.options.items():
+            clean[var] = f"{clean[var]}:{option}" if clean.get(var) else option
         return clean
 
     def _handle(self, conn: socket.socket) -> None:
@@ -278,6 +286,9 @@ class Harness:
         """Stop serving, end targets still running, and return every entry (start order; the
         record sorts them canonically)."""
         self.stopped.set()
+        # wakes the blocking accept() at once: it fails on a shut-down listener (a listener
+        # with a timeout, polled for `stopped`, cost every run up to that timeout here)
+        self.listener.shutdown(socket.SHUT_RDWR)
         self.thread.join()
         self.listener.close()
         self.kill_targets()
