@@ -294,6 +294,7 @@ def run_harness(
             "ok": "#!/bin/sh\necho fine\n",
             "reader": "#!/bin/sh\ncat >/dev/null\necho read-all\n",
             "show": '#!/bin/sh\ncat "$@"\n',
+            "bytes": '#!/bin/sh\nprintf %s "$1" | od -An -tx1\nprintf %s "$X" | od -An -tx1\n',
             "big": "#!/bin/sh\nwhile :; do echo line; done\n",
             "rt": "#!/usr/bin/python3\nimport os, signal\n"
             "os.kill(os.getpid(), signal.SIGRTMIN + 2)\n",

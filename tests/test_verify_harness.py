@@ -270,3 +270,33 @@ def test_an_unsymbolized_asan_report_keeps_the_verdict_fields_not_the_frames(
     assert runs["on"]["target_failed"] and runs["off"]["target_failed"]
     assert any(f["file"] and f["file"].endswith("overflow.c") for f in on["frames"])
     assert off["frames"] == []
+
+
+def test_arguments_and_environment_reach_the_target_byte_for_byte(tmp_path: Path) -> None:
+    """The wrapper hands argv, cwd and environment over as bytes: not UTF-8, `=` and spaces
+    inside values, an empty argument all arrive as they were."""
+    script = "X='a=b c' \"$TARGET/bin/bytes\" \"$(printf 'a\\377b')\" ''\n"
+    record = run_harness(tmp_path, "bytes", script)
+    [one] = record["invocations"]
+    assert one["stdout_tail"].split() == ["61", "ff", "62", "61", "3d", "62", "20", "63"]
+    assert one["args"] == ["a\udcffb", ""]  # the record keeps the undecodable byte escaped
+    assert one["exit_code"] == 0 and not record["target_failed"]
+
+
+def test_a_malformed_wrapper_request_is_refused() -> None:
+    import importlib
+
+    load_harness()  # puts the harness's directory on sys.path
+    targets = importlib.import_module("targets")
+    good = targets.request_of(b"bin/x\0/v/bin/x\0/w\0" + b"2\0a\0\0K=v=w\0E=")
+    assert good == {
+        "name": "bin/x",
+        "argv0": "/v/bin/x",
+        "cwd": "/w",
+        "args": ["a", ""],
+        "env": {"K": "v=w", "E": ""},
+    }
+    for bad in (b"", b"bin/x\0a\0b", b"bin/x\0a\0b\0two\0", b"bin/x\0a\0b\x003\0one"):
+        with pytest.raises(ValueError):
+            targets.request_of(bad)
+    assert (targets.reply_of(3), targets.reply_of(-11)) == (b"exit 3", b"signal 11")

@@ -2,19 +2,23 @@
 its own.
 
 Stdlib only and self-contained (no sibling imports): the harness runs this file by path, as the
-reproducer's launcher (`python3 -I -S isolation.py --isolated-reproducer CONFIG`).
+reproducer's launcher (`python3 -I -S isolation.py --isolated-reproducer CONFIG`), once per
+reproducer run, so the launcher imports only what it uses, nothing that pulls in `re` or
+`enum` (json, signal, subprocess, shutil would cost more than its own work): its CONFIG is a
+`marshal` file, and `_signal` is the C module behind `signal`.
 """
 
 from __future__ import annotations
 
-import json
+import _signal
+import marshal
 import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Any
 
 ISOLATED = "--isolated-reproducer"
 
@@ -55,12 +59,24 @@ def _mount(libc: Any, src: str | None, dest: str, fstype: str | None, flags: int
     _ok(libc.mount(enc(src), enc(dest), enc(fstype), flags, None), f"mount {src} on {dest}")
 
 
+def _unescape(v: str) -> str:
+    """A mountinfo field: `\\NNN` (octal) stands for a space, tab, newline or backslash."""
+    out, i = [], 0
+    while i < len(v):
+        code = v[i + 1 : i + 4]
+        if v[i] == "\\" and len(code) == 3 and all(c in "01234567" for c in code):
+            out.append(chr(int(code, 8)))
+            i += 4
+        else:
+            out.append(v[i])
+            i += 1
+    return "".join(out)
+
+
 def _mounts() -> dict[str, str]:
     """mount point -> the mount's root within its file system (this mount namespace)."""
     found: dict[str, str] = {}
-
-    def unescape(v: str) -> str:
-        return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), v)
+    unescape = _unescape
 
     with open("/proc/self/mountinfo", encoding="utf-8") as fh:
         for line in fh:
@@ -104,8 +120,11 @@ class RootPlan:
                     continue
                 self.replicate(libc, child, os.path.join(dest, entry))
         elif os.path.isfile(src) and src not in self.mounts:
-            shutil.copyfile(src, dest)
-            shutil.copymode(src, dest)
+            with open(src, "rb") as fh:
+                data = fh.read()
+            with open(dest, "wb") as fh:
+                fh.write(data)
+            os.chmod(dest, os.stat(src).st_mode & 0o7777)
         elif src in self.mounts:
             self._bind(libc, src, dest)
 
@@ -159,16 +178,16 @@ def _init(libc: Any, cfg: dict[str, Any], status_w: int) -> None:
         except ChildProcessError:
             break
         if done == pid:
-            os.write(status_w, json.dumps({"status": status}).encode())
+            os.write(status_w, str(status).encode())
             os.close(status_w)
     # leftovers are gone; stay until the harness ends the namespace (it kills the targets first)
-    signal.pause()
+    _signal.pause()
 
 
 def run_isolated(cfg_path: str) -> int:
     """The reproducer's launcher: unshare, start PID 1, and end the way the reproducer did."""
-    with open(cfg_path, encoding="utf-8") as fh:
-        cfg = json.load(fh)
+    with open(cfg_path, "rb") as fh:
+        cfg = marshal.load(fh)
     try:
         libc = _libc()
         uid, gid = os.getuid(), os.getgid()
@@ -196,9 +215,9 @@ def run_isolated(cfg_path: str) -> int:
     if not report:
         _, status = os.waitpid(pid, 0)
         return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 125
-    rc = os.waitstatus_to_exitcode(int(json.loads(report)["status"]))
+    rc = os.waitstatus_to_exitcode(int(report))
     if rc < 0:
-        signal.signal(-rc, signal.SIG_DFL)
+        _signal.signal(-rc, _signal.SIG_DFL)
         os.kill(os.getpid(), -rc)
     return rc if rc >= 0 else 128 - rc
 
@@ -207,10 +226,13 @@ def isolated_reproducer(
     python: str, private: str, cfg: dict[str, Any], **popen: Any
 ) -> subprocess.Popen[bytes]:
     """Start the reproducer (cfg: argv, cwd, env, expose, hide, only) in its own namespaces."""
+    import subprocess
+
     cfg = {**cfg, "root": os.path.join(private, "root")}
     os.makedirs(cfg["root"])
-    cfg_path = os.path.join(private, "reproducer.json")
-    _write(cfg_path, json.dumps(cfg))
+    cfg_path = os.path.join(private, "reproducer.cfg")
+    with open(cfg_path, "wb") as fh:
+        marshal.dump(cfg, fh)
     me = os.path.abspath(__file__)
     # an empty environment: the launcher and PID 1 hold nothing naming the build (`target`, `out`)
     return subprocess.Popen([python, "-I", "-S", me, ISOLATED, cfg_path], env={}, **popen)

@@ -115,6 +115,25 @@ class Stdin:
         }
 
 
+def request_of(raw: bytes) -> dict[str, Any]:
+    """A wrapper's request (targetview.WRAPPER): NUL-separated name, argv[0], cwd, the number
+    of arguments, the arguments, the environment's KEY=VALUE entries. Bytes that are not UTF-8
+    come back as they were (os.fsdecode), so the program gets exactly what the wrapper got."""
+    fields = [os.fsdecode(f) for f in raw.split(b"\0")]
+    if len(fields) < 4 or not fields[3].isdigit() or len(fields) < 4 + int(fields[3]):
+        raise ValueError("a malformed request")
+    end = 4 + int(fields[3])
+    env = dict(e.split("=", 1) for e in fields[end:] if "=" in e)
+    name, argv0, cwd = fields[:3]
+    return {"name": name, "argv0": argv0, "cwd": cwd, "args": fields[4:end], "env": env}
+
+
+def reply_of(rc: int) -> bytes:
+    """How the wrapper is to end: as the program did (`exit N`, or `signal N` when it died of
+    signal N)."""
+    return f"signal {-rc}".encode() if rc < 0 else f"exit {rc}".encode()
+
+
 def _recv_exact(conn: socket.socket, n: int) -> bytes:
     buf = b""
     while len(buf) < n:
@@ -188,12 +207,12 @@ class Harness:
         try:
             _, fds, _, _ = socket.recv_fds(conn, 1, 3)
             size = int.from_bytes(_recv_exact(conn, 8), "big")
-            req = json.loads(_recv_exact(conn, size))
+            req = request_of(_recv_exact(conn, size))
             name = str(req["name"])
             python = name in ("python", "python3")
             real = self.python if python else self.programs.get(name)
             if real is None or len(fds) != 3:
-                conn.sendall(json.dumps({"exit_code": 127}).encode())
+                conn.sendall(reply_of(127))
                 return
             with self.lock:
                 seq = self.seq
@@ -260,8 +279,7 @@ class Harness:
                 }
                 with self.lock:
                     self.entries.append((seq, entry))
-            reply = {"signal": -rc} if rc < 0 else {"exit_code": rc}
-            conn.sendall(json.dumps(reply).encode())
+            conn.sendall(reply_of(rc))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             sys.stderr.write(f"trace harness: a target request failed: {exc}\n")
         finally:

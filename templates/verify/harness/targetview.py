@@ -15,8 +15,14 @@ import sys
 
 HIDDEN_HASH = "0" * 32
 
+# A wrapper runs once per target invocation, so it starts as little as it can: the C modules
+# `_socket` and `array` (no `socket`, `signal` or `json`: their imports cost more than the rest
+# of the wrapper's run). The request is NUL-separated bytes (argv, cwd and environment are C
+# strings, which hold no NUL): name, argv[0], cwd, the number of arguments, the arguments, then
+# the environment's KEY=VALUE entries; the reply is `exit N` or `signal N` (request_of and
+# REPLY_* in targets.py read and write them).
 WRAPPER = """#!{python} -IS
-import json, os, signal, socket, sys
+import _socket, array, os, sys
 SOCK, NAME = {sock!r}, {name!r}
 fds = []
 for fd in (0, 1, 2):
@@ -25,12 +31,15 @@ for fd in (0, 1, 2):
         fds.append(fd)
     except OSError:
         fds.append(os.open(os.devnull, os.O_RDWR))
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
 try:
-    req = json.dumps({{"name": NAME, "argv0": sys.argv[0], "args": sys.argv[1:],
-                      "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
+    argv = [os.fsencode(a) for a in sys.argv]
+    fields = [NAME.encode(), argv[0], os.getcwdb(), b"%d" % (len(argv) - 1), *argv[1:]]
+    fields += [k + b"=" + v for k, v in os.environb.items()]
+    req = b"\\0".join(fields)
     s.connect(SOCK)
-    socket.send_fds(s, [b"F"], fds)
+    rights = array.array("i", fds).tobytes()
+    s.sendmsg([b"F"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
     s.sendall(len(req).to_bytes(8, "big") + req)
     reply = b""
     while True:
@@ -38,19 +47,20 @@ try:
         if not chunk:
             break
         reply += chunk
-    status = json.loads(reply)
+    kind, _, value = reply.partition(b" ")
+    code = int(value)
 except (OSError, ValueError) as exc:
     sys.stderr.write("trace: the target could not be run: %s\\n" % exc)
     sys.exit(127)
-sig = status.get("signal")
-if sig:
+if kind == b"signal":
+    import _signal
     try:
-        signal.signal(sig, signal.SIG_DFL)
+        _signal.signal(code, _signal.SIG_DFL)
     except (OSError, ValueError):
         pass  # SIGKILL, SIGSTOP: already the default
-    os.kill(os.getpid(), sig)
-    sys.exit(128 + sig)
-sys.exit(status.get("exit_code", 127))
+    os.kill(os.getpid(), code)
+    sys.exit(128 + code)
+sys.exit(code)
 """
 
 # sitecustomize for python processes: list the package files they open (module imports) into
