@@ -16,7 +16,7 @@ section, as `git diff`/`diff -p` print it). Changing the frame's very line alway
 * no stack at all (a wrong-output bug, a clean non-zero exit, a bare signal): not measurable,
   passed, no reason: the gate cannot say, and says so (details.summary).
 
-Stdlib only: runs in the sandbox (`python3 -B -m trace_gates.main fault-site OUT`).
+Stdlib only: runs in the sandbox (`python3 -S -B -m trace_gates.main fault-site OUT`).
 """
 
 from __future__ import annotations

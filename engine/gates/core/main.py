@@ -1,14 +1,18 @@
-"""Entry point inside the Nix sandbox: `python3 -B -m trace_gates.main GATE OUT`.
+"""Entry point inside the Nix sandbox: `python3 -S -B -m trace_gates.main GATE OUT`.
 
-`python3 -B -m trace_gates.main mutants OUTDIR` writes every mutant's patch series instead,
-`python3 -B -m trace_gates.main mutant-check OUTDIR` decides whether a built mutant is worth a
+`python3 -S -B -m trace_gates.main mutants OUTDIR` writes every mutant's patch series instead,
+`python3 -S -B -m trace_gates.main mutant-check OUTDIR` decides whether a built mutant is worth a
 run (stillborn, equivalent, not code: engine/gates/core/equiv.py), `... mutant-variants OUTDIR`
 runs a mutant the reproducer did not kill against the PoC's variants (mutant_variants.py),
-`python3 -B -m trace_gates.main patched-source SRC OUT` records where the patch landed (landing.py),
-`python3 -B -m trace_gates.main coverage-run` is the coverage variant's reproducer run,
-`python3 -B -m trace_gates.main variant-plan OUTDIR` writes the variants gate's plan,
+`... patched-source SRC OUT` records where the patch landed (landing.py),
+`python3 -S -B -m trace_gates.main coverage-run` is the coverage variant's reproducer run,
+`python3 -S -B -m trace_gates.main variant-plan OUTDIR` writes the variants gate's plan,
 `... variant-runs PLAN OUTDIR` runs every variant of it against one build (variant_runs.py), and
-`python3 -B -m trace_gates.main tests-record OUT` one side's package-test record.
+`python3 -S -B -m trace_gates.main tests-record OUT` one side's package-test record.
+
+`-S`: the gates are stdlib only, so the interpreter's site (its site-packages and their `.pth`
+files, which can run code at start-up) is never loaded into a gate. `-B`: the store is
+read-only. Each gate imports only its own modules (the imports are inside the functions).
 
 The gate's configuration comes as JSON in the environment variable TRACE_GATE_CONFIG (a
 derivation attribute, so it is part of the derivation's hash); the gate writes its GateRecord
@@ -25,8 +29,6 @@ from collections.abc import Callable
 from typing import Any
 
 from .applied import applied_policy, bound
-from .scope import DEFAULT_SCOPE, ScopePolicy
-from .scope import evaluate as scope_evaluate
 
 
 def _read(path: str) -> str:
@@ -35,6 +37,11 @@ def _read(path: str) -> str:
 
 
 def scope_gate(cfg: dict[str, Any]) -> dict[str, Any]:
+    # each gate imports only its own modules: a gate is a process of its own, in a sandbox of its
+    # own, that compiles what it imports (-B: nothing is cached in the store)
+    from .scope import DEFAULT_SCOPE, ScopePolicy
+    from .scope import evaluate as scope_evaluate
+
     applied = applied_policy(cfg)
     policy = ScopePolicy(
         scope=tuple(cfg.get("scope") or ()),

@@ -34,7 +34,6 @@ import shutil
 import sys
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 from typing import Any
 
@@ -106,6 +105,8 @@ def _indices(plan: str) -> list[int]:
 def run_side(plan: str, out: str, *, parallel: int = PARALLEL) -> dict[str, Any]:
     """Run every variant of `plan` against the derivation's target, `parallel` at a time;
     write `out` (see above)."""
+    from concurrent.futures import ThreadPoolExecutor  # only here: the gates import run_dirs
+
     os.makedirs(os.path.join(out, "v"))
     indices = _indices(plan)
     runs_dir = tempfile.mkdtemp(prefix="runs-", dir=os.environ.get("TMPDIR", "/tmp"))
