@@ -167,3 +167,52 @@ def test_a_python_mutant_that_does_not_import_is_stillborn(tmp_path: Path) -> No
     write_mutant({"patches": [str(patch)], "index": 1}, str(mdir))
     got = check_mutant({"target": str(mut), "post": str(post), "mutant": str(mdir)})
     assert got["status"] == "stillborn" and "does not import" in got["why"]
+
+
+def test_one_process_runs_a_mutant_step(tmp_path: Path) -> None:
+    """`mutant-run` (mutant_variants.run_mutant): the check, then only for a mutant worth a run
+    the reproducer under the harness (a real run against tests.test_verify_gate's fake package)
+    and its variants; every branch leaves check.json, mutant.json and outcome.json."""
+    import json
+    import shutil
+    import tempfile
+
+    from engine.gates.core.mutant_variants import run_mutant
+    from tests.test_verify_gate import HARNESS, run_harness
+
+    run_harness(tmp_path, "setup", "true\n")  # the fake package at tmp_path/pkg
+    patch = tmp_path / "fix.patch"
+    patch.write_text((FIX / "fix.patch").read_text())
+    mdir = tmp_path / "mutant"
+    write_mutant({"patches": [str(patch)], "index": 1}, str(mdir))
+    post, mut = tmp_path / "post", tmp_path / "pkg"
+    shutil.copytree(mut, post)
+    (tmp_path / "kill.sh").write_text('"$TARGET/bin/crash"\n')
+    cfg = {"target": str(mut), "post": str(post), "mutant": str(mdir), "variant_runs": []}
+    build = Path(tempfile.mkdtemp(prefix="mr-", dir="/tmp"))  # short: the harness's sockets
+    env = {"harness": str(HARNESS), "target": str(mut), "run": "1", "tools": "/usr"}
+    env |= {"timeout": "30", "script": str(tmp_path / "kill.sh"), "TMPDIR": str(build)}
+
+    def step(name: str) -> dict[str, dict[str, object]]:
+        out = tmp_path / name
+        run_mutant(cfg, {**env, "out": str(out)}, str(out))
+        names = ("check", "mutant", "outcome", "variants")
+        return {
+            n: json.loads((out / f"{n}.json").read_text())
+            for n in names
+            if (out / f"{n}.json").exists()
+        }
+
+    same = step("equivalent")  # byte-identical to the post-fix build: never run
+    assert same["check"]["status"] == "equivalent" and same["outcome"]["target_ran"] is False
+    assert same["mutant"] == json.loads((mdir / "mutant.json").read_text())
+    (mut / "bin" / "ok").write_text("#!/bin/sh\necho mutated\n")
+    ran = step("run")
+    assert ran["check"]["status"] == "run"
+    assert ran["outcome"]["invocations"][0]["signal"] == "SIGSEGV"  # the harness ran it
+    assert ran["variants"]["skipped"] == "the reproducer already kills it"
+    (mut / ".trace-build-failed").write_text("2\n")
+    failed = step("failed")
+    assert failed["check"]["status"] == "stillborn"
+    assert (failed["outcome"]["build"], failed["outcome"]["target_ran"]) == ("failed", False)
+    shutil.rmtree(build, ignore_errors=True)

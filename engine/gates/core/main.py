@@ -1,9 +1,9 @@
 """Entry point inside the Nix sandbox: `python3 -S -B -m trace_gates.main GATE OUT`.
 
 `python3 -S -B -m trace_gates.main mutants OUTDIR` writes every mutant's patch series instead,
-`python3 -S -B -m trace_gates.main mutant-check OUTDIR` decides whether a built mutant is worth a
-run (stillborn, equivalent, not code: engine/gates/core/equiv.py), `... mutant-variants OUTDIR`
-runs a mutant the reproducer did not kill against the PoC's variants (mutant_variants.py),
+`python3 -S -B -m trace_gates.main mutant-run OUTDIR` is a mutant-run step after its build: the
+check (stillborn, equivalent, not code: engine/gates/core/equiv.py), the reproducer's run, and
+for a mutant the reproducer did not kill the PoC's variants (mutant_variants.py),
 `... patched-source SRC OUT` records where the patch landed (landing.py),
 `python3 -S -B -m trace_gates.main coverage-run` is the coverage variant's reproducer run,
 `python3 -S -B -m trace_gates.main variant-plan OUTDIR` writes the variants gate's plan,
@@ -131,21 +131,15 @@ def main(argv: list[str]) -> int:
 
         run_side(argv[1], argv[2])
         return 0
-    if len(argv) == 2 and argv[0] == "mutant-variants":
-        from .mutant_variants import run_variants
+    if len(argv) == 2 and argv[0] == "mutant-run":
+        from .mutant_variants import run_mutant
 
-        summary = run_variants(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
-        write_json(os.path.join(argv[1], "variants.json"), summary)
+        run_mutant(json.loads(os.environ["TRACE_GATE_CONFIG"]), dict(os.environ), argv[1])
         return 0
     if len(argv) == 2 and argv[0] == "tests-record":
         from .regression import tests_record
 
         write_json(argv[1], tests_record(json.loads(os.environ["TRACE_GATE_CONFIG"])))
-        return 0
-    if len(argv) == 2 and argv[0] == "mutant-check":
-        from .equiv import check_mutant
-
-        write_json(argv[1], check_mutant(json.loads(os.environ["TRACE_GATE_CONFIG"])))
         return 0
     if len(argv) == 3 and argv[0] == "patched-source":
         from .landing import write_patched_source

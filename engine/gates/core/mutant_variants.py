@@ -9,9 +9,14 @@ behaviour where the post-fix build's run of the SAME variant was (oracle.py
 signal, sanitizer report or timeout never acceptable). That is the rule that judges post-fix,
 applied to a changed input; the reproducer script's own exit never counts.
 
-`run_variants` (sandbox, `mutant-variants`) writes `$out/variants/<n>/outcome.json` per variant
-run and `$out/variants.json`; the mutation gate re-judges those records itself (`variant_kill`)
-against the variant-post records it is given, so the step's early stop decides nothing.
+`run_variants` writes `$out/variants/<n>/outcome.json` per variant run and `$out/variants.json`;
+the mutation gate re-judges those records itself (`variant_kill`) against the variant-post
+records it is given, so the step's early stop decides nothing.
+
+`run_mutant` (sandbox, `mutant-run`) is the whole `mutant-run` step after the mutant's build, in
+one process: the check (equiv.py: stillborn, equivalent, not code, or run), then for a mutant
+worth a run the reproducer under the verify harness (its `run`, loaded into this process as the
+variants' runs load it) and the variants.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 
 from .modules import load_json_object
 from .variant_gate import runs_by_index
-from .variant_runs import run_harness
+from .variant_runs import harness, run_harness
 
 Record = dict[str, Any]
 
@@ -97,3 +102,36 @@ def judged_kill(
                 "why": why,
             }
     return None
+
+
+def _write_json(path: str, value: object) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(value, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
+def run_mutant(cfg: dict[str, Any], env: dict[str, str], out: str) -> dict[str, Any]:
+    """The mutant-run step (cfg: target, the mutant's wrapped build; post; mutant, its
+    directory; plan, variant_runs, oracles; env: the derivation's environment, the harness's
+    inputs): `out` gets check.json, mutant.json and outcome.json (the reproducer's record, or
+    a record of a run that did not happen: `build` failed or ok with `target_ran` false), and
+    for a run mutant the variants' records. Returns the check."""
+    from .equiv import check_mutant
+
+    check = check_mutant(cfg)
+    built = not os.path.exists(os.path.join(cfg["target"], ".trace-build-failed"))
+    if built and check["status"] == "run":
+        harness(env["harness"]).run(env)  # creates `out`, writes outcome.json
+        _write_json(os.path.join(out, "variants.json"), run_variants(cfg, out))
+    else:
+        os.makedirs(out)
+        record = {"build": "ok" if built else "failed", "run": 1, "schema": "trace.run/v1"}
+        _write_json(
+            os.path.join(out, "outcome.json"), {**record, "side": "post", "target_ran": False}
+        )
+    _write_json(os.path.join(out, "check.json"), check)
+    with open(os.path.join(cfg["mutant"], "mutant.json"), "rb") as src:
+        meta = src.read()
+    with open(os.path.join(out, "mutant.json"), "wb") as dest:
+        dest.write(meta)
+    return check
