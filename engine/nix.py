@@ -29,6 +29,16 @@ _FAILED = re.compile(r"builder for '(/nix/store/[^']+\.drv)' failed")
 _NONDET = re.compile(r"derivation '(/nix/store/[^']+\.drv)' may not be deterministic")
 _OUT = re.compile(r'^Derive\(\[\("out","(/nix/store/[^"]+)"')
 _MODIFIED = re.compile(r"path '(/nix/store/[^']+)' was modified!")
+_TRACED = re.compile(r"^trace: trace-drv ([0-9a-f]+) (\d+) (/nix/store/[^ ]+\.drv)$")
+
+# `Nix.build`'s expression: the generated file's list, each element traced as it is evaluated
+# (`trace: trace-drv TAG INDEX DRV`, TAG new per call so no template can forge a line), then
+# built, all by one nix-build.
+BUILD_EXPR = (
+    "{ file, tag }: let xs = import (/. + file); in builtins.genList (i: let d = "
+    'builtins.elemAt xs i; in builtins.trace "trace-drv ${tag} ${toString i} ${d.drvPath}" d) '
+    "(builtins.length xs)"
+)
 
 
 # Last on every call, so nothing overrides them: the sandbox on; a substituted path only with a
@@ -83,6 +93,8 @@ class RealiseReport:
     # store path -> the binary cache it was substituted from (signature checked by Nix)
     substituted: dict[str, str] = field(default_factory=dict)
     stderr_tail: list[str] = field(default_factory=list)
+    # Nix.build only: list index -> the .drv evaluation gave it (None: seen twice, differently)
+    traced: dict[int, str | None] = field(default_factory=dict)
 
     @property
     def nix_failed(self) -> bool:
@@ -207,6 +219,30 @@ class Nix:
         rc, out, err = cmd.run([*self.option_args(), str(expr_file)])
         return int(rc), [line for line in out.splitlines() if line.strip()], str(err)
 
+    def build(
+        self,
+        expr_file: Path,
+        *,
+        on_event: Callable[[str, str], None] | None = None,
+        on_traced: Callable[[int, str], None] | None = None,
+    ) -> RealiseReport:
+        """Evaluate a file whose value is a list of derivations and build them, with
+        --keep-going, in ONE nix-build (not nix-instantiate, then nix-store --realise).
+
+        Each element's .drv is learned as Nix evaluates it (`report.traced`, `on_traced` as it
+        comes), before any build starts, so builds and failures are still told apart by step;
+        the .drv paths are the ones nix-instantiate of the same file gives. An evaluation
+        error is exit 1 with some elements untraced: the caller evaluates again to blame it."""
+        import secrets
+
+        tag = secrets.token_hex(8)
+        args = ["--no-out-link", "-E", BUILD_EXPR, "--argstr", "file", str(expr_file)]
+        args += ["--argstr", "tag", tag, "--keep-going", *self.option_args()]
+        args += ["--max-jobs", "auto" if self.jobs is None else str(self.jobs)]
+        return self._stream(
+            args, check=False, on_event=on_event, program="nix-build", tag=tag, on_traced=on_traced
+        )
+
     def realise(
         self,
         drvs: Sequence[str],
@@ -294,11 +330,19 @@ class Nix:
         return report
 
     def _stream(
-        self, args: list[str], *, check: bool, on_event: Callable[[str, str], None] | None
+        self,
+        args: list[str],
+        *,
+        check: bool,
+        on_event: Callable[[str, str], None] | None,
+        program: str = "nix-store",
+        tag: str | None = None,
+        on_traced: Callable[[int, str], None] | None = None,
     ) -> RealiseReport:
-        """Run `nix-store ARGS`, following its stderr for builds, failures and substitutions."""
+        """Run `nix-store ARGS` (or `program`), following its stderr for builds, failures and
+        substitutions, and (given `tag`) the .drv paths Nix.build's expression traces."""
         report = RealiseReport(returncode=0)
-        proc = self._cmd("nix-store").popen(
+        proc = self._cmd(program).popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
         assert proc.stderr is not None
@@ -324,6 +368,13 @@ class Nix:
                 report.substituted[m.group(1)] = m.group(2)
             elif check and (m := _NONDET.search(line)):
                 report.failed.add(m.group(1))
+            elif tag is not None and (m := _TRACED.match(line)) and m.group(1) == tag:
+                index, drv = int(m.group(2)), m.group(3)
+                seen = report.traced.setdefault(index, drv)
+                if seen != drv:  # evaluated twice, differently: trust neither
+                    report.traced[index] = None
+                elif on_traced is not None:
+                    on_traced(index, drv)
         report.returncode = proc.wait()
         report.stderr_tail = tail[-40:]
         return report

@@ -5,10 +5,12 @@ input digests, the keys of the steps it needs, package-set digest, Nix settings,
 A step whose key has a result in the index and whose output still exists is clean: no Nix
 evaluation at all. Execute: the dirty steps are rendered into one Nix file, their clean upstream
 steps imported by their recorded `.drv` (only the dirty frontier is rendered; the `.drv` paths are
-those of a from-scratch evaluation: engine/expression.py), evaluated by one `nix-instantiate`, and
-the dirty derivations built by one `nix-store --realise --keep-going`. Failures are reported
-with their log tail, never cached, and their downstream steps are skipped. Steps of `check` kinds
-are rebuilt once with `--check`.
+those of a from-scratch evaluation: engine/expression.py), then evaluated and built with
+`--keep-going` by ONE `nix-build`, which traces each step's `.drv` as it evaluates it (Nix.build),
+so builds are told apart by step as before. When that evaluation fails, `nix-instantiate` of the
+same file blames the step (and the dirty derivations are built by `nix-store --realise`).
+Failures are reported with their log tail, never cached, and their downstream steps are skipped.
+Steps of `check` kinds are rebuilt once with `--check`.
 """
 
 from __future__ import annotations
@@ -341,32 +343,55 @@ def _run(
     nix = Nix(graph.nix, jobs)
     for sid in dirty:
         report(sid, "queued")
-    ev = evaluate(graph, p, dirty, nix, state_dir, index, known_drvs(p, cached))
-    drvs = ev.drvs
-    run.evaluated = True
-    run.nix_calls += 1
-    run.rendered = ev.rendered
-    clock.laps["render"], clock.laps["instantiate"] = ev.seconds
-    clock.mark(None)
-    drv_of = dict(zip(dirty, drvs, strict=True))
-    step_of = {d: s for s, d in drv_of.items()}
-    out_of = {s: output_of(d) for s, d in drv_of.items()}
+    known = known_drvs(p, cached)
+    expr, expr_file = write_expression(graph, p, dirty, state_dir, index, known)
+    run.evaluated, run.rendered = True, len(expr.rendered)
+    clock.mark("render")
+    drv_of: dict[str, str] = {}
+    step_of: dict[str, str] = {}
+
+    def on_traced(i: int, drv: str) -> None:  # evaluated: known before any build starts
+        if i < len(dirty):
+            drv_of[dirty[i]] = drv
+            step_of.setdefault(drv, dirty[i])
 
     def on_event(event: str, drv: str) -> None:
         sid = step_of.get(drv)
         if sid is not None:
             report(sid, event)
 
-    rep = nix.realise([drv_of[s] for s in dirty], on_event=on_event)
+    # One nix-build evaluates and builds (engine/nix.py Nix.build)
+    rep = nix.build(expr_file, on_event=on_event, on_traced=on_traced)
     run.nix_calls += 1
-    if rep.nix_failed:  # whatever did build is kept in the store: the next run reuses it
-        raise rep.nix_error("nix-store --realise")
+    traced = rep.traced
+    evaluated = len(traced) == len(dirty) and all(traced.get(i) for i in range(len(dirty)))
+    if evaluated and rep.nix_failed:  # whatever did build is kept: the next run reuses it
+        raise rep.nix_error("nix-build")
+    clock.mark("build")
+    if not evaluated:
+        # An evaluation error (or Nix failing before evaluation ended): the two-process path
+        # decides, blaming an evaluation error on its step (and trying a from-scratch
+        # evaluation when a recorded .drv cannot be read); what nix-build built is reused.
+        ev = evaluate(graph, p, dirty, nix, state_dir, index, known)
+        run.nix_calls += 1
+        run.rendered = ev.rendered
+        clock.laps["render"] += ev.seconds[0]
+        clock.laps["instantiate"] = ev.seconds[1]
+        clock.mark(None)
+        drv_of = dict(zip(dirty, ev.drvs, strict=True))
+        step_of = {d: s for s, d in drv_of.items()}
+        rep = nix.realise([drv_of[s] for s in dirty], on_event=on_event)
+        run.nix_calls += 1
+        if rep.nix_failed:
+            raise rep.nix_error("nix-store --realise")
+        clock.mark("realise")
+    out_of = {s: output_of(d) for s, d in drv_of.items()}
     built, failed_drvs = rep.built, rep.failed
     # exit 0: every output is valid; otherwise ask (a failed build may leave an unregistered dir)
     invalid = nix.invalid([out_of[s] for s in dirty]) if rep.returncode != 0 else set()
     if rep.returncode != 0:
         run.nix_calls += 1
-    clock.mark("realise")
+    clock.mark("build")
 
     failed_steps: set[str] = set()
     for sid in dirty:
@@ -438,7 +463,7 @@ def _run(
         for sid in checks:
             results[sid].deterministic, results[sid].checked_on = verdicts[sid]
             report(sid, "checked" if results[sid].deterministic else "nondeterministic")
-    clock.mark("realise")
+    clock.mark("check")
 
     index.record(new_results(results, dirty), last, p.graph)
     clock.mark("record")
@@ -482,6 +507,24 @@ def new_results(results: dict[str, StepResult], dirty: list[str]) -> list[Cached
     return new
 
 
+def write_expression(
+    graph: Graph,
+    p: Plan,
+    dirty: list[str],
+    state_dir: Path,
+    index: Index | None = None,
+    known: Mapping[str, tuple[str, str]] | None = None,
+) -> tuple[expression.Expression, Path]:
+    """Render the dirty steps (their frontier, given `known`) into STATE/build/<digest>.nix."""
+    keys = {sid: sp.key for sid, sp in p.steps.items()}
+    expr = expression.build(graph, keys, dirty, known)
+    expr_file = state_dir / "build" / f"{digest_bytes(expr.text.encode())[:32]}.nix"
+    write_atomic(expr_file, expr.text)
+    if index is not None:
+        index.prune_build_files(keep=KEEP_BUILD_FILES)  # the newest, to read after a failure
+    return expr, expr_file
+
+
 class Evaluated(NamedTuple):
     file: Path  # the generated Nix file
     drvs: list[str]  # one .drv per target step
@@ -506,12 +549,7 @@ def evaluate(
     from engine import blame
 
     t0 = time.perf_counter()
-    keys = {sid: sp.key for sid, sp in p.steps.items()}
-    expr = expression.build(graph, keys, dirty, known)
-    expr_file = state_dir / "build" / f"{digest_bytes(expr.text.encode())[:32]}.nix"
-    write_atomic(expr_file, expr.text)
-    if index is not None:
-        index.prune_build_files(keep=KEEP_BUILD_FILES)  # the newest, to read after a failure
+    expr, expr_file = write_expression(graph, p, dirty, state_dir, index, known)
     t1 = time.perf_counter()
     rc, drvs, err = nix.instantiate(expr_file)
     seconds = (t1 - t0, time.perf_counter() - t1)

@@ -1,7 +1,7 @@
-"""Nix's own failures are not step failures: a killed or failing nix-store is exit 4 with what Nix
-said; `trace plan` evaluates and blames the step (and template) of an evaluation error, also when
-Nix gives no position; paths go to Nix in batches (no argv limit); failures are reported once,
-printable, and a skipped step names the upstream step that failed."""
+"""Nix's own failures are not step failures: a killed or failing nix-build (or nix-store) is
+exit 4 with what Nix said; `trace plan` evaluates and blames the step (and template) of an
+evaluation error, also when Nix gives no position; paths go to Nix in batches (no argv limit);
+failures are reported once, printable, and a skipped step names the upstream step that failed."""
 
 from __future__ import annotations
 
@@ -32,30 +32,48 @@ def shim(folder: Path, name: str, script: str) -> None:
     (folder / name).chmod(0o755)
 
 
+REAL_NIX_BUILD = subprocess.run(
+    ["sh", "-c", "command -v nix-build"], capture_output=True, text=True, check=False
+).stdout.strip()
+NO_SPACE = 'echo "error: writing to file: No space left on device" >&2; exit 1'
+
+
 @pytest.mark.nix
-def test_nix_store_failing_for_its_own_reasons_is_exit_4_with_its_stderr(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("when", ["after-evaluating", "before-evaluating"])
+def test_nix_failing_for_its_own_reasons_is_exit_4_with_its_stderr(
+    when: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """after-evaluating: the one nix-build evaluated every step, then Nix failed; before: it
+    failed before evaluating (so trace evaluates with nix-instantiate, which works, and builds
+    with nix-store --realise, which fails the same way)."""
     graph = make_project(
         tmp_path / "p", f'[steps.a]\nkind = "text"\nparams = {{ message = "{uuid.uuid4()}" }}\n'
     )
     shims = tmp_path / "shims"
-    shim(
-        shims,
-        "nix-store",
-        'case "$1" in --realise) echo "error: writing to file: No space left on device" >&2; '
-        f'exit 1;; esac\nexec {REAL_NIX_STORE} "$@"\n',
-    )
+    if when == "after-evaluating":
+        shim(shims, "nix-build", f'{REAL_NIX_BUILD} "$@" >/dev/null\n{NO_SPACE}\n')
+    else:
+        shim(shims, "nix-build", NO_SPACE + "\n")
+        shim(
+            shims,
+            "nix-store",
+            f'case "$1" in --realise) {NO_SPACE};; esac\nexec {REAL_NIX_STORE} "$@"\n',
+        )
     monkeypatch.setenv("PATH", f"{shims}:{os.environ['PATH']}")
     rc = main(["run", str(graph), "--root", str(graph.parent), "-q"])
     err = capsys.readouterr().err
     assert rc == 4
     assert "Nix itself failed, not a step's build" in err
     assert "No space left on device" in err and "FAILED" not in err
+    program = "nix-build" if when == "after-evaluating" else "nix-store --realise"
+    assert f"{program} failed with exit status 1" in err
 
 
 @pytest.mark.nix
-def test_nix_store_killed_mid_build_is_exit_4_not_step_failures(tmp_path: Path) -> None:
+def test_nix_killed_mid_build_is_exit_4_not_step_failures(tmp_path: Path) -> None:
     graph = make_project(
         tmp_path,
         f'[steps.slow]\nkind = "text"\nparams = {{ message = "{uuid.uuid4()}", sleep = 30 }}\n',
@@ -67,11 +85,11 @@ def test_nix_store_killed_mid_build_is_exit_4_not_step_failures(tmp_path: Path) 
         text=True,
     )
     assert proc.stderr is not None
-    for line in proc.stderr:  # wait until nix-store is building
+    for line in proc.stderr:  # wait until nix-build is building
         if "building" in line:
             break
     children = subprocess.run(
-        ["pgrep", "-P", str(proc.pid), "-x", "nix-store"], capture_output=True, text=True
+        ["pgrep", "-P", str(proc.pid), "-x", "nix-build"], capture_output=True, text=True
     ).stdout.split()
     assert len(children) == 1
     os.kill(int(children[0]), signal.SIGKILL)
@@ -126,8 +144,13 @@ def test_a_graph_built_in_several_batches(tmp_path: Path, monkeypatch: pytest.Mo
     )
     graph = make_project(tmp_path, steps)
     monkeypatch.setattr(nixmod, "ARGV_BUDGET", 150)  # two paths per call
+    # nix-build failing before it evaluates: the two-process path (nix-instantiate, then
+    # nix-store --realise in batches) builds the graph
+    shim(tmp_path / "shims", "nix-build", 'echo "error: not now" >&2; exit 1\n')
+    monkeypatch.setenv("PATH", f"{tmp_path / 'shims'}:{os.environ['PATH']}")
     result = run_graph(load_graph(graph, root=tmp_path), tmp_path / ".trace")
     assert result.ok and {s.status for s in result.steps.values()} == {"built"}
+    assert result.nix_calls == 3  # nix-build, nix-instantiate, nix-store --realise
 
 
 def test_log_tails_are_printable() -> None:
