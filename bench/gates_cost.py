@@ -23,6 +23,7 @@ ones before on one state dir): where the time goes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import statistics
 import sys
@@ -72,7 +73,7 @@ def only(graph: Graph, bases: tuple[str, ...]) -> Graph:
                 todo.append(need)
     keep = [s for s in graph.order if s in want]
     steps = {s: graph.steps[s] for s in keep}
-    return graph.model_copy(update={"steps": steps, "order": tuple(keep)})
+    return dataclasses.replace(graph, steps=steps, order=tuple(keep))
 
 
 def base_only(graph: Graph) -> Graph:

@@ -23,10 +23,9 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from pydantic import BaseModel
 
 from engine.errors import BusyError, InputError
 
@@ -46,7 +45,8 @@ def _flock(fd: int, wait: float) -> bool:
             time.sleep(0.05)
 
 
-class CachedResult(BaseModel):
+@dataclass(kw_only=True)
+class CachedResult:
     key: str
     step_id: str
     drv: str
@@ -125,8 +125,7 @@ class Index:
             ):
                 if type(row[2]) is not str or type(row[3]) is not str:
                     continue  # not a row this index wrote: no result, so the step builds
-                # model_construct: the paths are checked above (the key matched ours), no validation
-                found[row[0]] = CachedResult.model_construct(
+                found[row[0]] = CachedResult(
                     key=row[0],
                     step_id=row[1],
                     drv=row[2],
@@ -295,7 +294,8 @@ def _exists(path: Path) -> bool | None:
     return True
 
 
-class RootFolder(BaseModel):
+@dataclass
+class RootFolder:
     """One state directory's GC-root folder under this user's gcroots/trace/."""
 
     folder: Path

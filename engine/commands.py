@@ -6,15 +6,19 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.policy.registry import SCHEMAS as POLICY_SCHEMAS
 
+if TYPE_CHECKING:
+    from engine.hashing import StatCache
+    from engine.model import Graph
+
 # name -> "module:attribute" of a pydantic model whose JSON Schema `trace schema NAME` prints.
 SCHEMAS: dict[str, str] = {
-    "pipeline": "engine.model:PipelineFile",
+    "pipeline": "engine.spec:PipelineFile",
     "candidate": "engine.candidate:CandidateFile",
-    "machine": "engine.remote.machine:MachineConfig",
+    "machine": "engine.remote.machinefile:MachineConfig",
     **POLICY_SCHEMAS,
     # model-drafted fixes (engine/roles, engine/models, engine/agent)
     "agent": "engine.roles.agentfile:AgentFileSpec",
@@ -154,12 +158,19 @@ def _state_dir(args: argparse.Namespace) -> Path:
     return (args.state_dir or _root(args) / ".trace").resolve()
 
 
+def _load(args: argparse.Namespace, hasher: StatCache) -> Graph:
+    """The full load (engine/graph.py: TOML, validation, digests), when the load cache missed:
+    imported only then, so a cache hit imports no pydantic (tests/test_hotpath.py)."""
+    from engine.graph import load_graph
+
+    return load_graph(args.graph, root=_root(args), hasher=hasher)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import time
 
     from engine import fastpath, loadcache
     from engine.cache import Index
-    from engine.graph import load_graph
     from engine.hashing import StatCache
     from engine.progress import Progress
     from engine.run import run_graph
@@ -173,7 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     cache_key = loadcache.name(args.graph, _root(args), None, None)
     hit = None if args.full else loadcache.lookup(state, _root(args), cache_key, hasher)
-    graph, known_keys = hit or (load_graph(args.graph, root=_root(args), hasher=hasher), None)
+    graph, known_keys = hit or (_load(args, hasher), None)
     loaded = time.perf_counter() - started
     # The fast path's stamp is taken now, before the build: what the keys were computed from.
     try:
@@ -201,7 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         laps = {"load": loaded, **result.timings}
         print("timings: " + ", ".join(f"{k} {v:.3f} s" for k, v in laps.items()), file=sys.stderr)
     if args.json:
-        print(result.model_dump_json(indent=2))
+        print(result.to_json(indent=2))
     else:
         counts = ", ".join(
             f"{result.count(s)} {s}"
@@ -234,7 +245,6 @@ def warnings(result: Any) -> list[str]:
 def cmd_plan(args: argparse.Namespace) -> int:
     from engine import loadcache
     from engine.cache import Index
-    from engine.graph import load_graph
     from engine.hashing import StatCache
     from engine.nix import Nix
     from engine.run import evaluate, known_drvs, plan, render_expression
@@ -243,7 +253,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     hasher = StatCache.read_only(state / "state.db")
     cache_key = loadcache.name(args.graph, _root(args), None, None)
     hit = loadcache.lookup(state, _root(args), cache_key, hasher)
-    graph, known_keys = hit or (load_graph(args.graph, root=_root(args), hasher=hasher), None)
+    graph, known_keys = hit or (_load(args, hasher), None)
     with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
         hasher.flush(index.db)
         p, cached = plan(graph, index, known_keys)

@@ -20,21 +20,18 @@ from pydantic import ValidationError
 
 from engine.errors import InputError
 from engine.hashing import StatCache, digest_bytes, tree_digest
-from engine.model import (
+from engine.model import Graph, InputRef, Kind, NixConfig, Param, Step
+from engine.paths import PREFIX, key_source_paths, resolve_ref
+from engine.spec import (
     FORBIDDEN_OPTIONS,
     MAX_REPEAT,
     MAX_STEPS,
-    Graph,
-    InputRef,
-    Kind,
     NixSettings,
     ParamSpec,
     PipelineFile,
-    Step,
     StepSpec,
     VarRef,
 )
-from engine.paths import PREFIX, key_source_paths, resolve_ref
 
 _TYPE_NAMES = {
     "string": "a string",
@@ -308,7 +305,7 @@ def _flatten(ctx: Mapping[str, Any], prefix: str = "") -> list[str]:
     return out
 
 
-def _check_type(value: Any, spec: ParamSpec) -> bool:
+def _check_type(value: Any, spec: ParamSpec | Param) -> bool:
     t = spec.type
     if t in ("string", "path"):
         return isinstance(value, str)
@@ -492,7 +489,15 @@ def _load_kinds(files: list[_File]) -> dict[str, Kind]:
                 template_path=tpath,
                 template_text=text,
                 template_digest=digest_bytes(text.encode()),
-                params=dict(ks.params),
+                params={
+                    pname: Param(
+                        type=p.type,
+                        default=p.default,
+                        required=p.required,
+                        description=p.description,
+                    )
+                    for pname, p in ks.params.items()
+                },
                 check=ks.check,
                 source=f.path,
             )
@@ -608,15 +613,25 @@ def _expand_repeats(
     return expansions, repeated
 
 
-def _resolve_nix(files: list[_File], r: _Resolver) -> tuple[NixSettings, InputRef | None]:
+def _nix_config(nix: NixSettings, package_set: str | None) -> NixConfig:
+    return NixConfig(
+        package_set=package_set,
+        package_set_exclude=list(nix.package_set_exclude),
+        extra_sandbox_paths=list(nix.extra_sandbox_paths),
+        options=dict(nix.options),
+        jobs=nix.jobs,
+    )
+
+
+def _resolve_nix(files: list[_File], r: _Resolver) -> tuple[NixConfig, InputRef | None]:
     nix = _merge_nix(files)
     if nix.package_set is None:
-        return nix, None
+        return _nix_config(nix, None), None
     owner = next(f for f in reversed(files) if f.spec.nix and f.spec.nix.package_set)
     ps = nix.package_set
     value = r.var(ps, owner, "nix", "package_set") if isinstance(ps, VarRef) else ps
     package_set = r.package_set(str(value), nix.package_set_exclude, owner)
-    return nix.model_copy(update={"package_set": str(package_set.path)}), package_set
+    return _nix_config(nix, str(package_set.path)), package_set
 
 
 def _build_steps(
@@ -649,8 +664,7 @@ def _build_steps(
         needs = tuple(x for n in ss.needs for x in expansions[n])
         line = f.header_line("steps", sid)
         for idx, xid in enumerate(expansions[sid], 1):
-            # model_construct: every field comes from validated models, so skip re-validation
-            steps[xid] = Step.model_construct(
+            steps[xid] = Step(
                 id=xid,
                 base_id=sid,
                 kind=ss.kind,

@@ -36,7 +36,7 @@ from engine.hashing import StatCache, digest_bytes, tree_digest
 from engine.model import Graph, InputRef
 
 TABLE = "CREATE TABLE IF NOT EXISTS load_cache (name TEXT PRIMARY KEY, mac TEXT, payload BLOB)"
-FORMAT = 1
+FORMAT = 2  # 2: the graph as plain dataclasses (engine/model.py)
 
 
 def key_file() -> Path | None:

@@ -1,170 +1,61 @@
-"""Typed models of pipeline files (pydantic), and of the resolved graph that flows onward.
+"""The resolved graph that flows between modules (after loading, includes, validation).
 
-A pipeline file declares step *kinds* (template + typed parameters) and *steps* (instances of a
-kind with parameters, the steps they need and the files they read). `trace schema` exports
-`PipelineFile.model_json_schema()` for TOML editors.
+Plain frozen dataclasses, typed: pipeline files are validated as they are read (engine/spec.py,
+pydantic), and what they resolve to is held here, so a run whose graph comes from the load cache
+(engine/loadcache.py) imports and validates nothing it does not use (no pydantic).
 """
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any, Literal
 
 ParamType = Literal["string", "int", "bool", "float", "path", "strings", "paths"]
-ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
-
-# Documented limits (README, "Pipeline files"): past them a file is refused, not half-loaded.
-MAX_REPEAT = 10_000
-MAX_STEPS = 1_000_000
 
 
-class Strict(BaseModel):
-    # defer_build: schemas are built on first validation; a run whose graph comes from the load
-    # cache (engine/loadcache.py) validates nothing and never pays for them
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+@dataclass(frozen=True, kw_only=True)
+class Param:
+    """A kind's parameter (engine/spec.py ParamSpec, as validated)."""
 
-
-class FileModel(Strict):
-    """A model of what a file says: types are strict (`repeat = true` or `jobs = "2"` are
-    refused, not converted)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class VarRef(FileModel):
-    """`{ var = "candidate.package" }`: a value from the run's context (e.g. a candidate)."""
-
-    var: str = Field(description="Dotted name of a context value, e.g. candidate.patches.")
-
-
-class ParamSpec(FileModel):
-    type: ParamType = Field(description="string, int, bool, float, path, strings or paths.")
-    default: Any = Field(default=None, description="Value used when a step does not set it.")
-    required: bool = Field(default=False, description="A step must set it (no default).")
+    type: ParamType
+    default: Any = None
+    required: bool = False
     description: str = ""
 
 
-class KindSpec(FileModel):
-    template: str = Field(description="jinja2 template rendering a Nix expression (.nix.j2).")
-    description: str = ""
-    params: dict[str, ParamSpec] = Field(default_factory=dict)
-    check: bool = Field(
-        default=False,
-        description="Rebuild each new result once with `--check` and record whether it differed.",
-    )
+@dataclass(frozen=True, kw_only=True)
+class NixConfig:
+    """The graph's `[nix]` settings, merged over its files (engine/spec.py NixSettings), the
+    package set resolved to its path."""
+
+    package_set: str | None = None
+    package_set_exclude: list[str] = field(default_factory=list)
+    extra_sandbox_paths: list[str] = field(default_factory=list)
+    options: dict[str, str] = field(default_factory=dict)
+    jobs: int | None = None
 
 
-class StepSpec(FileModel):
-    kind: str = Field(description="Name of a declared kind.")
-    needs: list[str] = Field(default_factory=list, description="Ids of steps this one uses.")
-    inputs: dict[str, str | VarRef] = Field(
-        default_factory=dict,
-        description="Files or trees the step reads, by name (path relative to this file).",
-    )
-    params: dict[str, Any] = Field(default_factory=dict)
-    repeat: Annotated[int, Field(ge=1, le=MAX_REPEAT)] | VarRef = Field(
-        default=1,
-        description=f"Run as N independent steps id@1..id@N (1 to {MAX_REPEAT}), e.g. repeated "
-        "reproducer runs.",
-    )
-    check: bool | None = Field(default=None, description="Override the kind's `check`.")
-    description: str = ""
-
-
-class NixSettings(FileModel):
-    package_set: str | VarRef | None = Field(
-        default=None,
-        description="Directory (or .nix file) of the package set; templates get "
-        "`pkgs = import <package_set> {}`. In a nixpkgs fork: its root.",
-    )
-    package_set_exclude: list[str] = Field(
-        default_factory=list,
-        description="Paths (relative to the package set, e.g. `trace`) left out of its digest: "
-        "files the package set itself never reads, such as candidates, whose own digests "
-        "already enter the steps that use them.",
-    )
-    extra_sandbox_paths: list[str] = Field(default_factory=list)
-    options: dict[str, str] = Field(
-        default_factory=dict,
-        description="Extra `--option`s (not the sandbox ones: trace always builds sandboxed; "
-        "use extra_sandbox_paths for paths the sandbox needs).",
-    )
-    jobs: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="Parallel builds (`-j`), 1 or more; unset: one per core."
-    )
-
-
-# Settings a pipeline may not pass as `[nix] options`: verdicts come only from sandboxed builds,
-# so the sandbox is trace's, not the pipeline's; binary caches, the keys that make their contents
-# acceptable and remote builders are the machine's (engine/remote/machine.py), never a pipeline's.
-FORBIDDEN_OPTIONS = frozenset(
-    {
-        "sandbox",
-        "build-use-sandbox",
-        "sandbox-fallback",
-        "sandbox-paths",
-        "build-sandbox-paths",
-        "extra-sandbox-paths",
-        "allowed-impure-host-deps",
-        "impure-env",
-        "substituters",
-        "extra-substituters",
-        "trusted-substituters",
-        "require-sigs",
-        "trusted-public-keys",
-        "builders",
-        "secret-key-files",
-        "post-build-hook",
-        "pre-build-hook",
-        "diff-hook",
-    }
-)
-
-
-class PipelineFile(FileModel):
-    """One TOML file as written."""
-
-    version: Literal[1] = 1
-    include: list[str] = Field(default_factory=list, description="Other pipeline files.")
-    nix: NixSettings | None = None
-    kinds: dict[str, KindSpec] = Field(default_factory=dict)
-    steps: dict[str, StepSpec] = Field(default_factory=dict)
-
-    @field_validator("steps", "kinds")
-    @classmethod
-    def _ids(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for name in value:
-            if not ID_RE.match(name):
-                raise ValueError(
-                    f"'{name}' is not a valid name: use letters, digits, '_' and '-', "
-                    "starting with a letter"
-                )
-        return value
-
-
-# ---- the resolved graph (after loading, includes, validation) ----
-
-
-class Kind(Strict):
+@dataclass(frozen=True, kw_only=True)
+class Kind:
     name: str
     template_path: Path
     template_text: str
     template_digest: str
-    params: dict[str, ParamSpec]
+    params: dict[str, Param]
     check: bool
     source: Path
 
 
-class InputRef(Strict):
+@dataclass(frozen=True, kw_only=True)
+class InputRef:
     path: Path
     rel: str
     digest: str
 
 
-class Step(Strict):
+@dataclass(frozen=True, kw_only=True)
+class Step:
     id: str
     base_id: str
     kind: str
@@ -179,21 +70,19 @@ class Step(Strict):
     line: int | None = None
 
 
-class Graph(Strict):
+@dataclass(frozen=True, kw_only=True)
+class Graph:
     root: Path
     entry: Path
     files: tuple[Path, ...]
     kinds: dict[str, Kind]
     steps: dict[str, Step]
     order: tuple[str, ...]
-    nix: NixSettings
+    nix: NixConfig
     package_set: InputRef | None
     variant: str | None = None
-    sources: tuple[tuple[Path, str], ...] = Field(
-        default=(), description="each pipeline file with the sha256 of the bytes loading read"
-    )
-    reads: tuple[tuple[Path, tuple[str, ...]], ...] = Field(
-        default=(),
-        description="every file and tree loading read (pipeline files, templates, inputs, the "
-        "package set), each with the paths left out of it: what the no-op fast path stats",
-    )
+    # each pipeline file with the sha256 of the bytes loading read
+    sources: tuple[tuple[Path, str], ...] = ()
+    # every file and tree loading read (pipeline files, templates, inputs, the package set),
+    # each with the paths left out of it: what the no-op fast path stats
+    reads: tuple[tuple[Path, tuple[str, ...]], ...] = ()

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import NixError
-from engine.model import NixSettings
-from engine.remote.machine import MachineConfig, load_machine
+from engine.model import NixConfig
+from engine.remote.machine import Machine, load_machine
 
 _BUILDING = re.compile(r"^building '(/nix/store/[^']+\.drv)'(?: on '([^']+)')?")
 _COPYING = re.compile(r"^copying path '(/nix/store/[^']+)' from '([^']+)'")
@@ -169,11 +169,11 @@ class _Cmd:
 class Nix:
     def __init__(
         self,
-        settings: NixSettings,
+        settings: NixConfig,
         jobs: int | None = None,
         *,
         substitute: bool = True,
-        machine: MachineConfig | None = None,
+        machine: Machine | None = None,
     ) -> None:
         """`substitute=False`: no binary cache at all (a replay must rebuild, not download);
         `machine`: the machine config (default: the one in force, engine/remote/machine.py)."""
@@ -253,7 +253,7 @@ class Nix:
     ) -> RealiseReport:
         """Build (or `--check`) derivations with --keep-going, in as few calls as argv allows.
 
-        A `--check` goes to the machine's check pool when it has one (MachineConfig.check_pool),
+        A `--check` goes to the machine's check pool when it has one (Machine.check_pool),
         each derivation to a check builder other than the one that built it (`built_on`).
         Stops at the first call in which Nix itself failed (see RealiseReport.nix_failed)."""
         report = RealiseReport(returncode=0)

@@ -31,6 +31,7 @@ def resolve_ref(value: str, base: Path) -> Path:
 # version bump, as in a development checkout).
 KEY_SOURCES = (
     "model.py",
+    "spec.py",
     "graph.py",
     "hashing.py",
     "render.py",

@@ -20,10 +20,9 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from engine import __version__, expression
 from engine.cache import CachedResult, Index
@@ -39,23 +38,22 @@ KEEP_BUILD_FILES = 8
 Status = Literal["cached", "built", "substituted", "reused", "failed", "skipped"]
 
 
-# Schemas are built on first validation or dump, not at import: a run constructs these models
-# from values it computed itself (model_construct), and most runs never dump them.
-_DEFER = ConfigDict(defer_build=True)
+# Plain dataclasses: a run builds thousands of these from values it computed itself, and the
+# hot path (`trace run` of one change) imports no pydantic at all (tests/test_hotpath.py).
 
 
-class StepPlan(BaseModel):
-    model_config = _DEFER
+@dataclass(kw_only=True)
+class StepPlan:
     id: str
     key: str
     dirty: bool
-    reasons: list[str] = Field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
     components: dict[str, Any]
     prev_key: str | None = None
 
 
-class Plan(BaseModel):
-    model_config = _DEFER
+@dataclass(kw_only=True)
+class Plan:
     graph: str
     steps: dict[str, StepPlan]
     order: list[str]
@@ -65,8 +63,8 @@ class Plan(BaseModel):
         return [s for s in self.order if self.steps[s].dirty]
 
 
-class StepResult(BaseModel):
-    model_config = _DEFER
+@dataclass(kw_only=True)
+class StepResult:
     id: str
     key: str
     status: Status
@@ -75,30 +73,25 @@ class StepResult(BaseModel):
     outcome: Any = None
     deterministic: bool | None = None
     log_tail: str | None = None
-    reasons: list[str] = Field(default_factory=list)
-    built_on: str | None = Field(
-        default=None,
-        description="where the result came from: 'local', a remote builder's URI, or "
-        "'cache:<url>' (substituted); for a cached step, as recorded by the run that made it; "
-        "None when no run of this state directory made it (reused: already in the store)",
-    )
-    checked_on: str | None = Field(
-        default=None,
-        description="the machine that did the --check rebuild ('local' or a URI; a cached "
-        "step: as recorded)",
-    )
+    reasons: list[str] = field(default_factory=list)
+    # where the result came from: 'local', a remote builder's URI, or 'cache:<url>'
+    # (substituted); for a cached step, as recorded by the run that made it; None when no run of
+    # this state directory made it (reused: already in the store)
+    built_on: str | None = None
+    # the machine that did the --check rebuild ('local' or a URI; a cached step: as recorded)
+    checked_on: str | None = None
 
 
-class RunResult(BaseModel):
-    model_config = _DEFER
+@dataclass(kw_only=True)
+class RunResult:
     graph: str
     steps: dict[str, StepResult]
     evaluated: bool = False
     nix_calls: int = 0
     rendered: int = 0  # templates rendered (clean upstream steps are imported by their .drv)
-    # seconds per phase: plan, render, instantiate, realise (with --check rebuilds), collect
-    # (reading outcomes), record
-    timings: dict[str, float] = Field(default_factory=dict)
+    # seconds per phase: plan, render, build (one nix-build: evaluate and realise), collect
+    # (reading outcomes), check (--check rebuilds), record
+    timings: dict[str, float] = field(default_factory=dict)
 
     def count(self, status: Status) -> int:
         return sum(1 for s in self.steps.values() if s.status == status)
@@ -106,6 +99,10 @@ class RunResult(BaseModel):
     @property
     def ok(self) -> bool:
         return all(s.status not in ("failed", "skipped") for s in self.steps.values())
+
+    def to_json(self, indent: int | None = None) -> str:
+        """`trace run --json`: every field, as pydantic's model_dump_json wrote it."""
+        return json.dumps(asdict(self), indent=indent, ensure_ascii=False)
 
 
 def graph_id(graph: Graph) -> str:
@@ -162,8 +159,8 @@ def _why(old: dict[str, Any] | None, new: dict[str, Any], changed_upstream: set[
         "nix": "nix settings changed",
         "check": "check setting changed",
     }
-    for field, label in labels.items():
-        if old.get(field) != new.get(field):
+    for name, label in labels.items():
+        if old.get(name) != new.get(name):
             reasons.append(label)
     for group, noun in (("params", "param"), ("inputs", "input")):
         o, n = old.get(group, {}), new.get(group, {})
@@ -201,8 +198,7 @@ def plan(
         hit = cached.get(key)
         prev_key = last.get(sid)
         if hit is not None and os.path.exists(hit.out):
-            # every field given: a default_factory costs model_construct an inspect.signature
-            steps[sid] = StepPlan.model_construct(
+            steps[sid] = StepPlan(
                 id=sid,
                 key=key,
                 dirty=False,
@@ -219,7 +215,7 @@ def plan(
             dirty_up = {n for n in graph.steps[sid].needs if steps[n].dirty}
             old = index.last_components(gid, sid) if prev_key else None
             reasons = _why(old, comps[sid], dirty_up) or ["no cached result for this key"]
-        steps[sid] = StepPlan.model_construct(
+        steps[sid] = StepPlan(
             id=sid,
             key=key,
             dirty=True,
@@ -227,7 +223,7 @@ def plan(
             components=comps[sid],
             prev_key=prev_key,
         )
-    return Plan.model_construct(graph=graph_id(graph), steps=steps, order=list(graph.order)), cached
+    return Plan(graph=graph_id(graph), steps=steps, order=list(graph.order)), cached
 
 
 def render_expression(
@@ -316,7 +312,7 @@ def _run(
         sp = p.steps[sid]
         if not sp.dirty:
             hit = cached[sp.key]
-            results[sid] = StepResult.model_construct(
+            results[sid] = StepResult(
                 id=sid,
                 key=sp.key,
                 status="cached",
@@ -324,7 +320,7 @@ def _run(
                 out=hit.out,
                 outcome=hit.outcome,
                 deterministic=hit.deterministic,
-                reasons=[],  # given: a default_factory costs model_construct an inspect.signature
+                reasons=[],
                 built_on=hit.built_on,
                 checked_on=hit.checked_on,
             )

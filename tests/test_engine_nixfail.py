@@ -17,7 +17,7 @@ import pytest
 
 from engine import nix as nixmod
 from engine.cli import main
-from engine.model import NixSettings
+from engine.model import NixConfig
 from engine.nix import Nix, batches, printable
 from tests.enginekit import make_project
 
@@ -114,13 +114,13 @@ def test_paths_go_to_nix_in_batches_so_any_graph_fits_argv(
     )
     monkeypatch.setenv("PATH", f"{shims}:{os.environ['PATH']}")
     drvs = [f"/nix/store/{i:032d}-step-{i}.drv" for i in range(100_000)]
-    report = Nix(NixSettings()).realise(drvs)
+    report = Nix(NixConfig()).realise(drvs)
     assert report.returncode == 0
     counts = [int(x) for x in log.read_text().split()]
     assert sum(counts) == 100_000 and len(counts) > 1
     assert max(counts) * (min(len(d) for d in drvs) + 1) <= nixmod.ARGV_BUDGET
     log.unlink()
-    assert Nix(NixSettings()).invalid(drvs) == set()
+    assert Nix(NixConfig()).invalid(drvs) == set()
     assert sum(int(x) for x in log.read_text().split()) == 100_000
 
 

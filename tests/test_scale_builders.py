@@ -30,9 +30,9 @@ import pytest
 from plumbum import local
 
 from engine.cli import main
-from engine.model import NixSettings
+from engine.model import NixConfig
 from engine.nix import Nix, check_groups, store_uri
-from engine.remote.machine import MachineConfig
+from engine.remote.machine import Machine
 from tests.enginekit import make_project
 
 pytestmark = pytest.mark.nix
@@ -258,12 +258,12 @@ def test_check_rebuilds_go_to_a_check_builder_that_did_not_build_the_step() -> N
 
 def test_max_jobs_zero_sends_builds_and_checks_to_the_builders() -> None:
     spec = f"ssh-ng://a {SYSTEM}"
-    machine = MachineConfig.model_validate({"builders": [spec], "max-jobs": 0})
+    machine = Machine(builders=[spec], max_jobs=0)
     assert machine.check_pool() == [spec]
-    assert Nix(NixSettings(jobs=3), machine=machine).jobs == 0  # the machine's over a pipeline's
-    assert Nix(NixSettings(), 2, machine=machine).jobs == 2  # -j over the machine's
-    checking = MachineConfig.model_validate({"builders": [spec], "check-builders": ["b"]})
-    assert checking.check_pool() == ["b"] and MachineConfig(builders=[spec]).check_pool() == []
+    assert Nix(NixConfig(jobs=3), machine=machine).jobs == 0  # the machine's over a pipeline's
+    assert Nix(NixConfig(), 2, machine=machine).jobs == 2  # -j over the machine's
+    checking = Machine(builders=[spec], check_builders=["b"])
+    assert checking.check_pool() == ["b"] and Machine(builders=[spec]).check_pool() == []
 
 
 def test_the_store_uri_of_a_builder_spec() -> None:

@@ -25,9 +25,9 @@ import pytest
 from engine.cli import main
 from engine.errors import InputError
 from engine.evidence import PAYLOAD_DIR
-from engine.model import NixSettings
+from engine.model import NixConfig
 from engine.nix import Nix
-from engine.remote.machine import MachineConfig, load_machine
+from engine.remote.machine import Machine, load_machine
 from tests.enginekit import make_project
 from tests.storekit import delete_outputs, outputs
 
@@ -75,8 +75,8 @@ def two_steps() -> str:
 
 
 def test_no_machine_config_leaves_nix_its_own_settings(tmp_path: Path) -> None:
-    assert load_machine() == MachineConfig()  # conftest: TRACE_MACHINE_CONFIG=""
-    args = Nix(NixSettings(), machine=MachineConfig()).option_args()
+    assert load_machine() == Machine()  # conftest: TRACE_MACHINE_CONFIG=""
+    args = Nix(NixConfig(), machine=Machine()).option_args()
     assert "substituters" not in args and "trusted-public-keys" not in args
     assert args[-6:-3] == ["--option", "require-sigs", "true"]
 
@@ -84,7 +84,7 @@ def test_no_machine_config_leaves_nix_its_own_settings(tmp_path: Path) -> None:
 def test_the_machine_config_comes_before_what_trace_enforces(tmp_path: Path) -> None:
     _, pub = cache_key(tmp_path, "k1")
     cfg = load_machine(machine_file(tmp_path / "m.toml", tmp_path / "c", pub))
-    args = Nix(NixSettings(options={"cores": "1"}), machine=cfg).option_args()
+    args = Nix(NixConfig(options={"cores": "1"}), machine=cfg).option_args()
     assert args == [
         "--option", "cores", "1",
         "--option", "substituters", f"file://{tmp_path / 'c'}",
@@ -94,7 +94,7 @@ def test_the_machine_config_comes_before_what_trace_enforces(tmp_path: Path) -> 
         "--option", "fallback", "true",
     ]  # fmt: skip
     # a replay rebuilds: no cache at all, whatever the machine says
-    replay = Nix(NixSettings(), machine=cfg, substitute=False).option_args()
+    replay = Nix(NixConfig(), machine=cfg, substitute=False).option_args()
     # (after the machine's own list: the last setting of an option is the one Nix uses)
     assert replay[-12:-9] == ["--option", "substituters", ""]
 

@@ -18,6 +18,7 @@ planning and rendering and engine.nix:
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,9 +64,7 @@ def rebuild(graph: Graph, keys: dict[str, str], drvs: dict[str, str], work: Path
     from engine.nix import Nix, output_of
     from engine.run import read_outcome
 
-    settings = graph.nix.model_copy(
-        update={"options": {**graph.nix.options, "keep-failed": "true"}}
-    )
+    settings = replace(graph.nix, options={**graph.nix.options, "keep-failed": "true"})
     nix = Nix(settings, substitute=False)  # a replay rebuilds: nothing from a binary cache
     steps = {
         sid: Rebuilt(id=sid, key=keys[sid], drv=drv, out=output_of(drv))

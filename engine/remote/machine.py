@@ -12,7 +12,8 @@ configuration says, trace passes `require-sigs = true` on every Nix call (engine
 substituted path is accepted only with a signature by a key in `trusted-public-keys`. A machine
 config that turns signatures off or lists a cache without a trusted key is refused (exit 2).
 
-Lower layer: imports only engine.errors (engine/nix.py reads it).
+Lower layer: imports only engine.errors (engine/nix.py reads it); the file's pydantic model
+(engine/remote/machinefile.py) only when there is a file to read.
 """
 
 from __future__ import annotations
@@ -21,10 +22,8 @@ import base64
 import os
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.errors import InputError
 
@@ -35,58 +34,20 @@ _KEY = re.compile(r"^[A-Za-z0-9._+-]+:[A-Za-z0-9+/=]+$")
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://\S*$")
 
 
-def _strs(description: str) -> Any:
-    return Field(default=None, description=description)
+@dataclass(frozen=True, kw_only=True)
+class Machine:
+    """The machine config in force, as plain data (no config file: all unset). What each key
+    means, and its validation: engine/remote/machinefile.py MachineConfig (`trace schema
+    machine`)."""
 
-
-class MachineConfig(BaseModel):
-    """`machine.toml`: this machine's caches and builders (`trace schema machine`)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
-
-    substituters: list[Annotated[str, Field(min_length=1)]] | None = _strs(
-        "binary caches to substitute from, in order (replaces Nix's `substituters`); every one "
-        "must be signed by a key in trusted-public-keys"
-    )
-    trusted_public_keys: list[str] | None = Field(
-        default=None,
-        alias="trusted-public-keys",
-        description="`name:base64` Ed25519 public keys (as `nix-store "
-        "--generate-binary-cache-key` writes them) whose signatures make a cached path "
-        "acceptable (replaces Nix's `trusted-public-keys`)",
-    )
-    require_sigs: bool | None = Field(
-        default=None,
-        alias="require-sigs",
-        description="may only be true: trace never accepts an unsigned substituted path",
-    )
-    builders: list[str] | None = _strs(
-        "Nix remote builder specifications (`ssh-ng://host system key jobs speed features`), "
-        "used as they are by the one `nix-store --realise` of a run (replaces Nix's `builders`)"
-    )
-    check_builders: list[str] | None = Field(
-        default=None,
-        alias="check-builders",
-        description="builders for the `--check` rebuilds of determinism checks (only there: "
-        "local builds off), so `deterministic` means bit-identical on two machines",
-    )
-    max_jobs: int | None = Field(
-        default=None,
-        alias="max-jobs",
-        ge=0,
-        description="builds this machine runs itself at once (replaces trace's default and a "
-        "pipeline's `jobs`; `-j` still wins); 0: every build goes to `builders`, and the "
-        "determinism checks to `check-builders`, else to `builders` (never this machine)",
-    )
-    push_to: str | None = Field(
-        default=None, alias="push-to", description="`trace push`'s cache when --to is not given"
-    )
-    secret_key_file: str | None = Field(
-        default=None,
-        alias="secret-key-file",
-        description="`trace push`'s signing key (a `nix-store --generate-binary-cache-key` "
-        "secret key file) when --key is not given",
-    )
+    substituters: list[str] | None = None
+    trusted_public_keys: list[str] | None = None
+    require_sigs: bool | None = None
+    builders: list[str] | None = None
+    check_builders: list[str] | None = None
+    max_jobs: int | None = None
+    push_to: str | None = None
+    secret_key_file: str | None = None
 
     def nix_options(self) -> list[tuple[str, str]]:
         """The settings this config gives, as Nix options (unset ones leave Nix's own)."""
@@ -122,7 +83,7 @@ def _refuse(path: Path, key: str, message: str, hint: str) -> InputError:
     return InputError(message, file=path, key=key, hint=hint)
 
 
-def _check(cfg: MachineConfig, path: Path) -> MachineConfig:
+def _check(cfg: Machine, path: Path) -> Machine:
     if cfg.require_sigs is False:
         raise _refuse(
             path,
@@ -179,11 +140,11 @@ def _check(cfg: MachineConfig, path: Path) -> MachineConfig:
     return cfg
 
 
-def load_machine(path: Path | None = None) -> MachineConfig:
+def load_machine(path: Path | None = None) -> Machine:
     """The machine config in force (an empty one when there is none); bad files exit 2."""
     path = path if path is not None else config_path()
     if path is None:
-        return MachineConfig()
+        return Machine()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
@@ -194,6 +155,10 @@ def load_machine(path: Path | None = None) -> MachineConfig:
         ) from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise InputError(f"cannot read the machine config: {exc}", file=path) from None
+    from pydantic import ValidationError
+
+    from engine.remote.machinefile import MachineConfig
+
     try:
         cfg = MachineConfig.model_validate(data)
     except ValidationError as exc:
@@ -205,4 +170,4 @@ def load_machine(path: Path | None = None) -> MachineConfig:
             key=key,
             hint="see `trace schema machine` for the keys a machine config may hold",
         ) from None
-    return _check(cfg, path)
+    return _check(Machine(**cfg.model_dump()), path)

@@ -20,7 +20,7 @@ from pathlib import Path
 from engine.cache import Index
 from engine.errors import InputError, UsageError
 from engine.nix import batches, printable
-from engine.remote.machine import MachineConfig, load_machine
+from engine.remote.machine import Machine, load_machine
 
 NIX = ("--extra-experimental-features", "nix-command", "--option", "connect-timeout", "15")
 TIMEOUT = 3600.0  # seconds for one nix call (a big closure to a slow cache)
@@ -116,7 +116,7 @@ def push(
     *,
     to: str | None = None,
     key: Path | None = None,
-    machine: MachineConfig | None = None,
+    machine: Machine | None = None,
     wait: float = 0,
 ) -> PushReport:
     """Sign the results' closure with `key` and copy it to the cache `to` (defaults: the

@@ -35,6 +35,7 @@ the steps and the check builds on top.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -141,7 +142,7 @@ def from_store(graph: Graph, run: RunResult, index: Index, *, recheck: bool) -> 
         outcome = read_outcome(outs[sid])
         if outcome != run.steps[sid].outcome:
             problems.append(f"step {sid}: the recorded outcome is not the store's")
-        steps[sid] = run.steps[sid].model_copy(update={"outcome": outcome})
+        steps[sid] = replace(run.steps[sid], outcome=outcome)
     if problems:
         raise _refuse(index.state_dir, problems)
     calls = 2 if recheck else 1
@@ -160,5 +161,5 @@ def from_store(graph: Graph, run: RunResult, index: Index, *, recheck: bool) -> 
         calls += report is not None
         for sid in checks:
             fresh, where = verdicts[sid]
-            steps[sid] = steps[sid].model_copy(update={"deterministic": fresh, "checked_on": where})
-    return run.model_copy(update={"steps": steps, "nix_calls": run.nix_calls + calls})
+            steps[sid] = replace(steps[sid], deterministic=fresh, checked_on=where)
+    return replace(run, steps=steps, nix_calls=run.nix_calls + calls)

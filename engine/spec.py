@@ -1,0 +1,140 @@
+"""Typed models of pipeline files as written (pydantic: strict validation, JSON Schema).
+
+A pipeline file declares step *kinds* (template + typed parameters) and *steps* (instances of a
+kind with parameters, the steps they need and the files they read). `trace schema` exports
+`PipelineFile.model_json_schema()` for TOML editors. Loading (engine/graph.py) validates files
+with these and resolves them into the graph of engine/model.py, which flows onward.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from engine.model import ParamType
+
+ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+# Documented limits (README, "Pipeline files"): past them a file is refused, not half-loaded.
+MAX_REPEAT = 10_000
+MAX_STEPS = 1_000_000
+
+
+class FileModel(BaseModel):
+    """A model of what a file says: types are strict (`repeat = true` or `jobs = "2"` are
+    refused, not converted)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
+
+
+class VarRef(FileModel):
+    """`{ var = "candidate.package" }`: a value from the run's context (e.g. a candidate)."""
+
+    var: str = Field(description="Dotted name of a context value, e.g. candidate.patches.")
+
+
+class ParamSpec(FileModel):
+    type: ParamType = Field(description="string, int, bool, float, path, strings or paths.")
+    default: Any = Field(default=None, description="Value used when a step does not set it.")
+    required: bool = Field(default=False, description="A step must set it (no default).")
+    description: str = ""
+
+
+class KindSpec(FileModel):
+    template: str = Field(description="jinja2 template rendering a Nix expression (.nix.j2).")
+    description: str = ""
+    params: dict[str, ParamSpec] = Field(default_factory=dict)
+    check: bool = Field(
+        default=False,
+        description="Rebuild each new result once with `--check` and record whether it differed.",
+    )
+
+
+class StepSpec(FileModel):
+    kind: str = Field(description="Name of a declared kind.")
+    needs: list[str] = Field(default_factory=list, description="Ids of steps this one uses.")
+    inputs: dict[str, str | VarRef] = Field(
+        default_factory=dict,
+        description="Files or trees the step reads, by name (path relative to this file).",
+    )
+    params: dict[str, Any] = Field(default_factory=dict)
+    repeat: Annotated[int, Field(ge=1, le=MAX_REPEAT)] | VarRef = Field(
+        default=1,
+        description=f"Run as N independent steps id@1..id@N (1 to {MAX_REPEAT}), e.g. repeated "
+        "reproducer runs.",
+    )
+    check: bool | None = Field(default=None, description="Override the kind's `check`.")
+    description: str = ""
+
+
+class NixSettings(FileModel):
+    package_set: str | VarRef | None = Field(
+        default=None,
+        description="Directory (or .nix file) of the package set; templates get "
+        "`pkgs = import <package_set> {}`. In a nixpkgs fork: its root.",
+    )
+    package_set_exclude: list[str] = Field(
+        default_factory=list,
+        description="Paths (relative to the package set, e.g. `trace`) left out of its digest: "
+        "files the package set itself never reads, such as candidates, whose own digests "
+        "already enter the steps that use them.",
+    )
+    extra_sandbox_paths: list[str] = Field(default_factory=list)
+    options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra `--option`s (not the sandbox ones: trace always builds sandboxed; "
+        "use extra_sandbox_paths for paths the sandbox needs).",
+    )
+    jobs: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="Parallel builds (`-j`), 1 or more; unset: one per core."
+    )
+
+
+# Settings a pipeline may not pass as `[nix] options`: verdicts come only from sandboxed builds,
+# so the sandbox is trace's, not the pipeline's; binary caches, the keys that make their contents
+# acceptable and remote builders are the machine's (engine/remote/machine.py), never a pipeline's.
+FORBIDDEN_OPTIONS = frozenset(
+    {
+        "sandbox",
+        "build-use-sandbox",
+        "sandbox-fallback",
+        "sandbox-paths",
+        "build-sandbox-paths",
+        "extra-sandbox-paths",
+        "allowed-impure-host-deps",
+        "impure-env",
+        "substituters",
+        "extra-substituters",
+        "trusted-substituters",
+        "require-sigs",
+        "trusted-public-keys",
+        "builders",
+        "secret-key-files",
+        "post-build-hook",
+        "pre-build-hook",
+        "diff-hook",
+    }
+)
+
+
+class PipelineFile(FileModel):
+    """One TOML file as written."""
+
+    version: Literal[1] = 1
+    include: list[str] = Field(default_factory=list, description="Other pipeline files.")
+    nix: NixSettings | None = None
+    kinds: dict[str, KindSpec] = Field(default_factory=dict)
+    steps: dict[str, StepSpec] = Field(default_factory=dict)
+
+    @field_validator("steps", "kinds")
+    @classmethod
+    def _ids(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name in value:
+            if not ID_RE.match(name):
+                raise ValueError(
+                    f"'{name}' is not a valid name: use letters, digits, '_' and '-', "
+                    "starting with a letter"
+                )
+        return value
