@@ -246,7 +246,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from engine import loadcache
     from engine.cache import Index
     from engine.hashing import StatCache
-    from engine.nix import Nix
     from engine.run import evaluate, known_drvs, plan, render_expression
 
     state = _state_dir(args)
@@ -265,6 +264,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if p.dirty and args.no_eval:  # a template that does not render is bad input
             render_expression(graph, p, p.dirty, known)
         elif p.dirty:  # ... and so is a graph that does not evaluate
+            from engine.nix import Nix
+
             evaluate(graph, p, p.dirty, Nix(graph.nix), state, index, known)
     if args.json:
         print(

@@ -36,7 +36,7 @@ from engine.hashing import StatCache, digest_bytes, tree_digest
 from engine.model import Graph, InputRef
 
 TABLE = "CREATE TABLE IF NOT EXISTS load_cache (name TEXT PRIMARY KEY, mac TEXT, payload BLOB)"
-FORMAT = 2  # 2: the graph as plain dataclasses (engine/model.py)
+FORMAT = 3  # 2: the graph as plain dataclasses (engine/model.py); 3: + its unique trees
 
 
 def key_file() -> Path | None:
@@ -84,7 +84,18 @@ def _same_real_path(path: Path) -> bool:
     return os.path.realpath(path) == str(path)
 
 
-def _still_valid(graph: Graph, hasher: StatCache) -> bool:
+Tree = tuple[Path, tuple[str, ...] | None, str]  # path, exclusions (None: an input), digest
+
+
+def _unique_trees(graph: Graph) -> list[Tree]:
+    """Each (path, exclusions) the graph digested, once: what a lookup digests again."""
+    found: dict[tuple[Path, tuple[str, ...] | None], str] = {}
+    for ref, exclude in _trees(graph):
+        found.setdefault((ref.path, exclude), ref.digest)
+    return [(path, exclude, digest) for (path, exclude), digest in found.items()]
+
+
+def _still_valid(graph: Graph, trees: list[Tree], hasher: StatCache) -> bool:
     for path, digest in graph.sources:
         if not _same_real_path(path) or digest_bytes(path.read_bytes()) != digest:
             return False
@@ -95,18 +106,14 @@ def _still_valid(graph: Graph, hasher: StatCache) -> bool:
         text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
         if digest_bytes(text.encode()) != kind.template_digest:
             return False
-    seen: set[tuple[Path, tuple[str, ...] | None]] = set()
-    for ref, exclude in _trees(graph):
-        if (ref.path, exclude) in seen:
-            continue
-        seen.add((ref.path, exclude))
-        if not _same_real_path(ref.path):
+    for path, exclude, recorded in trees:
+        if not _same_real_path(path):
             return False
-        if exclude is not None and ref.path.is_dir():
-            digest = tree_digest(ref.path, hasher, list(exclude))
+        if exclude is not None and path.is_dir():
+            digest = tree_digest(path, hasher, list(exclude))
         else:
-            digest = tree_digest(ref.path, hasher)
-        if digest != ref.digest:
+            digest = tree_digest(path, hasher)
+        if digest != recorded:
             return False
     return True
 
@@ -134,14 +141,15 @@ def lookup(
     if not hmac.compare_digest(row[0], _mac(secret, key, row[1])):
         return None  # not written by this user's trace: never unpickled
     try:
-        graph, keys = pickle.loads(row[1])  # authenticated above
+        graph, keys, trees = pickle.loads(row[1])  # authenticated above
         if (
             not isinstance(graph, Graph)
             or not isinstance(keys, dict)
             or set(keys) != set(graph.order)
+            or not isinstance(trees, list)
         ):
             return None
-        if _still_valid(graph, hasher):
+        if _still_valid(graph, trees, hasher):
             return graph, keys
     except Exception:  # unreadable, moved, not UTF-8, a class that changed: load again
         return None
@@ -155,7 +163,8 @@ def store(
     secret = _secret([graph.root, state], create=True)
     if secret is None:
         return
-    payload = pickle.dumps((graph, dict(keys)), protocol=pickle.HIGHEST_PROTOCOL)
+    entry = (graph, dict(keys), _unique_trees(graph))
+    payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
     db.execute(TABLE)
     db.execute(
         "INSERT OR REPLACE INTO load_cache VALUES (?, ?, ?)",
