@@ -6,9 +6,10 @@ comment appended to the package's source, new every time: every derivation is ne
 1. `cold`: the candidate as `trace fork` verifies it, in two timed halves on one state dir:
    the base steps alone (the two package builds and the reproducer runs), then the whole
    candidate (`verify_candidate`: the gates' steps are what is left to build, then judge,
-   route, decide, bundle, sign with a local key). Inside both, the time in `evaluate`
-   (rendering + `nix-instantiate`), in `nix-store --realise` and in `--check`, and in signing
-   are summed separately;
+   route, decide, bundle, sign with a local key). Inside both, the time in `Nix.build` (one
+   `nix-build`: rendered file evaluated and built), in `evaluate` (rendering +
+   `nix-instantiate`: the trusted re-evaluation, or a failed nix-build's fallback), in
+   `nix-store --realise` and in `--check`, and in signing are summed separately;
 2. `no-op`: the same candidate again on the same state dir (nothing changed);
 3. `other machine`: a fresh state dir on the same store (every output already valid: what a
    runner pays when a shared binary cache has every output, minus the download).
@@ -52,7 +53,7 @@ Clock = dict[str, float]
 
 @contextmanager
 def timers(clock: Clock) -> Iterator[None]:
-    """Sum the time spent in evaluate / realise / realise --check / sign into `clock`."""
+    """Sum the time spent in build / evaluate / realise / realise --check / sign into `clock`."""
     saved: list[tuple[Any, str, Any]] = []
 
     def wrap(owner: Any, name: str, label: Callable[..., str]) -> None:
@@ -69,6 +70,7 @@ def timers(clock: Clock) -> Iterator[None]:
         setattr(owner, name, timed)
 
     wrap(engine.run, "evaluate", lambda *a, **kw: "eval")
+    wrap(Nix, "build", lambda *a, **kw: "eval+build")
     wrap(Nix, "realise", lambda *a, **kw: "check" if kw.get("check") else "realise")
     wrap(Signer, "sign", lambda *a, **kw: "sign")
     try:
@@ -111,8 +113,9 @@ def one(fork: Path, name: str, state: Path, key: Path, clock: Clock, base_first:
                 base = engine.run.run_graph(base_only(graph), index)
             clock["base total"] += time.monotonic() - start
             clock["base steps built"] += base.count("built")
-            clock["build"] = clock.pop("realise")
-            clock["eval (base)"] = clock.pop("eval")
+            for name in ("eval+build", "eval", "realise"):  # the base half's, apart
+                if name in clock:
+                    clock[f"{name} (base)"] = clock.pop(name)
         start = time.monotonic()
         out = verify_candidate(
             cfg, file, policy, Signer(ns), dirty=False, jobs=None, progress=False, wait=0

@@ -53,6 +53,7 @@ FOCUS = [
     ("engine/run.py", "_why", "    _why"),
     ("engine/run.py", "render_expression", "  render_expression"),
     ("engine/render.py", "render", "    render (jinja2)"),
+    ("engine/nix.py", "build", "  Nix.build (one nix-build: evaluate and build)"),
     ("engine/nix.py", "instantiate", "  Nix.instantiate (nix-instantiate)"),
     ("engine/nix.py", "realise", "  Nix.realise (nix-store --realise)"),
     ("engine/cache.py", "record", "  Index.record (roots + sqlite writes)"),
@@ -61,6 +62,7 @@ FOCUS = [
     ("json/__init__.py", "dumps", "json.dumps"),
     ("json/__init__.py", "loads", "json.loads"),
     ("pydantic/main.py", "__init__", "pydantic BaseModel.__init__"),
+    ("pydantic/main.py", "model_construct", "pydantic model_construct"),
     ("genericpath.py", "exists", "os.path.exists"),
 ]
 

@@ -12,7 +12,7 @@ every trace call is a real `trace run --quiet` subprocess):
               builds is the one raw Nix instantiates (asserted)
   cold        N=--cold-size (100): a fresh salt per repetition, the same for both tools, and the
               outputs deleted between the tools so each really builds (goal <= 1.05); trace's
-              split (load, plan, render, instantiate, realise, collect, record) is printed
+              split (load, plan, render, build, collect, check, record) is printed
   scale       with --scale N (bench/scale.py): wide and chain graphs of 1000 and N steps: no-op
               (<= 0.3 s), `trace plan` (<= 1 s), one change, peak RSS (<= 300 MB) and the growth
               factor 1000 -> N of each (<= N/1000: nothing super-linear)

@@ -8,6 +8,7 @@ directly: these bundles carry no signing decision (test_bundle_verify covers tho
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -172,10 +173,10 @@ def test_replay_catches_forged_outcomes_and_changed_pins(
     root, key, run = world
     # A signer who records an outcome the build never produced: the signature and every digest
     # hold, only the replay can tell.
-    forged_step = run.steps["pre"].model_copy(
-        update={"outcome": {"schema": "test.outcome/v1", "value": "survived"}}
+    forged_step = dataclasses.replace(
+        run.steps["pre"], outcome={"schema": "test.outcome/v1", "value": "survived"}
     )
-    forged_run = run.model_copy(update={"steps": {**run.steps, "pre": forged_step}})
+    forged_run = dataclasses.replace(run, steps={**run.steps, "pre": forged_step})
     forged = make_bundle(root, tmp_path / "forged", forged_run, key)
     check = replay_of(forged, root)
     assert check.reason == "replay.mismatch" and "pre:" in check.detail, check
