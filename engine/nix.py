@@ -236,7 +236,7 @@ class Nix:
         import secrets
 
         tag = secrets.token_hex(8)
-        args = ["--no-out-link", "-E", BUILD_EXPR, "--argstr", "file", str(expr_file)]
+        args = ["--no-out-link", "-E", BUILD_EXPR, "--argstr", "file", str(expr_file.resolve())]
         args += ["--argstr", "tag", tag, "--keep-going", *self.option_args()]
         args += ["--max-jobs", "auto" if self.jobs is None else str(self.jobs)]
         return self._stream(

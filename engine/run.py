@@ -376,10 +376,12 @@ def _run(
         clock.mark(None)
         drv_of = dict(zip(dirty, ev.drvs, strict=True))
         step_of = {d: s for s, d in drv_of.items()}
-        rep = nix.realise([drv_of[s] for s in dirty], on_event=on_event)
+        first, rep = rep, nix.realise([drv_of[s] for s in dirty], on_event=on_event)
         run.nix_calls += 1
         if rep.nix_failed:
             raise rep.nix_error("nix-store --realise")
+        rep.built |= first.built  # what nix-build did build before it failed
+        rep.built_on = {**first.built_on, **rep.built_on}
         clock.mark("realise")
     out_of = {s: output_of(d) for s, d in drv_of.items()}
     built, failed_drvs = rep.built, rep.failed

@@ -47,6 +47,29 @@ def test_cold_build_builds_every_step(layered: tuple[Path, RunResult]) -> None:
     assert s12.read_text().startswith("step 12")
 
 
+def test_one_nix_build_evaluates_and_builds_the_instantiated_derivations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold run is ONE Nix process (nix-build: evaluation and builds), also with a relative
+    state directory, and its .drv paths are those nix-instantiate gives from scratch."""
+    from engine.nix import Nix
+    from engine.run import evaluate, plan
+
+    graph = make_project(tmp_path / "p", layered_steps(6, width=3, salt=uuid.uuid4().hex))
+    write_inputs(graph.parent, width=3)
+    monkeypatch.chdir(tmp_path)
+    g = load_graph(graph, root=graph.parent)
+    result = run_graph(g, Path("p/.trace"))
+    assert result.ok and result.nix_calls == 1 and len(statuses(result, "built")) == 6
+    assert result.timings.keys() >= {"build"} and "instantiate" not in result.timings
+    with Index(tmp_path / "fresh") as index:
+        p, _ = plan(g, index)
+        ev = evaluate(g, p, p.dirty, Nix(g.nix), index.state_dir, index)
+    assert dict(zip(p.dirty, ev.drvs, strict=True)) == {
+        sid: r.drv for sid, r in result.steps.items()
+    }
+
+
 def test_noop_run_builds_and_evaluates_nothing(
     layered: tuple[Path, RunResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
