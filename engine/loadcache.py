@@ -36,7 +36,7 @@ from engine.hashing import StatCache, digest_bytes, tree_digest
 from engine.model import Graph, InputRef
 
 TABLE = "CREATE TABLE IF NOT EXISTS load_cache (name TEXT PRIMARY KEY, mac TEXT, payload BLOB)"
-FORMAT = 3  # 2: the graph as plain dataclasses (engine/model.py); 3: + its unique trees
+FORMAT = 4  # 2: the graph as dataclasses (engine/model.py); 3: + unique trees; 4: sources first
 
 
 def key_file() -> Path | None:
@@ -95,10 +95,15 @@ def _unique_trees(graph: Graph) -> list[Tree]:
     return [(path, exclude, digest) for (path, exclude), digest in found.items()]
 
 
+def _sources_valid(sources: tuple[tuple[Path, str], ...]) -> bool:
+    return all(
+        _same_real_path(path) and digest_bytes(path.read_bytes()) == digest
+        for path, digest in sources
+    )
+
+
 def _still_valid(graph: Graph, trees: list[Tree], hasher: StatCache) -> bool:
-    for path, digest in graph.sources:
-        if not _same_real_path(path) or digest_bytes(path.read_bytes()) != digest:
-            return False
+    """Templates and trees (the pipeline files were checked before the graph was unpickled)."""
     for kind in graph.kinds.values():
         path = kind.template_path
         if not _same_real_path(path):
@@ -141,9 +146,15 @@ def lookup(
     if not hmac.compare_digest(row[0], _mac(secret, key, row[1])):
         return None  # not written by this user's trace: never unpickled
     try:
-        graph, keys, trees = pickle.loads(row[1])  # authenticated above
+        # authenticated above; the pipeline files first: an edited one (the usual miss) is
+        # told without unpickling the graph
+        sources, inner = pickle.loads(row[1])
+        if not isinstance(inner, bytes) or not _sources_valid(sources):
+            return None
+        graph, keys, trees = pickle.loads(inner)
         if (
             not isinstance(graph, Graph)
+            or graph.sources != sources
             or not isinstance(keys, dict)
             or set(keys) != set(graph.order)
             or not isinstance(trees, list)
@@ -164,7 +175,8 @@ def store(
     if secret is None:
         return
     entry = (graph, dict(keys), _unique_trees(graph))
-    payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+    inner = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+    payload = pickle.dumps((graph.sources, inner), protocol=pickle.HIGHEST_PROTOCOL)
     db.execute(TABLE)
     db.execute(
         "INSERT OR REPLACE INTO load_cache VALUES (?, ?, ?)",
