@@ -19,7 +19,7 @@ pytestmark = pytest.mark.nix
 
 CHECK = (
     "import sys, engine.cli; rc = engine.cli.main(sys.argv[1:]); "
-    "print('FAST' if 'pydantic' not in sys.modules else 'FULL', rc)"
+    "print('FAST' if 'engine.run' not in sys.modules else 'FULL', rc)"
 )
 
 
