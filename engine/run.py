@@ -301,12 +301,43 @@ def _run(
     report: Reporter,
     known_keys: Mapping[str, str] | None = None,
 ) -> RunResult:
-    from engine.nix import Nix, output_of
+    """Plan; answer the clean steps from the index; build the dirty ones (`_build`), read their
+    results (`_collect`), `--check` the check kinds (`_check`); record."""
+    from engine.nix import Nix
 
-    state_dir = index.state_dir
     clock = _Clock()
     p, cached = plan(graph, index, known_keys)
     clock.mark("plan")
+    results = _cached_results(p, cached, report)
+    dirty = p.dirty
+    run = RunResult(graph=p.graph, steps={})
+    last = {
+        sid: (sp.key, sid, sp.components) for sid, sp in p.steps.items() if sp.key != sp.prev_key
+    }
+    if dirty:
+        nix = Nix(graph.nix, jobs)
+        for sid in dirty:
+            report(sid, "queued")
+        built = _build(graph, p, dirty, nix, index, known_drvs(p, cached), run, clock, report)
+        results.update(_collect(graph, p, dirty, built, nix, report))
+        clock.mark("collect")
+        checked = _check(graph, dirty, results, built, nix, report)
+        if checked is not None:
+            run.nix_calls += 1
+        if checked is not None and checked.nix_failed:
+            index.record(new_results(results, dirty), last, p.graph)
+            raise checked.nix_error("nix-store --realise --check")
+        clock.mark("check")
+    index.record(new_results(results, dirty), last, p.graph)
+    clock.mark("record")
+    run.steps, run.timings = {sid: results[sid] for sid in p.order}, clock.laps
+    return run
+
+
+def _cached_results(
+    p: Plan, cached: Mapping[str, CachedResult], report: Reporter
+) -> dict[str, StepResult]:
+    """The clean steps' results, as the index recorded them."""
     results: dict[str, StepResult] = {}
     for sid in p.order:
         sp = p.steps[sid]
@@ -325,22 +356,36 @@ def _run(
                 checked_on=hit.checked_on,
             )
             report(sid, "cached")
-    dirty = p.dirty
-    run = RunResult(graph=p.graph, steps={})
-    last = {
-        sid: (sp.key, sid, sp.components) for sid, sp in p.steps.items() if sp.key != sp.prev_key
-    }
-    if not dirty:
-        index.record([], last, p.graph)
-        clock.mark("record")
-        run.steps, run.timings = results, clock.laps
-        return run
+    return results
 
-    nix = Nix(graph.nix, jobs)
-    for sid in dirty:
-        report(sid, "queued")
-    known = known_drvs(p, cached)
-    expr, expr_file = write_expression(graph, p, dirty, state_dir, index, known)
+
+@dataclass
+class _Built:
+    """What building the dirty steps gave: each step's .drv and output, Nix's report, and the
+    outputs that are not valid (a failed build may leave an unregistered directory)."""
+
+    drv_of: dict[str, str]
+    out_of: dict[str, str]
+    report: Any  # engine.nix.RealiseReport (engine.nix is imported only when something builds)
+    invalid: set[str]
+
+
+def _build(
+    graph: Graph,
+    p: Plan,
+    dirty: list[str],
+    nix: Any,
+    index: Index,
+    known: Mapping[str, tuple[str, str]],
+    run: RunResult,
+    clock: _Clock,
+    report: Reporter,
+) -> _Built:
+    """Render the dirty frontier and build it with ONE nix-build (engine/nix.py Nix.build), or,
+    when that evaluation failed, evaluate again to blame a step and realise what evaluated."""
+    from engine.nix import output_of
+
+    expr, expr_file = write_expression(graph, p, dirty, index.state_dir, index, known)
     run.evaluated, run.rendered = True, len(expr.rendered)
     clock.mark("render")
     drv_of: dict[str, str] = {}
@@ -356,7 +401,6 @@ def _run(
         if sid is not None:
             report(sid, event)
 
-    # One nix-build evaluates and builds (engine/nix.py Nix.build)
     rep = nix.build(expr_file, on_event=on_event, on_traced=on_traced)
     run.nix_calls += 1
     traced = rep.traced
@@ -368,7 +412,7 @@ def _run(
         # An evaluation error (or Nix failing before evaluation ended): the two-process path
         # decides, blaming an evaluation error on its step (and trying a from-scratch
         # evaluation when a recorded .drv cannot be read); what nix-build built is reused.
-        ev = evaluate(graph, p, dirty, nix, state_dir, index, known)
+        ev = evaluate(graph, p, dirty, nix, index.state_dir, index, known)
         run.nix_calls += 1
         run.rendered = ev.rendered
         clock.laps["render"] += ev.seconds[0]
@@ -384,21 +428,29 @@ def _run(
         rep.built_on = {**first.built_on, **rep.built_on}
         clock.mark("realise")
     out_of = {s: output_of(d) for s, d in drv_of.items()}
-    built, failed_drvs = rep.built, rep.failed
     # exit 0: every output is valid; otherwise ask (a failed build may leave an unregistered dir)
     invalid = nix.invalid([out_of[s] for s in dirty]) if rep.returncode != 0 else set()
     if rep.returncode != 0:
         run.nix_calls += 1
     clock.mark("build")
+    return _Built(drv_of, out_of, rep, invalid)
 
+
+def _collect(
+    graph: Graph, p: Plan, dirty: list[str], built: _Built, nix: Any, report: Reporter
+) -> dict[str, StepResult]:
+    """Each dirty step's result: built, substituted or reused with its outcome; else failed with
+    its log tail, or skipped when a step it needs did not build."""
+    rep = built.report
+    results: dict[str, StepResult] = {}
     failed_steps: set[str] = set()
     for sid in dirty:
         sp = p.steps[sid]
-        drv, out = drv_of[sid], out_of[sid]
-        if out not in invalid:
-            status: Status = "built" if drv in built else "reused"
+        drv, out = built.drv_of[sid], built.out_of[sid]
+        if out not in built.invalid:
+            status: Status = "built" if drv in rep.built else "reused"
             origin = rep.built_on.get(drv)
-            if drv not in built and out in rep.substituted:
+            if drv not in rep.built and out in rep.substituted:
                 status, origin = "substituted", f"cache:{rep.substituted[out]}"
             res = StepResult(
                 id=sid,
@@ -413,7 +465,7 @@ def _run(
             report(sid, status)
         else:
             upstream_failed = [n for n in graph.steps[sid].needs if n in failed_steps]
-            if upstream_failed and drv not in failed_drvs:
+            if upstream_failed and drv not in rep.failed:
                 res = StepResult(
                     id=sid,
                     key=sp.key,
@@ -424,9 +476,9 @@ def _run(
                 )
                 report(sid, "skipped")
             else:
-                log = nix.read_log(drv) if drv in failed_drvs else ""
+                log = nix.read_log(drv) if drv in rep.failed else ""
                 if not log:
-                    inner = sorted(failed_drvs - set(drv_of.values()))
+                    inner = sorted(rep.failed - set(built.drv_of.values()))
                     log = "\n".join(nix.read_log(d) for d in inner[:1]) if inner else ""
                 res = StepResult(
                     id=sid, key=sp.key, status="failed", drv=drv, reasons=sp.reasons, log_tail=log
@@ -434,39 +486,48 @@ def _run(
                 report(sid, "failed")
             failed_steps.add(sid)
         results[sid] = res
+    return results
 
+
+def _check(
+    graph: Graph,
+    dirty: list[str],
+    results: dict[str, StepResult],
+    built: _Built,
+    nix: Any,
+    report: Reporter,
+) -> Any:
+    """`--check` the dirty steps of check kinds that have an output, setting `deterministic` and
+    `checked_on`; an output made elsewhere may come with that machine's signed claim that it
+    passed its --check (engine/remote/attest.py), taken instead of rebuilding it here. Returns
+    the --check call's report (None when none ran)."""
     checks = [
         sid
         for sid in dirty
         if results[sid].status in ("built", "substituted", "reused") and graph.steps[sid].check
     ]
-    clock.mark("collect")
-    if checks:
-        from engine.remote import attest
+    if not checks:
+        return None
+    from engine.remote import attest
 
-        # an output made elsewhere may come with that machine's signed claim that it passed
-        # its --check (engine/remote/attest.py): taken instead of rebuilding it here
-        verdicts, checked = attest.check(
-            nix,
-            {
-                s: (drv_of[s], out_of[s], results[s].built_on, results[s].status == "built")
-                for s in checks
-            },
-        )
-        if checked is not None:
-            run.nix_calls += 1
-            if checked.nix_failed:
-                index.record(new_results(results, dirty), last, p.graph)
-                raise checked.nix_error("nix-store --realise --check")
-        for sid in checks:
-            results[sid].deterministic, results[sid].checked_on = verdicts[sid]
-            report(sid, "checked" if results[sid].deterministic else "nondeterministic")
-    clock.mark("check")
-
-    index.record(new_results(results, dirty), last, p.graph)
-    clock.mark("record")
-    run.steps, run.timings = {sid: results[sid] for sid in p.order}, clock.laps
-    return run
+    verdicts, checked = attest.check(
+        nix,
+        {
+            s: (
+                built.drv_of[s],
+                built.out_of[s],
+                results[s].built_on,
+                results[s].status == "built",
+            )
+            for s in checks
+        },
+    )
+    if checked is not None and checked.nix_failed:
+        return checked
+    for sid in checks:
+        results[sid].deterministic, results[sid].checked_on = verdicts[sid]
+        report(sid, "checked" if results[sid].deterministic else "nondeterministic")
+    return checked
 
 
 class _Clock:
