@@ -16,6 +16,13 @@ every trace call is a real `trace run --quiet` subprocess):
   scale       with --scale N (bench/scale.py): wide and chain graphs of 1000 and N steps: no-op
               (<= 0.3 s), `trace plan` (<= 1 s), one change, peak RSS (<= 300 MB) and the growth
               factor 1000 -> N of each (<= N/1000: nothing super-linear)
+  floor       beside leaf and cold, in the same repetitions: what no fresh `trace` process can
+              avoid on a changed graph: an interpreter of the same venv importing pydantic
+              (validates the changed pipeline file) and jinja2 (renders the changed step) and
+              parsing the graph file with tomli, plus the cheaper of trace's own `nix-build`
+              (its `build` phase) and the reference. A goal below its floor cannot be met by a
+              fresh process, only by work not redone per process (a resident trace): the row
+              says so.
   suites      more rows from bench/fork_bench.py when it exists (see SUITES)
 The raw-Nix side is the expression a Nix user would write (tools.render_all). Each scenario has
 its own trace state dir; everything lives in a temp dir removed at the end (trace's GC roots of
@@ -28,6 +35,7 @@ import argparse
 import importlib
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +49,7 @@ from typing import Any
 from graphgen import Project
 from rows import Row, table
 from tools import (
+    ENV,
     BenchError,
     Expression,
     delete_paths,
@@ -61,6 +70,12 @@ NOOP_SALT = "bench-noop-v1"  # shared by no-op/leaf graphs: their outputs may pe
 # Other suites: modules in bench/ with `add_args(parser)` and `run(args, work: Path) -> list[Row]`
 # (skipped when absent). bench/fork_bench.py: the fork no-op rows (`nix run .#verify`).
 SUITES = ("scale", "fork_bench")
+
+
+def nix_part(lap: dict[str, float]) -> float:
+    """Seconds trace spent in Nix per its --timings: one nix-build (`build`), or, past
+    engine.run.REALISE_CHUNK dirty steps, nix-instantiate then chunked realises."""
+    return lap.get("build", 0.0) + lap.get("instantiate", 0.0) + lap.get("realise", 0.0)
 
 
 def record(into: list[float], fn: Callable[..., float], *args: Any) -> None:
@@ -91,7 +106,11 @@ class LeafChange:
         t, counts = trace_call(self.proj, self.state, self.bench.jobs, "--timings")
         self.bench.expect("trace leaf change: built steps", counts.get("built"), 1)
         self._check("trace")
-        self.bench.splits.setdefault(("leaf change", self.proj.n), []).append(split(t))
+        lap = split(t)
+        self.bench.splits.setdefault(("leaf change", self.proj.n), []).append(lap)
+        self.bench.floors.setdefault(("leaf change", self.proj.n), []).append(
+            (self.bench.floor_python(self.proj), nix_part(lap))
+        )
         return t.seconds
 
     def nix(self, attr: int | None) -> float:
@@ -111,6 +130,45 @@ class Bench:
         self.states: list[Path] = []
         self.extra_rows: list[Row] = []  # context rows (e.g. the no-op without the fast path)
         self.splits: dict[tuple[str, int], list[dict[str, float]]] = {}  # trace --timings
+        # per repetition: (floor_python, trace's build phase), see floor_row
+        self.floors: dict[tuple[str, int], list[tuple[float, float]]] = {}
+
+    def floor_python(self, proj: Project) -> float:
+        """Seconds of the Python part no fresh `trace` process can skip on a changed graph:
+        start an interpreter of this venv, import pydantic (validates the changed file) and
+        jinja2 (renders the changed step), parse the graph file with tomli. The best of 3:
+        a floor. trace's own imports, validation, hashing and bookkeeping come on top."""
+        code = (
+            "import pydantic, jinja2, tomli, sys\n"
+            "with open(sys.argv[1], 'rb') as fh: tomli.load(fh)"
+        )
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-c", code, str(proj.graph)],
+                check=True,
+                env={**ENV, "PYDANTIC_DISABLE_PLUGINS": "__all__"},
+            )
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    def floor_row(self, row: Row) -> Row:
+        """The floor against the same reference samples as `row`, per repetition: floor_python
+        plus the cheaper of trace's own nix-build (its `build` phase) and the reference (a Nix
+        part no cheaper than both was seen); the note says whether `row`'s goal lies below it."""
+        floor = Row(f"{row.case}: floor", row.n, raw_label=row.raw_label, shape=row.shape)
+        laps = self.floors.get((row.case, row.n or 0), [])
+        floor.trace = [py + min(build, ref) for (py, build), ref in zip(laps, row.raw, strict=True)]
+        floor.raw = row.raw
+        if row.goal is not None and floor.ratio is not None:
+            below = floor.ratio > row.goal
+            floor.note = (
+                f"goal <={row.goal:g}x is below this floor: not reachable by a fresh process"
+                if below
+                else f"floor is within the goal <={row.goal:g}x"
+            )
+        return floor
 
     def state(self, name: str) -> Path:
         path = self.work / "state" / name
@@ -243,7 +301,11 @@ class Bench:
     def cold_trace(self, proj: Project, state: Path) -> float:
         t, counts = trace_call(proj, state, self.jobs, "--timings")
         self.expect(f"trace cold N={proj.n} built steps", counts.get("built"), proj.n)
-        self.splits.setdefault(("cold build", proj.n), []).append(split(t))
+        lap = split(t)
+        self.splits.setdefault(("cold build", proj.n), []).append(lap)
+        self.floors.setdefault(("cold build", proj.n), []).append(
+            (self.floor_python(proj), nix_part(lap))
+        )
         return t.seconds
 
     def cold_nix(self, expr: Expression) -> float:
@@ -313,8 +375,9 @@ def main(argv: list[str] | None = None) -> int:
             if not only or "engine" in only:
                 rows.extend(bench.noop(n) for n in sizes)
                 rows.extend(bench.extra_rows)
-                rows.extend(bench.leaf(max(sizes)))
-                rows.append(bench.cold(args.cold_size))
+                leaf, whole = bench.leaf(max(sizes))
+                cold = bench.cold(args.cold_size)
+                rows += [leaf, bench.floor_row(leaf), whole, cold, bench.floor_row(cold)]
             for mod in mods:
                 if not only or mod.__name__ in only:
                     rows.extend(mod.run(args, Path(tmp) / mod.__name__))
