@@ -96,6 +96,17 @@ class RealiseReport:
     # Nix.build only: list index -> the .drv evaluation gave it (None: seen twice, differently)
     traced: dict[int, str | None] = field(default_factory=dict)
 
+    def merge(self, part: RealiseReport) -> None:
+        """Add a later call's report: its builds, failures and origins; the first non-zero exit
+        status stays, unless the later call is Nix's own failure."""
+        self.built |= part.built
+        self.failed |= part.failed
+        self.built_on.update(part.built_on)
+        self.substituted.update(part.substituted)
+        self.stderr_tail = part.stderr_tail
+        if part.returncode != 0 and (self.returncode == 0 or part.nix_failed):
+            self.returncode = part.returncode
+
     @property
     def nix_failed(self) -> bool:
         """Nix itself failed (not only builds): bad options, interrupted, killed, out of disk."""
@@ -268,13 +279,7 @@ class Nix:
             if check:  # a local --check prints no `building` line: it ran here
                 report.built_on = dict.fromkeys(drvs, "local")
         for part in parts:
-            report.built |= part.built
-            report.failed |= part.failed
-            report.built_on.update(part.built_on)
-            report.substituted.update(part.substituted)
-            report.stderr_tail = part.stderr_tail
-            if part.returncode != 0 and (report.returncode == 0 or part.nix_failed):
-                report.returncode = part.returncode
+            report.merge(part)
             if part.nix_failed:
                 break
         return report

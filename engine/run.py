@@ -34,6 +34,12 @@ from engine.model import Graph, InputRef, Step
 # Generated Nix files kept in STATE/build (the newest); `trace gc` removes them all.
 KEEP_BUILD_FILES = 8
 
+# One Nix process that evaluates and builds thousands of steps slows down step by step (it holds
+# every step's evaluation and goal to the end: a 2000-step chain took 1.75x as long in one
+# nix-build as instantiated, then realised 500 at a time; bench/README.md). Past this many dirty
+# steps a run instantiates them once, then realises them in chunks of this size, in graph order.
+REALISE_CHUNK = 500
+
 # substituted: fetched from a binary cache whose signature Nix checked (counts like a build)
 Status = Literal["cached", "built", "substituted", "reused", "failed", "skipped"]
 
@@ -385,6 +391,8 @@ def _build(
     when that evaluation failed, evaluate again to blame a step and realise what evaluated."""
     from engine.nix import output_of
 
+    if len(dirty) > REALISE_CHUNK:
+        return _build_in_chunks(graph, p, dirty, nix, index, known, run, clock, report)
     expr, expr_file = write_expression(graph, p, dirty, index.state_dir, index, known)
     run.evaluated, run.rendered = True, len(expr.rendered)
     clock.mark("render")
@@ -434,6 +442,61 @@ def _build(
         run.nix_calls += 1
     clock.mark("build")
     return _Built(drv_of, out_of, rep, invalid)
+
+
+def _build_in_chunks(
+    graph: Graph,
+    p: Plan,
+    dirty: list[str],
+    nix: Any,
+    index: Index,
+    known: Mapping[str, tuple[str, str]],
+    run: RunResult,
+    clock: _Clock,
+    report: Reporter,
+) -> _Built:
+    """Many dirty steps (see REALISE_CHUNK): one nix-instantiate (an evaluation error is blamed
+    on its step), then `nix-store --realise` of REALISE_CHUNK steps at a time in graph order, so
+    a chunk's upstream steps are built before it. A step that needs one that did not build is
+    left out of later chunks (it is skipped, and its failed upstream is not built again)."""
+    from engine.nix import RealiseReport, output_of
+
+    ev = evaluate(graph, p, dirty, nix, index.state_dir, index, known)
+    run.evaluated, run.rendered = True, ev.rendered
+    run.nix_calls += 1
+    clock.laps["render"] = clock.laps.get("render", 0.0) + ev.seconds[0]
+    clock.laps["instantiate"] = ev.seconds[1]
+    clock.mark(None)
+    drv_of = dict(zip(dirty, ev.drvs, strict=True))
+    out_of = {s: output_of(d) for s, d in drv_of.items()}
+    step_of = {d: s for s, d in drv_of.items()}
+
+    def on_event(event: str, drv: str) -> None:
+        sid = step_of.get(drv)
+        if sid is not None:
+            report(sid, event)
+
+    total = RealiseReport(returncode=0)
+    invalid: set[str] = set()  # outputs of steps that did not build, or were left out
+    for start in range(0, len(dirty), REALISE_CHUNK):
+        todo: list[str] = []
+        for sid in dirty[start : start + REALISE_CHUNK]:
+            if any(out_of.get(n) in invalid for n in graph.steps[sid].needs):
+                invalid.add(out_of[sid])
+            else:
+                todo.append(sid)
+        if not todo:
+            continue
+        part = nix.realise([drv_of[s] for s in todo], on_event=on_event)
+        run.nix_calls += 1
+        total.merge(part)
+        if part.nix_failed:
+            raise part.nix_error("nix-store --realise")
+        if part.returncode != 0:
+            invalid |= nix.invalid([out_of[s] for s in todo])
+            run.nix_calls += 1
+    clock.mark("realise")
+    return _Built(drv_of, out_of, total, invalid)
 
 
 def _collect(

@@ -155,6 +155,73 @@ def test_new_kind_declared_in_toml_only(tmp_path: Path) -> None:
     assert Path(result.steps["b"].out or "").read_text() == "loud ${x} \" '' quote!quiet\n"
 
 
+def test_many_dirty_steps_are_realised_in_chunks_in_graph_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past REALISE_CHUNK dirty steps: one nix-instantiate, then one realise per chunk (graph
+    order: a chunk's upstream steps are built before it); every step built once, and the .drv
+    paths are the one-nix-build path's (a fresh state dir, below the threshold)."""
+    import engine.run
+
+    graph = make_project(tmp_path / "p", layered_steps(6, width=3, salt=uuid.uuid4().hex))
+    write_inputs(graph.parent, width=3)
+    g = load_graph(graph, root=graph.parent)
+    monkeypatch.setattr(engine.run, "REALISE_CHUNK", 2)
+    events: list[tuple[str, str]] = []
+    chunked = run_graph(g, graph.parent / ".trace", reporter=lambda s, e: events.append((s, e)))
+    assert chunked.ok and len(statuses(chunked, "built")) == 6
+    assert chunked.nix_calls == 1 + 3  # instantiate, then 3 chunks of 2
+    assert chunked.timings.keys() >= {"instantiate", "realise"} and "build" not in chunked.timings
+    assert sorted(s for s, e in events if e == "building") == sorted(g.order)  # once each
+    monkeypatch.setattr(engine.run, "REALISE_CHUNK", 500)
+    one = run_graph(g, tmp_path / "fresh")  # the one-nix-build path: the same derivations
+    assert one.nix_calls == 1 and one.ok
+    assert {s: r.drv for s, r in one.steps.items()} == {s: r.drv for s, r in chunked.steps.items()}
+
+
+def test_chunks_leave_out_the_steps_below_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step whose upstream failed in an earlier chunk is skipped, not realised in its own
+    chunk (which would build the failed step again); independent steps still build."""
+    import engine.run
+
+    graph = make_project(
+        tmp_path,
+        f"""
+        [steps.bad]
+        kind = "text"
+        params = {{ fail = true, message = "{uuid.uuid4().hex}" }}
+        [steps.ok]
+        kind = "text"
+        params = {{ message = "{uuid.uuid4().hex}" }}
+        [steps.after]
+        kind = "text"
+        needs = ["bad"]
+        [steps.last]
+        kind = "text"
+        needs = ["after"]
+        [steps.free]
+        kind = "text"
+        needs = ["ok"]
+        """,
+    )
+    monkeypatch.setattr(engine.run, "REALISE_CHUNK", 2)
+    events: list[tuple[str, str]] = []
+    g = load_graph(graph, root=graph.parent)
+    result = run_graph(g, graph.parent / ".trace", reporter=lambda s, e: events.append((s, e)))
+    got = {s: r.status for s, r in result.steps.items()}
+    assert got == {
+        "bad": "failed",
+        "ok": "built",
+        "after": "skipped",
+        "last": "skipped",
+        "free": "built",
+    }
+    assert "failing on purpose: bad" in (result.steps["bad"].log_tail or "")
+    assert [s for s, e in events if e == "building"].count("bad") == 1
+
+
 def test_failure_is_reported_not_cached_and_downstream_skipped(tmp_path: Path) -> None:
     graph = make_project(
         tmp_path,
