@@ -10,9 +10,10 @@ every trace call is a real `trace run --quiet` subprocess):
   leaf        N=max(--sizes): one sink's param changed; trace vs `nix-build -A <sink>`
               (goal <= 1.0) and the whole-expression `nix-build` (context); the .drv trace
               builds is the one raw Nix instantiates (asserted)
-  cold        N=--cold-size (100): a fresh salt per repetition, the same for both tools, and the
-              outputs deleted between the tools so each really builds (goal <= 1.05); trace's
-              split (load, plan, render, build, collect, check, record) is printed
+  cold        each N of --cold-size (100; e.g. 100,1000): a fresh salt per repetition, the same
+              for both tools, and the outputs deleted between the tools so each really builds
+              (goal <= 1.05); trace's split (load, plan, render, build or, past
+              engine.run.REALISE_CHUNK steps, instantiate + realise, collect, check, record)
   scale       with --scale N (bench/scale.py): wide and chain graphs of 1000 and N steps: no-op
               (<= 0.3 s), `trace plan` (<= 1 s), one change, peak RSS (<= 300 MB) and the growth
               factor 1000 -> N of each (<= N/1000: nothing super-linear)
@@ -352,7 +353,9 @@ def suites() -> list[Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--sizes", default="10,100,1000", help="no-op sizes; leaf uses the largest")
-    ap.add_argument("--cold-size", type=int, default=100)
+    ap.add_argument(
+        "--cold-size", default="100", help="comma-separated sizes of the cold rows (goal at each)"
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2, help="max parallel builds, same for both")
     ap.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
@@ -376,8 +379,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows.extend(bench.noop(n) for n in sizes)
                 rows.extend(bench.extra_rows)
                 leaf, whole = bench.leaf(max(sizes))
-                cold = bench.cold(args.cold_size)
-                rows += [leaf, bench.floor_row(leaf), whole, cold, bench.floor_row(cold)]
+                rows += [leaf, bench.floor_row(leaf), whole]
+                for n in sorted({int(c) for c in args.cold_size.split(",") if c.strip()}):
+                    cold = bench.cold(n)
+                    rows += [cold, bench.floor_row(cold)]
             for mod in mods:
                 if not only or mod.__name__ in only:
                     rows.extend(mod.run(args, Path(tmp) / mod.__name__))
