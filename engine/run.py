@@ -387,12 +387,12 @@ def _build(
     clock: _Clock,
     report: Reporter,
 ) -> _Built:
-    """Render the dirty frontier and build it with ONE nix-build (engine/nix.py Nix.build), or,
-    when that evaluation failed, evaluate again to blame a step and realise what evaluated."""
+    """Render the dirty frontier and build it with ONE nix-build (engine/nix.py Nix.build); past
+    REALISE_CHUNK dirty steps, or when that evaluation failed, `_instantiate_and_realise`."""
     from engine.nix import output_of
 
     if len(dirty) > REALISE_CHUNK:
-        return _build_in_chunks(graph, p, dirty, nix, index, known, run, clock, report)
+        return _instantiate_and_realise(graph, p, dirty, nix, index, known, run, clock, report)
     expr, expr_file = write_expression(graph, p, dirty, index.state_dir, index, known)
     run.evaluated, run.rendered = True, len(expr.rendered)
     clock.mark("render")
@@ -404,12 +404,7 @@ def _build(
             drv_of[dirty[i]] = drv
             step_of.setdefault(drv, dirty[i])
 
-    def on_event(event: str, drv: str) -> None:
-        sid = step_of.get(drv)
-        if sid is not None:
-            report(sid, event)
-
-    rep = nix.build(expr_file, on_event=on_event, on_traced=on_traced)
+    rep = nix.build(expr_file, on_event=_step_events(step_of, report), on_traced=on_traced)
     run.nix_calls += 1
     traced = rep.traced
     evaluated = len(traced) == len(dirty) and all(traced.get(i) for i in range(len(dirty)))
@@ -420,21 +415,10 @@ def _build(
         # An evaluation error (or Nix failing before evaluation ended): the two-process path
         # decides, blaming an evaluation error on its step (and trying a from-scratch
         # evaluation when a recorded .drv cannot be read); what nix-build built is reused.
-        ev = evaluate(graph, p, dirty, nix, index.state_dir, index, known)
-        run.nix_calls += 1
-        run.rendered = ev.rendered
-        clock.laps["render"] += ev.seconds[0]
-        clock.laps["instantiate"] = ev.seconds[1]
-        clock.mark(None)
-        drv_of = dict(zip(dirty, ev.drvs, strict=True))
-        step_of = {d: s for s, d in drv_of.items()}
-        first, rep = rep, nix.realise([drv_of[s] for s in dirty], on_event=on_event)
-        run.nix_calls += 1
-        if rep.nix_failed:
-            raise rep.nix_error("nix-store --realise")
-        rep.built |= first.built  # what nix-build did build before it failed
-        rep.built_on = {**first.built_on, **rep.built_on}
-        clock.mark("realise")
+        built = _instantiate_and_realise(graph, p, dirty, nix, index, known, run, clock, report)
+        built.report.built |= rep.built  # what nix-build did build before it failed
+        built.report.built_on = {**rep.built_on, **built.report.built_on}
+        return built
     out_of = {s: output_of(d) for s, d in drv_of.items()}
     # exit 0: every output is valid; otherwise ask (a failed build may leave an unregistered dir)
     invalid = nix.invalid([out_of[s] for s in dirty]) if rep.returncode != 0 else set()
@@ -444,7 +428,18 @@ def _build(
     return _Built(drv_of, out_of, rep, invalid)
 
 
-def _build_in_chunks(
+def _step_events(step_of: Mapping[str, str], report: Reporter) -> Callable[[str, str], None]:
+    """Nix's events about a .drv, reported for the step it is (other derivations: not)."""
+
+    def on_event(event: str, drv: str) -> None:
+        sid = step_of.get(drv)
+        if sid is not None:
+            report(sid, event)
+
+    return on_event
+
+
+def _instantiate_and_realise(
     graph: Graph,
     p: Plan,
     dirty: list[str],
@@ -455,10 +450,10 @@ def _build_in_chunks(
     clock: _Clock,
     report: Reporter,
 ) -> _Built:
-    """Many dirty steps (see REALISE_CHUNK): one nix-instantiate (an evaluation error is blamed
-    on its step), then `nix-store --realise` of REALISE_CHUNK steps at a time in graph order, so
-    a chunk's upstream steps are built before it. A step that needs one that did not build is
-    left out of later chunks (it is skipped, and its failed upstream is not built again)."""
+    """One nix-instantiate (an evaluation error is blamed on its step: `evaluate`), then
+    `nix-store --realise` of REALISE_CHUNK steps at a time in graph order, so a chunk's upstream
+    steps are built before it. A step that needs one that did not build is left out of later
+    chunks (it is skipped, and its failed upstream is not built again)."""
     from engine.nix import RealiseReport, output_of
 
     ev = evaluate(graph, p, dirty, nix, index.state_dir, index, known)
@@ -469,13 +464,7 @@ def _build_in_chunks(
     clock.mark(None)
     drv_of = dict(zip(dirty, ev.drvs, strict=True))
     out_of = {s: output_of(d) for s, d in drv_of.items()}
-    step_of = {d: s for s, d in drv_of.items()}
-
-    def on_event(event: str, drv: str) -> None:
-        sid = step_of.get(drv)
-        if sid is not None:
-            report(sid, event)
-
+    on_event = _step_events({d: s for s, d in drv_of.items()}, report)
     total = RealiseReport(returncode=0)
     invalid: set[str] = set()  # outputs of steps that did not build, or were left out
     for start in range(0, len(dirty), REALISE_CHUNK):
