@@ -8,7 +8,8 @@ steps imported by their recorded `.drv` (only the dirty frontier is rendered; th
 those of a from-scratch evaluation: engine/expression.py), then evaluated and built with
 `--keep-going` by ONE `nix-build`, which traces each step's `.drv` as it evaluates it (Nix.build),
 so builds are told apart by step as before. When that evaluation fails, `nix-instantiate` of the
-same file blames the step (and the dirty derivations are built by `nix-store --realise`).
+same file blames the step (and the dirty derivations are built by `nix-store --realise`); past
+REALISE_CHUNK dirty steps that is the path taken, realising a chunk at a time.
 Failures are reported with their log tail, never cached, and their downstream steps are skipped.
 Steps of `check` kinds are rebuilt once with `--check`.
 """
@@ -95,7 +96,8 @@ class RunResult:
     evaluated: bool = False
     nix_calls: int = 0
     rendered: int = 0  # templates rendered (clean upstream steps are imported by their .drv)
-    # seconds per phase: plan, render, build (one nix-build: evaluate and realise), collect
+    # seconds per phase: plan, render, build (one nix-build: evaluate and realise; or instantiate
+    # and realise, see REALISE_CHUNK), collect
     # (reading outcomes), check (--check rebuilds), record
     timings: dict[str, float] = field(default_factory=dict)
 
