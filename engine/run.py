@@ -326,7 +326,7 @@ def _run(
         nix = Nix(graph.nix, jobs)
         for sid in dirty:
             report(sid, "queued")
-        built = _build(graph, p, dirty, nix, index, known_drvs(p, cached), run, clock, report)
+        built = _build(_Job(graph, p, dirty, nix, index, known_drvs(p, cached), run, clock, report))
         results.update(_collect(graph, p, dirty, built, nix, report))
         clock.mark("collect")
         checked = _check(graph, dirty, results, built, nix, report)
@@ -378,24 +378,32 @@ class _Built:
     invalid: set[str]
 
 
-def _build(
-    graph: Graph,
-    p: Plan,
-    dirty: list[str],
-    nix: Any,
-    index: Index,
-    known: Mapping[str, tuple[str, str]],
-    run: RunResult,
-    clock: _Clock,
-    report: Reporter,
-) -> _Built:
+@dataclass
+class _Job:
+    """What building a run's dirty steps works with (`_build`, `_instantiate_and_realise`)."""
+
+    graph: Graph
+    plan: Plan
+    dirty: list[str]
+    nix: Any  # engine.nix.Nix (imported only when something builds)
+    index: Index
+    known: Mapping[str, tuple[str, str]]  # clean steps' (.drv, output): the frontier imports
+    run: RunResult
+    clock: _Clock
+    report: Reporter
+
+
+def _build(job: _Job) -> _Built:
     """Render the dirty frontier and build it with ONE nix-build (engine/nix.py Nix.build); past
     REALISE_CHUNK dirty steps, or when that evaluation failed, `_instantiate_and_realise`."""
     from engine.nix import output_of
 
+    dirty, run, clock = job.dirty, job.run, job.clock
     if len(dirty) > REALISE_CHUNK:
-        return _instantiate_and_realise(graph, p, dirty, nix, index, known, run, clock, report)
-    expr, expr_file = write_expression(graph, p, dirty, index.state_dir, index, known)
+        return _instantiate_and_realise(job)
+    expr, expr_file = write_expression(
+        job.graph, job.plan, dirty, job.index.state_dir, job.index, job.known
+    )
     run.evaluated, run.rendered = True, len(expr.rendered)
     clock.mark("render")
     drv_of: dict[str, str] = {}
@@ -406,7 +414,7 @@ def _build(
             drv_of[dirty[i]] = drv
             step_of.setdefault(drv, dirty[i])
 
-    rep = nix.build(expr_file, on_event=_step_events(step_of, report), on_traced=on_traced)
+    rep = job.nix.build(expr_file, on_event=_step_events(step_of, job.report), on_traced=on_traced)
     run.nix_calls += 1
     traced = rep.traced
     evaluated = len(traced) == len(dirty) and all(traced.get(i) for i in range(len(dirty)))
@@ -417,13 +425,13 @@ def _build(
         # An evaluation error (or Nix failing before evaluation ended): the two-process path
         # decides, blaming an evaluation error on its step (and trying a from-scratch
         # evaluation when a recorded .drv cannot be read); what nix-build built is reused.
-        built = _instantiate_and_realise(graph, p, dirty, nix, index, known, run, clock, report)
+        built = _instantiate_and_realise(job)
         built.report.built |= rep.built  # what nix-build did build before it failed
         built.report.built_on = {**rep.built_on, **built.report.built_on}
         return built
     out_of = {s: output_of(d) for s, d in drv_of.items()}
     # exit 0: every output is valid; otherwise ask (a failed build may leave an unregistered dir)
-    invalid = nix.invalid([out_of[s] for s in dirty]) if rep.returncode != 0 else set()
+    invalid = job.nix.invalid([out_of[s] for s in dirty]) if rep.returncode != 0 else set()
     if rep.returncode != 0:
         run.nix_calls += 1
     clock.mark("build")
@@ -441,24 +449,15 @@ def _step_events(step_of: Mapping[str, str], report: Reporter) -> Callable[[str,
     return on_event
 
 
-def _instantiate_and_realise(
-    graph: Graph,
-    p: Plan,
-    dirty: list[str],
-    nix: Any,
-    index: Index,
-    known: Mapping[str, tuple[str, str]],
-    run: RunResult,
-    clock: _Clock,
-    report: Reporter,
-) -> _Built:
+def _instantiate_and_realise(job: _Job) -> _Built:
     """One nix-instantiate (an evaluation error is blamed on its step: `evaluate`), then
     `nix-store --realise` of REALISE_CHUNK steps at a time in graph order, so a chunk's upstream
     steps are built before it. A step that needs one that did not build is left out of later
     chunks (it is skipped, and its failed upstream is not built again)."""
     from engine.nix import RealiseReport, output_of
 
-    ev = evaluate(graph, p, dirty, nix, index.state_dir, index, known)
+    graph, dirty, nix, run, clock = job.graph, job.dirty, job.nix, job.run, job.clock
+    ev = evaluate(graph, job.plan, dirty, nix, job.index.state_dir, job.index, job.known)
     run.evaluated, run.rendered = True, ev.rendered
     run.nix_calls += 1
     clock.laps["render"] = clock.laps.get("render", 0.0) + ev.seconds[0]
@@ -466,7 +465,7 @@ def _instantiate_and_realise(
     clock.mark(None)
     drv_of = dict(zip(dirty, ev.drvs, strict=True))
     out_of = {s: output_of(d) for s, d in drv_of.items()}
-    on_event = _step_events({d: s for s, d in drv_of.items()}, report)
+    on_event = _step_events({d: s for s, d in drv_of.items()}, job.report)
     total = RealiseReport(returncode=0)
     invalid: set[str] = set()  # outputs of steps that did not build, or were left out
     for start in range(0, len(dirty), REALISE_CHUNK):
