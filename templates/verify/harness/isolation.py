@@ -233,12 +233,26 @@ def isolated_reproducer(
     cfg_path = os.path.join(private, "reproducer.cfg")
     with open(cfg_path, "wb") as fh:
         marshal.dump(cfg, fh)
-    me = os.path.abspath(__file__)
     # an empty environment: the launcher and PID 1 hold nothing naming the build (`target`, `out`)
-    return subprocess.Popen([python, "-I", "-S", me, ISOLATED, cfg_path], env={}, **popen)
+    return subprocess.Popen([python, "-I", "-S", launcher(), ISOLATED, cfg_path], env={}, **popen)
+
+
+def launcher() -> str:
+    """This file as the launcher runs it: its byte-compiled copy when the harness was compiled
+    (templates/verify/python-compiled.nix; the interpreter runs a .pyc given as the script
+    without compiling anything; a .py script is compiled on every start, once per reproducer
+    run), else the source."""
+    me = os.path.abspath(__file__)
+    tag = sys.implementation.cache_tag
+    pyc = os.path.join(os.path.dirname(me), "__pycache__", f"isolation.{tag}.pyc")
+    return pyc if tag and os.path.isfile(pyc) else me
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == ISOLATED:
-        sys.exit(run_isolated(sys.argv[2]))
+        code = run_isolated(sys.argv[2])
+        # out at once: the launcher holds nothing to flush or finalize (it wrote with os.write
+        # and sys.stderr only), and the run waits for its exit
+        sys.stderr.flush()
+        os._exit(code)
     sys.exit(2)
