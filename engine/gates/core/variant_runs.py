@@ -115,8 +115,15 @@ def run_side(plan: str, out: str, *, parallel: int = PARALLEL) -> dict[str, Any]
         dest = os.path.join(out, "v", str(n))
         run_harness(os.path.join(plan, "v", str(n)), dest, hide=out, runs=runs_dir)
 
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        list(pool.map(one, indices))  # a run that failed to start raises here
+    if indices:
+        # one launcher process starts every run's reproducer (the harness's `serving`): a
+        # launcher interpreter per run cost more than the rest of the launcher's work
+        module = harness(os.environ["harness"])  # noqa: SIM112 (a derivation attribute)
+        with (
+            module.serving(os.path.realpath(sys.executable)),
+            ThreadPoolExecutor(max_workers=max(1, parallel)) as pool,
+        ):
+            list(pool.map(one, indices))  # a run that failed to start raises here
     remove(runs_dir)
     runs = []
     for index in indices:
