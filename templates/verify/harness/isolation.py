@@ -1,11 +1,13 @@
 """The reproducer's own namespaces: a user + PID + mount namespace, a fresh /proc, a root of
 its own.
 
-Stdlib only and self-contained (no sibling imports): the harness runs this file by path, as the
-reproducer's launcher (`python3 -I -S isolation.py --isolated-reproducer CONFIG`), once per
-reproducer run, so the launcher imports only what it uses, nothing that pulls in `re` or
-`enum` (json, signal, subprocess, shutil would cost more than its own work): its CONFIG is a
-`marshal` file, and `_signal` is the C module behind `signal`.
+Stdlib only and self-contained (no sibling imports): the harness runs this file by path (its
+compiled copy when the harness was byte-compiled: `launcher()`), as the reproducer's launcher
+(`python3 -I -S isolation.py --isolated-reproducer CONFIG`), once per reproducer run, so the
+launcher imports only what it uses, nothing that pulls in `re` or `enum` (json, signal,
+subprocess, shutil would cost more than its own work): its CONFIG is a `marshal` file, and
+`_signal` is the C module behind `signal`. A batch of runs in one harness process is served by
+ONE launcher process instead (`serving`, `--serve`), which forks the same launcher per run.
 """
 
 from __future__ import annotations
@@ -191,9 +193,9 @@ def run_isolated(cfg_path: str) -> int:
     return _launch(cfg)
 
 
-def _launch(cfg: dict[str, Any]) -> int:
+def _launch(cfg: dict[str, Any], libc: Any = None) -> int:
     try:
-        libc = _libc()
+        libc = libc or _libc()
         uid, gid = os.getuid(), os.getgid()
         _ok(libc.unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS), "unshare")
         _write("/proc/self/setgroups", "deny")
@@ -270,6 +272,8 @@ def serve(fd: int) -> int:
     import select
 
     sock = _socket.socket(fileno=fd)
+    libc = _libc()  # loaded once: every launcher forked from here has it (ctypes is most of a
+    # launcher interpreter's imports)
     children: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, the run's status pipe)
     room = _socket.CMSG_SPACE(4 * 4)
     open_ = True
@@ -301,7 +305,7 @@ def serve(fd: int) -> int:
                     for i, f in enumerate(stdio):
                         os.dup2(f, i)
                     os.closerange(3, 1 << 16)  # the socket, every other run's pipes
-                    code = _launch(marshal.loads(msg))
+                    code = _launch(marshal.loads(msg), libc)
                     sys.stderr.flush()
                 finally:
                     os._exit(code if "code" in locals() else 125)
