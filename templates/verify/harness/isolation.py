@@ -238,7 +238,7 @@ def isolated_reproducer(
 
     cfg = {**cfg, "root": os.path.join(private, "root")}
     os.makedirs(cfg["root"])
-    server = _SERVER[0] if _SERVER else None
+    server = _SERVER[-1] if _SERVER else None
     if server is not None and server.python == python:
         return server.launch(cfg, **popen)
     cfg_path = os.path.join(private, "reproducer.cfg")
@@ -300,15 +300,18 @@ def serve(fd: int) -> int:
             stdio, status_w = fds[:3], fds[3]
             pid = os.fork()
             if pid == 0:  # the run's launcher
+                code = 125
                 try:
                     os.setsid()
                     for i, f in enumerate(stdio):
                         os.dup2(f, i)
                     os.closerange(3, 1 << 16)  # the socket, every other run's pipes
                     code = _launch(marshal.loads(msg), libc)
-                    sys.stderr.flush()
+                except BaseException as exc:  # any failure: the reproducer did not run
+                    sys.stderr.write(f"trace: could not isolate the reproducer: {exc}\n")
                 finally:
-                    os._exit(code if "code" in locals() else 125)
+                    sys.stderr.flush()
+                    os._exit(code)
             for f in stdio:
                 os.close(f)
             _send_line(status_w, pid)
@@ -355,10 +358,11 @@ class Server:
     def __init__(self, python: str) -> None:
         import socket
         import subprocess
+        import threading
 
         self.python = python
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.lock = threading_lock()
+        self.lock = threading.Lock()
         fd = theirs.fileno()
         cmd = [python, "-I", "-S", launcher(), SERVE, str(fd)]
         self.proc = subprocess.Popen(cmd, env={}, pass_fds=[fd], stdin=subprocess.DEVNULL)
@@ -401,12 +405,6 @@ class Server:
     def close(self) -> None:
         self.sock.close()  # the server ends once its runs have ended
         self.proc.wait()
-
-
-def threading_lock() -> Any:
-    import threading
-
-    return threading.Lock()
 
 
 class serving:
