@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import resource
 import shutil
 import statistics
 import sys
@@ -114,10 +115,20 @@ def phase_split(work: Path, candidate: str, package: str) -> list[tuple[str, flo
     return rows
 
 
+CPU: list[float] = []  # CPU seconds of each timed() call: this process and its reaped children
+
+
+def cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def timed(graph: Graph, state: Path) -> tuple[float, int]:
-    start = time.monotonic()
+    start, cpu = time.monotonic(), cpu_seconds()
     result = run_graph(graph, state)
     took = time.monotonic() - start
+    CPU.append(cpu_seconds() - cpu)
     bad = {s: r.status for s, r in result.steps.items() if r.status in ("failed", "skipped")}
     if bad:
         raise SystemExit(f"steps failed: {bad}")
@@ -134,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     package = "cparse" if "cparse" in args.candidate else "pager"
     times: dict[str, list[float]] = {"base": [], "whole": []}
+    cpus: dict[str, list[float]] = {"base": [], "whole": []}
     built: dict[str, int] = {}
     shares: Counter[str] = Counter()
     with tempfile.TemporaryDirectory(prefix="trace-gates-bench-") as tmp:
@@ -149,8 +161,12 @@ def main(argv: list[str] | None = None) -> int:
                     shares = Counter(s.split("@")[0] for s in graph.order)
                 took, n = timed(graph, work / f"state-{uuid.uuid4().hex[:8]}")
                 times[what].append(took)
+                cpus[what].append(CPU[-1])
                 built[what] = n
-                print(f"rep {rep + 1} {what:5s} {took:7.2f} s  {n} steps built", flush=True)
+                print(
+                    f"rep {rep + 1} {what:5s} {took:7.2f} s  {n} steps built  cpu {CPU[-1]:.2f} s",
+                    flush=True,
+                )
     base, whole = statistics.median(times["base"]), statistics.median(times["whole"])
     print(f"\ncandidate {args.candidate}, medians of {args.repeat}, cold (salted source):")
     print(f"  base  (2 builds + reproducer runs) {base:7.2f} s  {built['base']} steps")
@@ -163,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         f"  (median {statistics.median(pairs):.2f})"
     )
     print(f"  goal  whole <= {GOAL:g} x base            {'met' if ratio <= GOAL else 'NO'}")
+    cb, cw = statistics.median(cpus["base"]), statistics.median(cpus["whole"])
+    print(
+        f"  cpu   base {cb:.2f} s, whole {cw:.2f} s, ratio {cw / cb:.2f}"
+        "  (this process and its Nix processes, medians: less sensitive to load)"
+    )
     print("  steps per kind: " + ", ".join(f"{k} {v}" for k, v in sorted(shares.items())))
     if args.phases:
         with tempfile.TemporaryDirectory(prefix="trace-gates-bench-") as tmp:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -63,20 +64,28 @@ def run_variants(cfg: dict[str, Any], out: str) -> dict[str, Any]:
     if not ok:
         summary["skipped"] = "the reproducer already kills it"
         return summary
-    for index, (meta, post) in sorted(runs_by_index(list(cfg.get("variant_runs") or [])).items()):
-        variant = os.path.join(cfg["plan"], "v", str(index))
-        if not usable(post) or not os.path.isdir(variant):
-            continue
-        dest = os.path.join(out, "variants", str(index))
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        run_harness(variant, dest, hide=out)
-        summary["ran"].append(index)
-        why = variant_kill(
-            oracle, load_json_object(os.path.join(dest, "outcome.json")), post, oracles
-        )
-        if why:
-            summary["killed_by"] = {"index": index, "id": meta["id"], "why": why}
-            break
+    baselines = sorted(runs_by_index(list(cfg.get("variant_runs") or [])).items())
+    todo = [
+        (index, meta, post)
+        for index, (meta, post) in baselines
+        if usable(post) and os.path.isdir(os.path.join(cfg["plan"], "v", str(index)))
+    ]
+    if not todo:
+        return summary
+    # one launcher process starts the reproducers of these runs (as the variants gate's batch)
+    module = harness(os.environ["harness"])  # noqa: SIM112 (a derivation attribute)
+    with module.serving(os.path.realpath(sys.executable)):
+        for index, meta, post in todo:
+            dest = os.path.join(out, "variants", str(index))
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            run_harness(os.path.join(cfg["plan"], "v", str(index)), dest, hide=out)
+            summary["ran"].append(index)
+            why = variant_kill(
+                oracle, load_json_object(os.path.join(dest, "outcome.json")), post, oracles
+            )
+            if why:
+                summary["killed_by"] = {"index": index, "id": meta["id"], "why": why}
+                break
     return summary
 
 

@@ -7,9 +7,11 @@ harness's `run` (with the same sanitizer, isolation, timeout and redaction of th
 secrets) in a fresh working directory, its reproducer in namespaces of its own, its own
 record. The harness is loaded once into this process and serves every run (a harness process
 per run paid its interpreter's start and imports each time); each run has its own socket,
-threads and files, and shares no state with the others. A reproducer sees neither the other
-runs' temporary directories (`only`: their common parent shows its own alone; each is removed
-when its run ends) nor this derivation's `$out`, where the others' records are (`hide`).
+threads and files, and shares no state with the others. One launcher process (the harness's
+`serving`) starts every run's reproducer in its namespaces, a fork of it per run, instead of a
+launcher interpreter per run. A reproducer sees neither the other runs' temporary directories
+(`only`: their common parent shows its own alone; each is removed when its run ends) nor this
+derivation's `$out`, where the others' records are (`hide`).
 
 `symbolize=0` in the derivation's environment (the pre-fix side, `variant-pre`) leaves the
 targets' sanitizer reports unsymbolized (the harness's `run`): the gate only counts the pre-fix
@@ -115,8 +117,15 @@ def run_side(plan: str, out: str, *, parallel: int = PARALLEL) -> dict[str, Any]
         dest = os.path.join(out, "v", str(n))
         run_harness(os.path.join(plan, "v", str(n)), dest, hide=out, runs=runs_dir)
 
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        list(pool.map(one, indices))  # a run that failed to start raises here
+    if indices:
+        # one launcher process starts every run's reproducer (the harness's `serving`): a
+        # launcher interpreter per run cost more than the rest of the launcher's work
+        module = harness(os.environ["harness"])  # noqa: SIM112 (a derivation attribute)
+        with (
+            module.serving(os.path.realpath(sys.executable)),
+            ThreadPoolExecutor(max_workers=max(1, parallel)) as pool,
+        ):
+            list(pool.map(one, indices))  # a run that failed to start raises here
     remove(runs_dir)
     runs = []
     for index in indices:

@@ -53,7 +53,7 @@ import tempfile
 from collections.abc import Mapping
 
 from capture import TAIL_CHARS, Capture, normalise, signal_name
-from isolation import isolated_reproducer
+from isolation import isolated_reproducer, serving
 from redaction import redact, taint_fragments
 from targets import (
     SANITIZER_RE,
@@ -82,6 +82,7 @@ __all__ = [
     "main",
     "normalise",
     "python_paths",
+    "serving",
     "store_name",
 ]
 

@@ -1,11 +1,13 @@
 """The reproducer's own namespaces: a user + PID + mount namespace, a fresh /proc, a root of
 its own.
 
-Stdlib only and self-contained (no sibling imports): the harness runs this file by path, as the
-reproducer's launcher (`python3 -I -S isolation.py --isolated-reproducer CONFIG`), once per
-reproducer run, so the launcher imports only what it uses, nothing that pulls in `re` or
-`enum` (json, signal, subprocess, shutil would cost more than its own work): its CONFIG is a
-`marshal` file, and `_signal` is the C module behind `signal`.
+Stdlib only and self-contained (no sibling imports): the harness runs this file by path (its
+compiled copy when the harness was byte-compiled: `launcher()`), as the reproducer's launcher
+(`python3 -I -S isolation.py --isolated-reproducer CONFIG`), once per reproducer run, so the
+launcher imports only what it uses, nothing that pulls in `re` or `enum` (json, signal,
+subprocess, shutil would cost more than its own work): its CONFIG is a `marshal` file, and
+`_signal` is the C module behind `signal`. A batch of runs in one harness process is served by
+ONE launcher process instead (`serving`, `--serve`), which forks the same launcher per run.
 """
 
 from __future__ import annotations
@@ -188,8 +190,12 @@ def run_isolated(cfg_path: str) -> int:
     """The reproducer's launcher: unshare, start PID 1, and end the way the reproducer did."""
     with open(cfg_path, "rb") as fh:
         cfg = marshal.load(fh)
+    return _launch(cfg)
+
+
+def _launch(cfg: dict[str, Any], libc: Any = None) -> int:
     try:
-        libc = _libc()
+        libc = libc or _libc()
         uid, gid = os.getuid(), os.getgid()
         _ok(libc.unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS), "unshare")
         _write("/proc/self/setgroups", "deny")
@@ -224,21 +230,218 @@ def run_isolated(cfg_path: str) -> int:
 
 def isolated_reproducer(
     python: str, private: str, cfg: dict[str, Any], **popen: Any
-) -> subprocess.Popen[bytes]:
-    """Start the reproducer (cfg: argv, cwd, env, expose, hide, only) in its own namespaces."""
+) -> subprocess.Popen[bytes] | Launched:
+    """Start the reproducer (cfg: argv, cwd, env, expose, hide, only) in its own namespaces:
+    by the batch's launcher server when one serves this process (`serving`), else by a
+    launcher of its own."""
     import subprocess
 
     cfg = {**cfg, "root": os.path.join(private, "root")}
     os.makedirs(cfg["root"])
+    server = _SERVER[-1] if _SERVER else None
+    if server is not None and server.python == python:
+        return server.launch(cfg, **popen)
     cfg_path = os.path.join(private, "reproducer.cfg")
     with open(cfg_path, "wb") as fh:
         marshal.dump(cfg, fh)
-    me = os.path.abspath(__file__)
     # an empty environment: the launcher and PID 1 hold nothing naming the build (`target`, `out`)
-    return subprocess.Popen([python, "-I", "-S", me, ISOLATED, cfg_path], env={}, **popen)
+    return subprocess.Popen([python, "-I", "-S", launcher(), ISOLATED, cfg_path], env={}, **popen)
+
+
+# --- one launcher serving a batch of runs ----------------------------------------------------
+# A batch of runs in one harness process (the variants gate's, engine/gates/core/variant_runs.py)
+# would start one launcher interpreter per run: its start-up and imports (ctypes) cost more than
+# the rest of the launcher's work. `serving` starts ONE launcher for the batch instead, the same
+# program with the same empty environment, which forks a launcher per run: each fork is exactly
+# what a launcher of its own would have been (a single-threaded process that unshares, starts
+# PID 1 and ends the way the reproducer did), in a session of its own, its stdin, stdout and
+# stderr the run's own (passed as SCM_RIGHTS). The server reaps it and reports its wait status.
+# Nothing in it names a build: it holds only the configurations it was sent (as each launcher
+# holds its own). SERVE is its flag; a request is one SOCK_SEQPACKET message, the marshal'd
+# configuration, with four descriptors: stdin, stdout, stderr, and the pipe the server writes
+# the launcher's pid ("PID\n") and then its wait status ("STATUS\n") to.
+
+SERVE = "--serve"
+_SERVER: list[Server] = []
+REQUEST_MAX = 1 << 20
+
+
+def serve(fd: int) -> int:
+    """The server's loop (in the launcher process): until the harness closes its end."""
+    import _socket
+    import select
+
+    sock = _socket.socket(fileno=fd)
+    libc = _libc()  # loaded once: every launcher forked from here has it (ctypes is most of a
+    # launcher interpreter's imports)
+    children: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, the run's status pipe)
+    room = _socket.CMSG_SPACE(4 * 4)
+    open_ = True
+    while open_ or children:
+        ready, _, _ = select.select(([fd] if open_ else []) + list(children), [], [])
+        for r in ready:
+            if r != fd:
+                pid, status_w = children.pop(r)
+                os.close(r)
+                _, status = os.waitpid(pid, 0)
+                _send_line(status_w, status)
+                os.close(status_w)
+                continue
+            msg, ancdata, _, _ = sock.recvmsg(REQUEST_MAX, room)
+            fds = [
+                int.from_bytes(data[i : i + 4], sys.byteorder, signed=True)
+                for level, kind, data in ancdata
+                if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
+                for i in range(0, len(data) - len(data) % 4, 4)
+            ]
+            if not msg:
+                open_ = False
+                continue
+            stdio, status_w = fds[:3], fds[3]
+            pid = os.fork()
+            if pid == 0:  # the run's launcher
+                code = 125
+                try:
+                    os.setsid()
+                    for i, f in enumerate(stdio):
+                        os.dup2(f, i)
+                    os.closerange(3, 1 << 16)  # the socket, every other run's pipes
+                    code = _launch(marshal.loads(msg), libc)
+                except BaseException as exc:  # any failure: the reproducer did not run
+                    sys.stderr.write(f"trace: could not isolate the reproducer: {exc}\n")
+                finally:
+                    sys.stderr.flush()
+                    os._exit(code)
+            for f in stdio:
+                os.close(f)
+            _send_line(status_w, pid)
+            children[os.pidfd_open(pid)] = (pid, status_w)
+    return 0
+
+
+def _send_line(fd: int, value: int) -> None:
+    os.write(fd, b"%d\n" % value)
+
+
+class Launched:
+    """A run's launcher started by the server, as much of a subprocess.Popen as the harness uses
+    (pid, stdout, stderr, poll, wait): its returncode is the server's report of its wait status."""
+
+    def __init__(self, pid: int, status: Any, stdout: Any, stderr: Any) -> None:
+        self.pid, self.stdout, self.stderr = pid, stdout, stderr
+        self._status = status
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        import select
+
+        if self.returncode is None and select.select([self._status], [], [], 0)[0]:
+            return self.wait()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import select
+        import subprocess
+
+        if self.returncode is None:
+            if timeout is not None and not select.select([self._status], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            line = self._status.readline()
+            self._status.close()
+            self.returncode = os.waitstatus_to_exitcode(int(line)) if line else 125
+        return self.returncode
+
+
+class Server:
+    """The harness's end of a launcher server (see above)."""
+
+    def __init__(self, python: str) -> None:
+        import socket
+        import subprocess
+        import threading
+
+        self.python = python
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.lock = threading.Lock()
+        fd = theirs.fileno()
+        cmd = [python, "-I", "-S", launcher(), SERVE, str(fd)]
+        self.proc = subprocess.Popen(cmd, env={}, pass_fds=[fd], stdin=subprocess.DEVNULL)
+        theirs.close()
+
+    def launch(self, cfg: dict[str, Any], **popen: Any) -> Launched:
+        import socket
+        import subprocess
+
+        # what the harness asks of a launcher (isolated_reproducer's callers): these only
+        if popen != {
+            "stdin": subprocess.DEVNULL,
+            "stdout": subprocess.PIPE,
+            "stderr": subprocess.PIPE,
+            "start_new_session": True,
+        }:
+            raise ValueError(f"a served launcher takes no such options: {sorted(popen)}")
+        msg = marshal.dumps(cfg)
+        if len(msg) > REQUEST_MAX:
+            raise ValueError("the reproducer's configuration is too large")
+        null = os.open(os.devnull, os.O_RDONLY)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        status_r, status_w = os.pipe()
+        try:
+            with self.lock:
+                socket.send_fds(self.sock, [msg], [null, out_w, err_w, status_w])
+        finally:
+            for f in (null, out_w, err_w, status_w):
+                os.close(f)
+        status = os.fdopen(status_r, "rb")
+        line = status.readline()
+        if not line:
+            status.close()
+            os.close(out_r)
+            os.close(err_r)
+            raise OSError("the launcher server did not start the reproducer")
+        return Launched(int(line), status, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
+
+    def close(self) -> None:
+        self.sock.close()  # the server ends once its runs have ended
+        self.proc.wait()
+
+
+class serving:
+    """While active, isolated_reproducer starts every reproducer of this process through ONE
+    launcher server (for `python`), not a launcher interpreter per run."""
+
+    def __init__(self, python: str) -> None:
+        self.python = python
+
+    def __enter__(self) -> Server:
+        server = Server(self.python)
+        _SERVER.append(server)
+        return server
+
+    def __exit__(self, *exc: object) -> None:
+        server = _SERVER.pop()
+        server.close()
+
+
+def launcher() -> str:
+    """This file as the launcher runs it: its byte-compiled copy when the harness was compiled
+    (templates/verify/python-compiled.nix; the interpreter runs a .pyc given as the script
+    without compiling anything; a .py script is compiled on every start, once per reproducer
+    run), else the source."""
+    me = os.path.abspath(__file__)
+    tag = sys.implementation.cache_tag
+    pyc = os.path.join(os.path.dirname(me), "__pycache__", f"isolation.{tag}.pyc")
+    return pyc if tag and os.path.isfile(pyc) else me
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == SERVE:
+        sys.exit(serve(int(sys.argv[2])))
     if len(sys.argv) == 3 and sys.argv[1] == ISOLATED:
-        sys.exit(run_isolated(sys.argv[2]))
+        code = run_isolated(sys.argv[2])
+        # out at once: the launcher holds nothing to flush or finalize (it wrote with os.write
+        # and sys.stderr only), and the run waits for its exit
+        sys.stderr.flush()
+        os._exit(code)
     sys.exit(2)

@@ -16,29 +16,33 @@ import sys
 HIDDEN_HASH = "0" * 32
 
 # A wrapper runs once per target invocation, so it starts as little as it can: the C modules
-# `_socket` and `array` (no `socket`, `signal` or `json`: their imports cost more than the rest
-# of the wrapper's run). The request is NUL-separated bytes (argv, cwd and environment are C
-# strings, which hold no NUL): name, argv[0], cwd, the number of arguments, the arguments, then
-# the environment's KEY=VALUE entries; the reply is `exit N` or `signal N` (request_of and
-# REPLY_* in targets.py read and write them).
+# `posix` (already loaded at start-up: `os` is not, without site) and `_socket`; no `socket`,
+# `signal`, `json`, and no `array`, whose import loads `collections` (each costs more than the
+# rest of the wrapper's run). The request is NUL-separated bytes (argv, cwd and environment are
+# C strings, which hold no NUL): name, argv[0], cwd, the number of arguments, the arguments,
+# then the environment's KEY=VALUE entries; the reply is `exit N` or `signal N` (request_of and
+# REPLY_* in targets.py read and write them). The descriptors go as SCM_RIGHTS (C ints, native
+# order). It ends with `_exit`: nothing of it is buffered, and finalizing the interpreter would
+# only delay the reproducer.
 WRAPPER = """#!{python} -IS
-import _socket, array, os, sys
+import _socket, posix, sys
 SOCK, NAME = {sock!r}, {name!r}
 fds = []
 for fd in (0, 1, 2):
     try:
-        os.fstat(fd)
+        posix.fstat(fd)
         fds.append(fd)
     except OSError:
-        fds.append(os.open(os.devnull, os.O_RDWR))
+        fds.append(posix.open("/dev/null", posix.O_RDWR))
 s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
 try:
-    argv = [os.fsencode(a) for a in sys.argv]
-    fields = [NAME.encode(), argv[0], os.getcwdb(), b"%d" % (len(argv) - 1), *argv[1:]]
-    fields += [k + b"=" + v for k, v in os.environb.items()]
+    enc, errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+    argv = [a.encode(enc, errors) for a in sys.argv]
+    fields = [NAME.encode(), argv[0], posix.getcwdb(), b"%d" % (len(argv) - 1), *argv[1:]]
+    fields += [k + b"=" + v for k, v in posix.environ.items()]
     req = b"\\0".join(fields)
     s.connect(SOCK)
-    rights = array.array("i", fds).tobytes()
+    rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds)
     s.sendmsg([b"F"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
     s.sendall(len(req).to_bytes(8, "big") + req)
     reply = b""
@@ -51,16 +55,17 @@ try:
     code = int(value)
 except (OSError, ValueError) as exc:
     sys.stderr.write("trace: the target could not be run: %s\\n" % exc)
-    sys.exit(127)
+    sys.stderr.flush()
+    posix._exit(127)
 if kind == b"signal":
     import _signal
     try:
         _signal.signal(code, _signal.SIG_DFL)
     except (OSError, ValueError):
         pass  # SIGKILL, SIGSTOP: already the default
-    os.kill(os.getpid(), code)
-    sys.exit(128 + code)
-sys.exit(code)
+    posix.kill(posix.getpid(), code)
+    posix._exit(128 + code)
+posix._exit(code)
 """
 
 # sitecustomize for python processes: list the package files they open (module imports) into
