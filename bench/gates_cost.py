@@ -102,7 +102,7 @@ def phase_split(work: Path, candidate: str, package: str) -> list[tuple[str, flo
     bases: tuple[str, ...] = ()
     for name, more in PHASES:
         bases += more
-        took, n = timed(only(graph, bases), state)
+        took, n, _ = timed(only(graph, bases), state)
         if name:
             rows.append((name, took, n))
         else:  # folded into the phase before (a gate step of it)
@@ -110,29 +110,27 @@ def phase_split(work: Path, candidate: str, package: str) -> list[tuple[str, flo
             rows[-1] = (last[0], last[1] + took, last[2] + n)
     rest = tuple(s for s in {graph.steps[s].base_id for s in graph.order} if s not in bases)
     if rest:
-        took, n = timed(graph, state)
+        took, n, _ = timed(graph, state)
         rows.append((f"other ({', '.join(sorted(rest))})", took, n))
     return rows
 
 
-CPU: list[float] = []  # CPU seconds of each timed() call: this process and its reaped children
-
-
 def cpu_seconds() -> float:
+    """CPU seconds so far of this process and its reaped children (the Nix processes)."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def timed(graph: Graph, state: Path) -> tuple[float, int]:
+def timed(graph: Graph, state: Path) -> tuple[float, int, float]:
+    """(wall seconds, steps built, CPU seconds) of one run_graph."""
     start, cpu = time.monotonic(), cpu_seconds()
     result = run_graph(graph, state)
-    took = time.monotonic() - start
-    CPU.append(cpu_seconds() - cpu)
+    took, cpu = time.monotonic() - start, cpu_seconds() - cpu
     bad = {s: r.status for s, r in result.steps.items() if r.status in ("failed", "skipped")}
     if bad:
         raise SystemExit(f"steps failed: {bad}")
-    return took, result.count("built")
+    return took, result.count("built"), cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,12 +157,12 @@ def main(argv: list[str] | None = None) -> int:
                     graph = base_only(graph)
                 else:
                     shares = Counter(s.split("@")[0] for s in graph.order)
-                took, n = timed(graph, work / f"state-{uuid.uuid4().hex[:8]}")
+                took, n, cpu = timed(graph, work / f"state-{uuid.uuid4().hex[:8]}")
                 times[what].append(took)
-                cpus[what].append(CPU[-1])
+                cpus[what].append(cpu)
                 built[what] = n
                 print(
-                    f"rep {rep + 1} {what:5s} {took:7.2f} s  {n} steps built  cpu {CPU[-1]:.2f} s",
+                    f"rep {rep + 1} {what:5s} {took:7.2f} s  {n} steps built  cpu {cpu:.2f} s",
                     flush=True,
                 )
     base, whole = statistics.median(times["base"]), statistics.median(times["whole"])

@@ -20,10 +20,10 @@ every trace call is a real `trace run --quiet` subprocess):
   floor       beside leaf and cold, in the same repetitions: what no fresh `trace` process can
               avoid on a changed graph: an interpreter of the same venv importing pydantic
               (validates the changed pipeline file) and jinja2 (renders the changed step) and
-              parsing the graph file with tomli, plus the cheaper of trace's own `nix-build`
-              (its `build` phase) and the reference. A goal below its floor cannot be met by a
-              fresh process, only by work not redone per process (a resident trace): the row
-              says so.
+              parsing the graph file with tomli, plus the cheaper of trace's own Nix time (its
+              --timings: build, or instantiate + realise) and the reference. A goal below its
+              floor cannot be met by a fresh process, only by work not redone per process (a
+              resident trace): the row says so.
   suites      more rows from bench/fork_bench.py when it exists (see SUITES)
 The raw-Nix side is the expression a Nix user would write (tools.render_all). Each scenario has
 its own trace state dir; everything lives in a temp dir removed at the end (trace's GC roots of
@@ -131,7 +131,7 @@ class Bench:
         self.states: list[Path] = []
         self.extra_rows: list[Row] = []  # context rows (e.g. the no-op without the fast path)
         self.splits: dict[tuple[str, int], list[dict[str, float]]] = {}  # trace --timings
-        # per repetition: (floor_python, trace's build phase), see floor_row
+        # per repetition: (floor_python, trace's Nix time: nix_part), see floor_row
         self.floors: dict[tuple[str, int], list[tuple[float, float]]] = {}
 
     def floor_python(self, proj: Project) -> float:
@@ -156,8 +156,8 @@ class Bench:
 
     def floor_row(self, row: Row) -> Row:
         """The floor against the same reference samples as `row`, per repetition: floor_python
-        plus the cheaper of trace's own nix-build (its `build` phase) and the reference (a Nix
-        part no cheaper than both was seen); the note says whether `row`'s goal lies below it."""
+        plus the cheaper of trace's own Nix time (nix_part) and the reference (a Nix part no
+        cheaper than both was seen); the note says whether `row`'s goal lies below it."""
         floor = Row(f"{row.case}: floor", row.n, raw_label=row.raw_label, shape=row.shape)
         laps = self.floors.get((row.case, row.n or 0), [])
         floor.trace = [py + min(build, ref) for (py, build), ref in zip(laps, row.raw, strict=True)]

@@ -32,6 +32,10 @@ from engine.files import write_atomic
 from engine.hashing import digest_bytes, key_digest
 from engine.model import Graph, InputRef, Step
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # engine.nix is imported only when something builds
+    from engine.nix import Nix, RealiseReport
+
 # Generated Nix files kept in STATE/build (the newest); `trace gc` removes them all.
 KEEP_BUILD_FILES = 8
 
@@ -332,9 +336,9 @@ def _run(
         checked = _check(graph, dirty, results, built, nix, report)
         if checked is not None:
             run.nix_calls += 1
-        if checked is not None and checked.nix_failed:
-            index.record(new_results(results, dirty), last, p.graph)
-            raise checked.nix_error("nix-store --realise --check")
+            if checked.nix_failed:
+                index.record(new_results(results, dirty), last, p.graph)
+                raise checked.nix_error("nix-store --realise --check")
         clock.mark("check")
     index.record(new_results(results, dirty), last, p.graph)
     clock.mark("record")
@@ -374,7 +378,7 @@ class _Built:
 
     drv_of: dict[str, str]
     out_of: dict[str, str]
-    report: Any  # engine.nix.RealiseReport (engine.nix is imported only when something builds)
+    report: RealiseReport
     invalid: set[str]
 
 
@@ -385,7 +389,7 @@ class _Job:
     graph: Graph
     plan: Plan
     dirty: list[str]
-    nix: Any  # engine.nix.Nix (imported only when something builds)
+    nix: Nix
     index: Index
     known: Mapping[str, tuple[str, str]]  # clean steps' (.drv, output): the frontier imports
     run: RunResult
@@ -490,7 +494,7 @@ def _instantiate_and_realise(job: _Job) -> _Built:
 
 
 def _collect(
-    graph: Graph, p: Plan, dirty: list[str], built: _Built, nix: Any, report: Reporter
+    graph: Graph, p: Plan, dirty: list[str], built: _Built, nix: Nix, report: Reporter
 ) -> dict[str, StepResult]:
     """Each dirty step's result: built, substituted or reused with its outcome; else failed with
     its log tail, or skipped when a step it needs did not build."""
@@ -547,9 +551,9 @@ def _check(
     dirty: list[str],
     results: dict[str, StepResult],
     built: _Built,
-    nix: Any,
+    nix: Nix,
     report: Reporter,
-) -> Any:
+) -> RealiseReport | None:
     """`--check` the dirty steps of check kinds that have an output, setting `deterministic` and
     `checked_on`; an output made elsewhere may come with that machine's signed claim that it
     passed its --check (engine/remote/attest.py), taken instead of rebuilding it here. Returns

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from types import ModuleType
 from typing import Any
 
 from .modules import load_json_object
 from .variant_gate import runs_by_index
-from .variant_runs import harness, run_harness
+from .variant_runs import harness, launcher_server, run_harness
 
 Record = dict[str, Any]
 
@@ -72,9 +71,7 @@ def run_variants(cfg: dict[str, Any], out: str) -> dict[str, Any]:
     ]
     if not todo:
         return summary
-    # one launcher process starts the reproducers of these runs (as the variants gate's batch)
-    module = harness(os.environ["harness"])  # noqa: SIM112 (a derivation attribute)
-    with module.serving(os.path.realpath(sys.executable)):
+    with launcher_server():  # one launcher process for these runs, as the variants gate's batch
         for index, meta, post in todo:
             dest = os.path.join(out, "variants", str(index))
             os.makedirs(os.path.dirname(dest), exist_ok=True)

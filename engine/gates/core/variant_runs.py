@@ -69,6 +69,14 @@ def harness(path: str) -> ModuleType:
         return _LOADED[path]
 
 
+def launcher_server() -> Any:
+    """ONE launcher process for the reproducer runs of this process (the harness's `serving`,
+    for the derivation's harness and this interpreter): a launcher interpreter per run cost more
+    than the rest of the launcher's work."""
+    module = harness(os.environ["harness"])  # noqa: SIM112 (a derivation attribute)
+    return module.serving(os.path.realpath(sys.executable))
+
+
 def run_harness(variant: str, out: str, *, hide: str = "", runs: str | None = None) -> None:
     """Variant directory `variant` (repro.sh, data/) under the verify harness into `out`, in a
     fresh temporary directory (in `runs`, whose other entries its reproducer does not see)
@@ -118,13 +126,7 @@ def run_side(plan: str, out: str, *, parallel: int = PARALLEL) -> dict[str, Any]
         run_harness(os.path.join(plan, "v", str(n)), dest, hide=out, runs=runs_dir)
 
     if indices:
-        # one launcher process starts every run's reproducer (the harness's `serving`): a
-        # launcher interpreter per run cost more than the rest of the launcher's work
-        module = harness(os.environ["harness"])  # noqa: SIM112 (a derivation attribute)
-        with (
-            module.serving(os.path.realpath(sys.executable)),
-            ThreadPoolExecutor(max_workers=max(1, parallel)) as pool,
-        ):
+        with launcher_server(), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
             list(pool.map(one, indices))  # a run that failed to start raises here
     remove(runs_dir)
     runs = []
