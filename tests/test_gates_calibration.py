@@ -259,3 +259,64 @@ def test_decide_says_why_mutation_is_not_measurable(
     assert any("post-fix build already fails" in d for d in reason["details"]), reason
     record = gate(state, "cparse-other-failure", "mutation")
     assert record["details"]["rules"] == ["mutation.post-fix-fails"]
+
+
+# The discrimination column (issue 25): each fixture bug with its real fix and the plausible
+# wrong fixes of the same bug. A wrong fix must be denied by a finding (a failed claim or a
+# non-waivable code: "not measurable" alone never catches it) and its verdict must be strictly
+# stronger than the real fix's: not the same decision with a subset of the real fix's codes.
+# Candidates that are neither (broken evidence, a bug with no wrong fix yet) are listed with
+# their bug and no role in the comparison.
+DISCRIMINATION: dict[str, tuple[str, list[str]]] = {
+    # bug: (its real fix, its wrong fixes)
+    "cparse: a key of 16+ bytes overflows the key buffer": (
+        "cparse-key-overflow",
+        [
+            "cparse-wrong-fix",
+            "cparse-poc-special-case",
+            "cparse-refuse-all",
+            "cparse-reject-everything",
+        ],
+    ),
+}
+# other real fixes of a listed bug, and candidates whose evidence is the point (not a fix's
+# discrimination): every calibration row is in exactly one place
+OTHER_ROWS = {
+    "cparse-stale-header",
+    "cparse-alloc-fix",
+    "cparse-reject-long-key",
+    "cparse-other-failure",
+    "textcols-zero-width",
+    "pager-last-page",
+    "roster-wrong-field",
+    "cjson-cve-2023-53154",
+    "stamp-release",
+    "racy-lost-update",
+}
+
+
+def test_every_calibration_row_has_its_place_in_the_discrimination_column() -> None:
+    placed = [real for real, _ in DISCRIMINATION.values()]
+    placed += [w for _, wrongs in DISCRIMINATION.values() for w in wrongs]
+    placed += sorted(OTHER_ROWS)
+    assert sorted(placed) == sorted(name for name, _, _ in CALIBRATION)
+
+
+def weaker_or_equal(wrong: dict[str, Any], real: dict[str, Any]) -> bool:
+    codes = {r["code"] for r in wrong["reasons"]}
+    return wrong["decision"] == real["decision"] and codes <= {r["code"] for r in real["reasons"]}
+
+
+@pytest.mark.parametrize("bug", sorted(DISCRIMINATION))
+def test_no_wrong_fix_gets_the_real_fix_s_verdict_or_a_weaker_one(
+    state: Path, capsys: pytest.CaptureFixture[str], bug: str
+) -> None:
+    real_name, wrongs = DISCRIMINATION[bug]
+    real = verified(state, capsys, real_name)
+    hard = {code for code, can_waive in waivable().items() if not can_waive}
+    for name in wrongs:
+        wrong = verified(state, capsys, name)
+        codes = {r["code"] for r in wrong["reasons"]}
+        assert wrong["decision"] == "deny", (name, wrong["reasons"])
+        assert codes & hard, f"{name} is denied only by waivable codes: {sorted(codes)}"
+        assert not weaker_or_equal(wrong, real), (name, sorted(codes), real["reasons"])
