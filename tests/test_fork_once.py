@@ -13,6 +13,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -154,11 +155,13 @@ def test_the_app_passes_the_nix_version_and_system_so_no_nix_process_is_started(
 # ---- integration: real runs of a fixture fork --------------------------------------------------
 
 CANDIDATES = ("pager-last-page", "roster-wrong-field")
+# the venv's own `trace` (beside the interpreter running the tests), not whatever PATH holds
+TRACE = str(Path(sys.executable).parent / "trace")
 
 
 def _fork_run(root: Path, env: dict[str, str], *names: str) -> dict[str, object]:
     proc = subprocess.run(
-        ["trace", "fork", "--no-sign", "--json", *names],
+        [TRACE, "fork", "--no-sign", "--json", *names],
         cwd=root,
         env={k: v for k, v in env.items() if k not in ("TRACE_DATA_DIR", "TRACE_CLI")},
         capture_output=True,
