@@ -1,7 +1,8 @@
-"""The README's model-drafted example, executed verbatim: its `sh` block (the loopback fake model
-server, scout, route, draft with the upstream mirror, decide, bundle, verify-bundle, findings,
-then a replayed draft with the server gone) runs with bash -e from this checkout, the venv's
-`trace` and `python` first on PATH and TMPDIR in the test's temp dir. Real Nix builds."""
+"""The model-drafted example of docs/agents.md (once the README's), executed verbatim: its `sh`
+block (the loopback fake model server, scout, route, draft with the upstream mirror, decide,
+bundle, verify-bundle, findings, then a replayed draft with the server gone) runs with bash -e
+from this checkout, the venv's `trace` and `python` first on PATH and TMPDIR in the test's temp
+dir. Real Nix builds."""
 
 from __future__ import annotations
 
@@ -19,11 +20,10 @@ pytestmark = pytest.mark.nix
 
 
 def readme_block() -> str:
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Model-drafted fixes:", 1)[1].split("\n## ", 1)[0]
-    after = section.split("Against the loopback fake server", 1)[1]
+    text = (REPO / "docs" / "agents.md").read_text()
+    after = text.split("Against the loopback fake server", 1)[1]
     found = re.search(r"```sh\n(.*?)```", after, re.S)
-    assert found, "the README's model-drafted section has no sh block after the fake server"
+    assert found, "docs/agents.md has no sh block after the fake server"
     return found.group(1)
 
 

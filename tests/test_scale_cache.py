@@ -158,8 +158,8 @@ def test_a_bad_machine_config_stops_a_run_before_anything_is_written(
     assert not state.exists()
 
 
-def test_the_readme_machine_config_is_one_trace_accepts(tmp_path: Path) -> None:
-    text = (REPO / "README.md").read_text().split("## More than one machine", 1)[1]
+def test_the_documented_machine_config_is_one_trace_accepts(tmp_path: Path) -> None:
+    text = (REPO / "docs" / "machines.md").read_text()
     block = text.split("```toml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "machine.toml"
     path.write_text(block)
