@@ -452,3 +452,63 @@ def test_a_wrong_fix_is_denied(world: World, capsys: pytest.CaptureFixture[str])
     assert acc["upstream_verdict"] is True and acc["identical"] is False
     assert acc["line_overlap"] == 0.0 and acc["same_files"] is True
     assert "-#define KEY_MAX 16" in acc["diff"]
+
+
+def _folder_bytes(cand: Path) -> dict[str, bytes]:
+    return {p.relative_to(cand).as_posix(): p.read_bytes() for p in cand.rglob("*") if p.is_file()}
+
+
+def test_sigterm_during_a_model_call_leaves_the_previous_draft_byte_identical(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27: what a CI timeout sends, while the Patcher's call hangs: the process ends by
+    SIGTERM and the candidate folder (patch, reproducer, review, transcripts, draft.json) is
+    exactly the earlier draft's."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    world.script["Patcher"] = answers.GOOD_PATCH
+    assert world.draft("--refresh")[0] == 0
+    cand = world.fork / CAND
+    before = _folder_bytes(cand)
+    assert {"fix.patch", "repro.sh", "review.md", "draft.json"} <= set(before)
+    world.script["Patcher"] = "HANG"
+    asked = len(world.server.requests)
+    trace_bin = str(Path(sys.executable).parent / "trace")
+    proc = subprocess.Popen(
+        [trace_bin, "draft", str(world.fork / CAND / "candidate.toml"), "--fork",
+         str(world.fork), "--refresh"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while len(world.server.requests) == asked and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(world.server.requests) > asked, "the draft never asked the Patcher"
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        world.script["Patcher"] = answers.GOOD_PATCH
+    assert proc.returncode == -signal.SIGTERM
+    assert _folder_bytes(cand) == before
+
+
+def test_a_200_reply_that_is_not_json_is_exit_2_and_keeps_the_previous_draft(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.model_fake import Raw
+
+    cand = world.fork / CAND
+    before = _folder_bytes(cand)
+    world.script["Patcher"] = Raw(b"<html>the gateway is down</html>", content_type="text/html")  # type: ignore[assignment]
+    try:
+        rc, _ = world.draft("--refresh")
+    finally:
+        world.script["Patcher"] = answers.GOOD_PATCH
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "model-output-unparseable" in err and "Traceback" not in err
+    assert _folder_bytes(cand) == before

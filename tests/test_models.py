@@ -16,7 +16,7 @@ from engine.models.ask import ask
 from engine.models.errors import ModelError
 from engine.models.spec import ModelSpec, Parameters, Request
 from engine.models.transcript import TranscriptStore, transcript_key
-from tests.model_fake import FakeModelServer
+from tests.model_fake import FakeModelServer, Raw, Trickle
 
 KEY = "test-key-not-secret"
 
@@ -109,12 +109,17 @@ def test_key_covers_prompt_model_parameters_and_inputs() -> None:
 
 @pytest.mark.parametrize("backend", ["anthropic", "openai"])
 def test_a_server_that_never_answers_hits_the_deadline(backend: str, tmp_path: Path) -> None:
+    import time
+
     store = TranscriptStore(tmp_path / "t")
     with FakeModelServer(lambda p, d: None) as srv:
-        spec = _spec(srv, backend, deadline_s=0.5, retries=1)
+        # each attempt waits its share of the deadline (1.5 s), then the SDK retries once
+        spec = _spec(srv, backend, deadline_s=3.0, retries=1)
+        started = time.monotonic()
         with pytest.raises(ModelError) as exc:
             ask(spec, REQ, store)
         assert len(srv.requests) == 2  # one retry, then give up
+        assert time.monotonic() - started < 3.0 + 1.0
     assert exc.value.reason == "model-deadline" and exc.value.exit_code == 2
     assert srv.anthropic_url in str(exc.value) or srv.openai_url in str(exc.value)
     assert not (tmp_path / "t").exists()  # nothing half-written
@@ -192,3 +197,39 @@ def test_transcripts_are_redacted_before_they_are_stored(tmp_path: Path) -> None
     assert token not in live.text
     replayed = ask(ModelSpec(backend="replay", model="openai-model-1"), req, store)
     assert replayed.text == live.text
+
+
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+def test_a_trickling_server_ends_within_the_overall_deadline(backend: str, tmp_path: Path) -> None:
+    """One byte every 0.5 s never lets a read wait long, so only an overall deadline (connect,
+    send, every read and the retries together) ends the call: within it, with model-deadline."""
+    import time
+
+    with FakeModelServer(lambda p, d: Trickle(every_s=0.5, count=100)) as srv:
+        spec = _spec(srv, backend, deadline_s=2.0, retries=2)
+        started = time.monotonic()
+        with pytest.raises(ModelError) as exc:
+            ask(spec, REQ, TranscriptStore(tmp_path / "t"))
+        took = time.monotonic() - started
+    assert exc.value.reason == "model-deadline", exc.value
+    assert took < 2.0 + 1.0, took  # the deadline plus the thread hand-over, not 50 s
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Raw(b"<html>gateway says hello</html>", content_type="text/html"),
+        Raw(b"{not json", content_type="application/json"),
+        Raw(b'{"unexpected": "shape"}', content_type="application/json"),
+    ],
+)
+def test_a_200_that_is_not_the_api_s_json_is_a_model_error(
+    backend: str, reply: Raw, tmp_path: Path
+) -> None:
+    with FakeModelServer(lambda p, d: reply) as srv, pytest.raises(ModelError) as exc:
+        ask(_spec(srv, backend, retries=0), REQ, TranscriptStore(tmp_path / "t"))
+    assert exc.value.reason == "model-output-unparseable", exc.value
+    assert exc.value.exit_code == 2
+    assert not (tmp_path / "t").exists()

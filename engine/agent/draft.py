@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -306,13 +307,33 @@ def _upstream_files(upstream: dict[str, Any] | None) -> list[str] | None:
     return list(upstream["files"])
 
 
+class _Terminated(BaseException):
+    """SIGTERM (what a CI timeout sends) during a draft: unwound like an interrupt."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def run_draft(skeleton: Path, agent: Agent, opts: DraftOptions) -> DraftRecord:
-    """Draft one candidate from its skeleton (a routing-only candidate.toml)."""
-    from engine.errors import TraceError
+    """Draft one candidate from its skeleton (a routing-only candidate.toml).
+
+    Transactional: whatever ends the draft early (an error, a reply that is not the API's JSON,
+    a crash, SIGINT or SIGTERM) puts every file it wrote or removed back as it was, so the
+    previous draft stays exactly as it was. On SIGTERM the process then ends by SIGTERM as it
+    would have. (SIGKILL cannot be caught: a draft killed so may leave its files half-swapped.)
+    """
+    import signal
 
     run = _Run(skeleton, agent, opts)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return run.run()
-    except (TraceError, KeyboardInterrupt):
+    except BaseException as exc:
         run.folder.rollback()
+        if isinstance(exc, _Terminated):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,13 +1,22 @@
-"""The live backends: each asks once-with-bounded-retries under a deadline and returns the text.
+"""The live backends: each asks with bounded retries under ONE deadline and returns the text.
+
+`deadline_s` bounds the whole call: connecting, sending, every read and every retry together.
+An SDK's own timeout bounds only the wait between two reads, so a server that sends a byte now
+and then would hold a call for ever; the SDK call runs in a worker thread instead, and at the
+deadline the client is closed and the call ends with `model-deadline`.
 
 The SDKs are imported here, inside the call, so a run that only replays never loads them. Each
-failure becomes a `ModelError` naming the endpoint or variable (exit 2, nothing recorded).
+failure becomes a `ModelError` naming the endpoint or variable (exit 2, nothing recorded); a
+reply that is not the API's JSON is `model-output-unparseable`, never a traceback.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from engine.models.errors import ModelError
@@ -33,17 +42,61 @@ def _endpoint(spec: ModelSpec) -> str:
     return spec.base_url or f"the {spec.backend} SDK's default endpoint"
 
 
+def _deadline_error(spec: ModelSpec) -> ModelError:
+    return ModelError(
+        f"{_endpoint(spec)} did not answer within {spec.deadline_s:g} s "
+        f"(the whole call, up to {spec.retries + 1} attempt(s))",
+        reason="model-deadline",
+        hint="check the endpoint, or raise deadline_s in the agent file",
+    )
+
+
+def _unparseable(spec: ModelSpec, exc: Exception) -> ModelError:
+    return ModelError(
+        f"{_endpoint(spec)} answered, but not with the API's JSON for model '{spec.model}': "
+        f"{type(exc).__name__}: {str(exc)[:200]}",
+        reason="model-output-unparseable",
+        hint="check that base_url points at the API itself (not a proxy's or gateway's page)",
+    )
+
+
+def _attempt_s(spec: ModelSpec) -> float:
+    """Each attempt's wait for the server (connect, or between two reads): a share of the whole
+    deadline, so a silent server still gets its retries before the deadline ends the call."""
+    return spec.deadline_s / (spec.retries + 1)
+
+
+def _within_deadline(spec: ModelSpec, call: Callable[[], str], close: Callable[[], None]) -> str:
+    """`call()` in a daemon thread, waited for at most `deadline_s`; past it, `close()` the
+    client (which ends the thread's I/O) and raise model-deadline. The call's own exception is
+    raised here, in the caller's thread."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["text"] = call()
+        except BaseException as exc:  # handed to the caller's thread below
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="trace-model-call", daemon=True)
+    worker.start()
+    worker.join(spec.deadline_s)
+    if worker.is_alive():
+        close()
+        raise _deadline_error(spec)
+    if "error" in box:
+        raise box["error"]
+    return str(box["text"])
+
+
 def _sdk_failure(spec: ModelSpec, exc: Exception) -> ModelError:
     """Map an SDK exception (anthropic and openai share the names) to a ModelError."""
     name = type(exc).__name__
     endpoint = _endpoint(spec)
     if name == "APITimeoutError":
-        return ModelError(
-            f"{endpoint} did not answer within {spec.deadline_s:g} s "
-            f"({spec.retries + 1} attempt(s))",
-            reason="model-deadline",
-            hint="check the endpoint, or raise deadline_s in the agent file",
-        )
+        return _deadline_error(spec)
+    if name == "APIResponseValidationError":
+        return _unparseable(spec, exc)
     if name == "APIConnectionError":
         return ModelError(
             f"cannot reach {endpoint}: {exc}",
@@ -69,10 +122,11 @@ def _anthropic(spec: ModelSpec, request: Request) -> str:
     client = anthropic.Anthropic(
         api_key=_api_key(spec),
         base_url=spec.base_url,
-        timeout=spec.deadline_s,
+        timeout=_attempt_s(spec),
         max_retries=spec.retries,
     )
-    try:
+
+    def create() -> str:
         msg = client.messages.create(
             model=spec.model,
             max_tokens=spec.parameters.max_tokens,
@@ -81,9 +135,16 @@ def _anthropic(spec: ModelSpec, request: Request) -> str:
             # in the body, not as a keyword: recent SDKs dropped the sampling keywords
             extra_body={"temperature": spec.parameters.temperature},
         )
+        if not isinstance(getattr(msg, "content", None), list):
+            raise TypeError(f"the reply has no content list: {str(msg)[:200]}")
+        return "".join(getattr(block, "text", "") for block in msg.content)
+
+    try:
+        return _within_deadline(spec, create, client.close)
     except anthropic.APIError as exc:
         raise _sdk_failure(spec, exc) from None
-    return "".join(getattr(block, "text", "") for block in msg.content)
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise _unparseable(spec, exc) from None
 
 
 def _openai(spec: ModelSpec, request: Request) -> str:
@@ -92,13 +153,14 @@ def _openai(spec: ModelSpec, request: Request) -> str:
     client = openai.OpenAI(
         api_key=_api_key(spec),
         base_url=spec.base_url,
-        timeout=spec.deadline_s,
+        timeout=_attempt_s(spec),
         max_retries=spec.retries,
     )
     extra: dict[str, Any] = {}
     if spec.parameters.seed is not None:
         extra["seed"] = spec.parameters.seed
-    try:
+
+    def create() -> str:
         resp = client.chat.completions.create(
             model=spec.model,
             max_tokens=spec.parameters.max_tokens,
@@ -109,11 +171,21 @@ def _openai(spec: ModelSpec, request: Request) -> str:
             ],
             **extra,
         )
+        choices = getattr(resp, "choices", None)
+        if not isinstance(choices, list):
+            raise TypeError(f"the reply has no choices list: {str(resp)[:200]}")
+        if not choices:
+            raise ModelError(
+                f"{_endpoint(spec)} answered with no choices", reason="model-call-failed"
+            )
+        return choices[0].message.content or ""
+
+    try:
+        return _within_deadline(spec, create, client.close)
     except openai.APIError as exc:
         raise _sdk_failure(spec, exc) from None
-    if not resp.choices:
-        raise ModelError(f"{_endpoint(spec)} answered with no choices", reason="model-call-failed")
-    return resp.choices[0].message.content or ""
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise _unparseable(spec, exc) from None
 
 
 def _command(spec: ModelSpec, request: Request) -> str:
@@ -121,13 +193,18 @@ def _command(spec: ModelSpec, request: Request) -> str:
     stdin = f"{request.system}\n\n{request.prompt}"
     env = {**os.environ, "TRACE_MODEL": spec.model, "TRACE_ROLE": request.role}
     last = ""
+    end = time.monotonic() + spec.deadline_s
     for _attempt in range(spec.retries + 1):
+        left = end - time.monotonic()
+        if left <= 0:
+            last = f"did not finish within {spec.deadline_s:g} s"
+            break
         try:
             proc = subprocess.run(
                 spec.command,
                 input=stdin.encode(),
                 capture_output=True,
-                timeout=spec.deadline_s,
+                timeout=left,
                 env=env,
                 check=False,
             )
@@ -139,7 +216,7 @@ def _command(spec: ModelSpec, request: Request) -> str:
             ) from None
         except subprocess.TimeoutExpired:
             last = f"did not finish within {spec.deadline_s:g} s"
-            continue
+            break  # the deadline is the whole call's: no time is left for another attempt
         if proc.returncode == 0:
             return proc.stdout.decode("utf-8", "replace")
         last = f"exit {proc.returncode}: {proc.stderr.decode('utf-8', 'replace')[-300:]}"

@@ -42,7 +42,12 @@ class ModelSpec(_Strict):
     )
     command: list[str] = Field(default_factory=list, description="argv for backend 'command'")
     parameters: Parameters = Field(default_factory=Parameters)
-    deadline_s: float = Field(default=120.0, gt=0, le=3600, description="per attempt")
+    deadline_s: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="the whole call: connect, send, every read and every retry together",
+    )
     retries: int = Field(default=2, ge=0, le=5, description="further attempts after a failure")
 
     @model_validator(mode="after")

@@ -4,6 +4,6 @@ Test code only: it listens on 127.0.0.1 (an ephemeral port), is started and stop
 records every request's raw body and headers, and answers from a script the test gives it.
 """
 
-from tests.model_fake.server import FakeModelServer, Recorded
+from tests.model_fake.server import FakeModelServer, Raw, Recorded, Trickle
 
-__all__ = ["FakeModelServer", "Recorded"]
+__all__ = ["FakeModelServer", "Raw", "Recorded", "Trickle"]

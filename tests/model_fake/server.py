@@ -1,4 +1,6 @@
-"""The fake server. `answer(role_hint, body) -> str | None`: the text to return (None: hang)."""
+"""The fake server. `answer(role_hint, body)` -> the text to return; None: hang; a `Raw`: that
+exact status and body (a reply that is not the API's JSON); a `Trickle`: a 200 whose body comes
+one byte every `every_s` seconds (a slow server that never stops talking within a deadline)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,21 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Answerer = Callable[[str, dict[str, Any]], str | None]
+
+@dataclass(frozen=True)
+class Raw:
+    body: bytes
+    status: int = 200
+    content_type: str = "application/json"
+
+
+@dataclass(frozen=True)
+class Trickle:
+    every_s: float = 2.0
+    count: int = 200
+
+
+Answerer = Callable[[str, dict[str, Any]], "str | Raw | Trickle | None"]
 
 
 @dataclass
@@ -88,18 +104,41 @@ class FakeModelServer:
                 if text is None:  # never answer: hold the connection until the test ends
                     fake._release.wait(60)
                     return
+                if isinstance(text, Raw):
+                    self._send_raw(text.status, text.content_type, text.body)
+                    return
+                if isinstance(text, Trickle):
+                    self._trickle(text)
+                    return
                 if self.path == "/v1/messages":
                     self._send(200, _anthropic(doc, text))
                 else:
                     self._send(200, _openai(doc, text))
 
             def _send(self, status: int, doc: dict[str, Any]) -> None:
-                raw = json.dumps(doc).encode()
+                self._send_raw(status, "application/json", json.dumps(doc).encode())
+
+            def _send_raw(self, status: int, content_type: str, raw: bytes) -> None:
                 self.send_response(status)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", content_type)
                 self.send_header("content-length", str(len(raw)))
                 self.end_headers()
                 self.wfile.write(raw)
+
+            def _trickle(self, how: Trickle) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(how.count))
+                self.end_headers()
+                self.wfile.flush()
+                for _ in range(how.count):  # bounded: stops by itself, or when the test ends
+                    if fake._release.wait(how.every_s):
+                        return
+                    try:
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                    except OSError:
+                        return
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
