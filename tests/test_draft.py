@@ -346,6 +346,13 @@ def test_replay_without_the_server(world: World, capsys: pytest.CaptureFixture[s
     rc, rec = world.draft("--agent", str(agent), *mirror)
     assert rc == 0, capsys.readouterr()
     assert all(s["replayed"] for s in rec["steps"]) and len(world.server.requests) == asked
+    # the mirror copied to another folder: a transcript's key names the upstream patch by its
+    # digest, never by where the mirror lies, so the draft still replays (issue 27)
+    moved = world.mirror.parent / "mirror-moved"
+    shutil.copytree(world.mirror, moved, dirs_exist_ok=True)
+    rc, rec = world.draft("--agent", str(agent), "--upstream-mirror", str(moved))
+    assert rc == 0, capsys.readouterr()
+    assert all(s["replayed"] for s in rec["steps"]) and len(world.server.requests) == asked
     # --refresh asks again: the endpoint is dead, so exit 2 naming it, and the draft folder
     # keeps the previous run's files
     before = (world.fork / CAND / "draft.json").read_bytes()

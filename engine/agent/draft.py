@@ -63,7 +63,7 @@ class _Run:
         self.advisory = load_advisory(adv_path)
         self.values: dict[str, Any] = {
             "advisory": advisory_value(self.advisory, adv_path.read_text(encoding="utf-8")),
-            "upstream": opts.upstream,
+            "upstream": _portable(opts.upstream),
         }
         self.steps: list[StepRecord] = []
         self.reviews: list[ReviewClaim] = []
@@ -299,6 +299,15 @@ class _Run:
                 routing=routing,
             )
         )
+
+
+def _portable(upstream: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The upstream reference as the models see it and its digest enters their transcripts'
+    keys: named by its content (url, commit, sha256, text), never by the machine path of the
+    mirror it was read from, so a replay finds the same transcripts in another checkout."""
+    if upstream is None:
+        return None
+    return {k: v for k, v in upstream.items() if k != "source"}
 
 
 def _upstream_files(upstream: dict[str, Any] | None) -> list[str] | None:
