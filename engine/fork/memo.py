@@ -275,7 +275,8 @@ class Run:
             and hmac.compare_digest(mac, self._mac(file, doc["body"], made_in))
         )
         if authentic_then:
-            parts = doc.get("parts") if isinstance(doc.get("parts"), dict) else {}
+            recorded = doc.get("parts")
+            parts: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
             moved = [_PART_LABELS.get(k, k) for k, v in self._parts.items() if parts.get(k) != v]
             return f"stale: {', '.join(moved) or 'its context'} changed since it was made"
         return "the memo entry is not authentic (edited, copied, or made under another key)"
