@@ -153,9 +153,20 @@ def test_a_recorded_verdict_is_reused_and_every_forgery_falls_back(
     other = _run(cfg, os.urandom(32), policy)
     assert other.lookup(files["a"], lambda: False) is None
     assert "not authentic" in other.misses[str(files["a"])]
-    # 5. a new MAC under the right key, but for another policy: the digest is another
+    # 5. an honest entry, but the policy changed since: stale (named), not "not authentic"
     policy.joinpath("signing.toml").write_text("version = 2\n")
+    _misses(cfg, key, policy, files["a"], "stale: the policy changed")
+    # ... and a forged claim to have been made under this very context is not authentic
+    doc = json.loads(honest["a"])
+    doc["context"] = _run(cfg, key, policy)._context
+    where["a"].write_text(json.dumps(doc))
     _misses(cfg, key, policy, files["a"], "not authentic")
+    # ... nor is an entry whose recorded context was edited to make its MAC check out
+    doc = json.loads(honest["a"])
+    doc["context"] = "0" * 64
+    where["a"].write_text(json.dumps(doc))
+    _misses(cfg, key, policy, files["a"], "not authentic")
+    where["a"].write_bytes(honest["a"])
     policy.joinpath("signing.toml").write_text("version = 1\n")
     assert _run(cfg, key, policy).lookup(files["a"], lambda: False) is not None
 

@@ -96,7 +96,9 @@ def print_table(result: VerifyResult) -> None:
             f"[{style}]{state}[/]",
             reasons,
         )
-    console = Console(width=max(100, Console().width))
+    from engine.tables import keep_words_whole
+
+    console = Console(width=max(100, Console().width, keep_words_whole(table)))
     console.print(table)
     for line in machine_lines(result):
         console.print(line, markup=False, highlight=False, soft_wrap=True)

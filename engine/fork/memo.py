@@ -75,6 +75,19 @@ ENV_VARS = (  # what changes what Nix or trace does on this machine
     "XDG_CONFIG_HOME",
 )
 Reads = list[tuple[str, list[str]]]
+_PART_LABELS = {  # what a stale entry's message names, per part of the context
+    "format": "the memo format",
+    "engine": "trace's version",
+    "today": "the date (waivers expire)",
+    "fork": "the fork's layout",
+    "source": "the fork's source (a commit or an edit)",
+    "head": "the fork's commit",
+    "dirty": "the work tree's dirty state",
+    "policy": "the policy",
+    "signing": "how this run signs",
+    "machine": "the machine's Nix settings or tools",
+    "shared": "trace's own code or data",
+}
 
 
 def key_path() -> Path | None:
@@ -212,6 +225,9 @@ class Run:
         }
         self._shared = context["shared"]
         self._context = hashlib.sha256(_canon(context)).hexdigest()
+        # each part's digest, kept beside an entry to say which part moved when an honest entry
+        # is stale (never trusted: an entry is accepted only by its MAC)
+        self._parts = {k: hashlib.sha256(_canon(v)).hexdigest() for k, v in context.items()}
 
     # ---- stamps: each read stamped once per run --------------------------------------------
 
@@ -244,9 +260,26 @@ class Run:
             h.update(digest)
         return h.hexdigest()
 
-    def _mac(self, file: Path, body: dict[str, Any]) -> str:
-        msg = _canon([FORMAT, self._context, str(file)]) + b"\n" + _canon(body)
+    def _mac(self, file: Path, body: dict[str, Any], context: str | None = None) -> str:
+        msg = _canon([FORMAT, context or self._context, str(file)]) + b"\n" + _canon(body)
         return hmac.new(self._key, msg, hashlib.sha256).hexdigest()
+
+    def _not_current(self, file: Path, doc: dict[str, Any], mac: str) -> str:
+        """Why an entry whose MAC fails under this run's context is not used: stale (authentic
+        under the context it was made in, which has moved since: a commit, a policy edit, a new
+        day) or not authentic (edited, copied, or made under another key)."""
+        made_in = doc.get("context")
+        authentic_then = (
+            isinstance(made_in, str)
+            and made_in != self._context
+            and hmac.compare_digest(mac, self._mac(file, doc["body"], made_in))
+        )
+        if authentic_then:
+            recorded = doc.get("parts")
+            parts: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+            moved = [_PART_LABELS.get(k, k) for k, v in self._parts.items() if parts.get(k) != v]
+            return f"stale: {', '.join(moved) or 'its context'} changed since it was made"
+        return "the memo entry is not authentic (edited, copied, or made under another key)"
 
     def _where(self, file: Path) -> Path:
         name = hashlib.sha256(str(file).encode()).hexdigest()[:32]
@@ -268,8 +301,10 @@ class Run:
             body, mac = doc["body"], doc["mac"]
         except (OSError, ValueError, KeyError, TypeError):
             return "no memo entry"
-        if not isinstance(mac, str) or not hmac.compare_digest(mac, self._mac(file, body)):
+        if not isinstance(mac, str) or not isinstance(body, dict):
             return "the memo entry is not authentic (edited, copied, or made under another key)"
+        if not hmac.compare_digest(mac, self._mac(file, body)):
+            return self._not_current(file, doc, mac)
         reads = [(str(p), list(ex)) for p, ex in body["reads"]]
         if self._stamp_digest(reads) != body["stamp"]:
             return "a file the verdict was made from changed"
@@ -330,7 +365,13 @@ class Run:
                 self._where(file).unlink(missing_ok=True)
                 continue
             body = {**entry, "reads": reads, "stamp": digest}
-            doc = {"format": FORMAT, "body": body, "mac": self._mac(file, body)}
+            doc = {
+                "format": FORMAT,
+                "body": body,
+                "mac": self._mac(file, body),
+                "context": self._context,
+                "parts": self._parts,
+            }
             write_if_changed(self._where(file), _canon(doc) + b"\n")
             done += 1
         self._pending.clear()

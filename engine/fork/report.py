@@ -104,7 +104,9 @@ def show_table(report: ForkReport, title: str, bundles: str, policy: Path) -> No
             bundle += f"\n{o.note}"
         steps = f"{o.built} built\n{o.reused} reused\n{o.cached} cached"
         table.add_row(o.candidate, verify, o.route, signing, o.accuracy or "—", bundle, steps)
-    console = Console(width=max(140, Console().width))
+    from engine.tables import keep_words_whole
+
+    console = Console(width=max(140, Console().width, keep_words_whole(table)))
     console.print(table)
     n_ok = sum(o.decision == "allow" for o in report.candidates)
     console.print(f"{n_ok} of {len(report.candidates)} candidates allowed")
