@@ -281,6 +281,9 @@ DISCRIMINATION: dict[str, tuple[str, list[str]]] = {
             "cparse-poc-special-case",
             "cparse-refuse-all",
             "cparse-reject-everything",
+            "cparse-blind-drop-asan",
+            "cparse-blind-asan-param",
+            "cparse-blind-no-sanitize",
         ],
     ),
 }
