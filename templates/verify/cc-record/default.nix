@@ -1,10 +1,11 @@
 # trace's compile recording, injected from trace's side into BOTH builds of a candidate (the
 # pre-fix and the post-fix package-build steps, templates/verify/build.nix.j2), never relying on
 # the package: `drv.overrideAttrs` adds
-#   preBuild:  a directory of recording wrappers (record.sh as cc, gcc, c++, g++, clang,
-#              clang++) first on PATH; each call is logged, then the stdenv's own compiler
-#              wrapper of that name runs it unchanged (nixpkgs' cc-wrapper, which adds
-#              NIX_CFLAGS_COMPILE & co: the record carries those variables too);
+#   preConfigure and preBuild: a directory of recording wrappers (record.sh as cc, gcc, c++,
+#              g++, clang, clang++) first on PATH (once); each call is logged, then the stdenv's
+#              own compiler wrapper of that name runs it unchanged (nixpkgs' cc-wrapper, which
+#              adds NIX_CFLAGS_COMPILE & co: the record carries those variables too). Already
+#              at configure time, because CMake and Meson resolve the compiler's path there;
 #   postFixup: the log kept as $out/nix-support/trace-cc.log (empty when nothing compiled).
 # Both are nixpkgs stdenv hooks (the default buildPhase and fixupPhase run them; the fixture
 # stdenv runs them around its phases); the old hooks run after ours. The package's own
@@ -22,11 +23,16 @@ let
       chmod +x $out/bin/$c
     done
   '';
+  onPath = ''
+    case ":$PATH:" in
+      *":${recorder}/bin:"*) ;;
+      *) export PATH="${recorder}/bin:$PATH" ;;
+    esac
+  '';
 in
 drv.overrideAttrs (old: {
-  preBuild = ''
-    export PATH="${recorder}/bin:$PATH"
-  '' + (old.preBuild or "");
+  preConfigure = onPath + (old.preConfigure or "");
+  preBuild = onPath + (old.preBuild or "");
   postFixup = ''
     mkdir -p "$out/nix-support"
     if [ -e "$NIX_BUILD_TOP/.trace-cc.log" ]; then
