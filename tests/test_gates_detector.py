@@ -192,6 +192,26 @@ def test_a_unit_no_longer_compiled_through_the_recorder_is_weakened() -> None:
     assert (d["unit"], d["post"]) == ("source/b.c", None)
 
 
+def test_a_new_unit_must_have_the_sanitizers_every_old_unit_had() -> None:
+    pre = log((["-c", "a.c", *ASAN], ""), (["-o", "prog", "a.o", "-fsanitize=address"], ""))
+    moved = log(
+        (["-c", "a.c", *ASAN], ""),
+        (["-c", "helper.c", "-g"], ""),  # the faulting code moved here, uninstrumented
+        (["-o", "prog", "a.o", "helper.o", "-fsanitize=address"], ""),
+    )
+    [d] = ccflags.compare(pre, moved)
+    assert (d["unit"], d["pre"]) == ("source/helper.c", None)
+    added = log(
+        (["-c", "a.c", *ASAN], ""),
+        (["-c", "helper.c", *ASAN], ""),
+        (["-o", "prog", "a.o", "helper.o", "-fsanitize=address"], ""),
+    )
+    assert ccflags.compare(pre, added) == []
+    # where some pre-fix unit was not instrumented either, a new plain unit is no finding
+    mixed = log((["-c", "a.c", *ASAN], ""), (["-c", "tool.c", "-g"], ""))
+    assert ccflags.compare(mixed, mixed + log((["-c", "new.c", "-g"], ""))) == []
+
+
 def test_a_unit_compiled_twice_counts_its_weakest_call() -> None:
     pre = log((["-c", "a.c", *ASAN], ""))
     post = log((["-c", "a.c", *ASAN], ""), (["-c", "a.c", "-g"], ""))

@@ -89,7 +89,15 @@ def test_decide_allows_and_writes_the_record(
         "payload/gates/determinism.json",
         *(
             str(state / f"{g}.json")
-            for g in ("scope", "mutation", "coverage", "variants", "regression", "fault-site", "detector")
+            for g in (
+                "scope",
+                "mutation",
+                "coverage",
+                "variants",
+                "regression",
+                "fault-site",
+                "detector",
+            )
         ),
     }
     assert not list((state / "decisions").glob(".*.tmp"))  # atomic write left no temp file

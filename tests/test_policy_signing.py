@@ -114,9 +114,7 @@ def gates_doc() -> dict[str, dict[str, Any]]:
     return {
         name: gate(name, score=score, details={"policy": applied(name)})
         for name, score in GATE_SCORES
-    } | {
-        g: gate(g, score=None, details={"policy": applied(g)}) for g in ("fault-site", "detector")
-    }
+    } | {g: gate(g, score=None, details={"policy": applied(g)}) for g in ("fault-site", "detector")}
 
 
 Doc = dict[str, Any]

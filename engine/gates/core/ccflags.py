@@ -9,7 +9,8 @@ link, keyed by its `-o` output. The flags that matter are the instrument's: the 
 (`--coverage`, `-fprofile-arcs`, `-ftest-coverage`, `-fsanitize-coverage=`); `-O` and the rest
 are left alone. A unit weakens when post-fix lacks a sanitizer or coverage flag it had pre-fix,
 sets a sanitizer param or recover/ignore flag differently, or is no longer compiled (through
-the recorder) at all. Where a unit is compiled more than once, its weakest call counts.
+the recorder) at all; a unit only post-fix compiles weakens when it lacks a sanitizer every
+pre-fix unit had. Where a unit is compiled more than once, its weakest call counts.
 
 Stdlib only: runs in the sandbox as part of the detector gate.
 """
@@ -192,6 +193,25 @@ def compare(pre_log: str, post_log: str) -> list[dict[str, object]]:
             diffs.append(
                 {"unit": unit, "pre": befores[0].show(), "post": worst.show(), "changes": changes}
             )
+    return diffs + new_units(pre, post)
+
+
+def new_units(
+    pre: dict[str, list[Instrument]], post: dict[str, list[Instrument]]
+) -> list[dict[str, object]]:
+    """Units only post-fix compiles, without a sanitizer EVERY pre-fix unit had (code moved to
+    a file the build does not instrument)."""
+    sets = [i.sanitizers for insts in pre.values() for i in insts]
+    common = frozenset.intersection(*sets) if sets else frozenset()
+    diffs: list[dict[str, object]] = []
+    for unit in sorted(set(post) - set(pre)):
+        missing = {s for i in post[unit] for s in common - i.sanitizers}
+        if missing:
+            what = [
+                f"new unit without -fsanitize={s} (every pre-fix unit had it)"
+                for s in sorted(missing)
+            ]
+            diffs.append({"unit": unit, "pre": None, "post": post[unit][0].show(), "changes": what})
     return diffs
 
 
