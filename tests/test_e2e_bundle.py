@@ -120,7 +120,7 @@ def test_trace_verify_bundle_signs_and_the_replay_agrees(
 ) -> None:
     assert world.rc == 0, world.out
     assert "PASS: every claim holds" in world.out
-    assert "signing policy: ALLOW (trace-signing 1.2.0" in world.out
+    assert "signing policy: ALLOW (trace-signing 1.3.0" in world.out
     assert f"bundle: {world.signed} (" in world.out and "signed (key)" in world.out
     assert (world.signed / SIGNATURE_FILE).is_file()
     rc, doc = verify_bundle(capsys, world, world.signed, "--fork", str(world.fork), "--replay")
@@ -177,7 +177,7 @@ def test_the_bundle_holds_every_claim_link_by_link(world: World) -> None:
         "trace-critical-packages": "1.0.0",
         "trace-reasons": "1.0.0",
         "trace-routing": "1.0.0",
-        "trace-signing": "1.2.0",
+        "trace-signing": "1.3.0",
     }
     # the replay record pins what `trace verify` loaded, fork-relative or `trace:`
     replay = load(b, "replay.json")

@@ -63,6 +63,11 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # skips the PoC's 47-byte line: scope sees the literal, the variants a 41-byte key
     ("cparse-poc-special-case", "deny", {"fix-matches-poc-literal", "variant-still-fails"}),
     ("cparse-refuse-all", "deny", {"regression-introduced"}),
+    # issue 25: the detector switched off instead of the bug fixed (every claim holds, the
+    # other reasons are waivable): the detector gate denies each, not waivable
+    ("cparse-blind-drop-asan", "deny", {"detector-weakened"}),  # -fsanitize out of the Makefile
+    ("cparse-blind-asan-param", "deny", {"detector-weakened"}),  # --param asan-instrument-writes=0
+    ("cparse-blind-no-sanitize", "deny", {"detector-weakened"}),  # no_sanitize_address attribute
     # broken evidence: DENY
     ("cparse-other-failure", "deny", {"pre-fix-wrong-failure", "post-fix-still-fails"}),
     ("stamp-release", "deny", {"nondeterministic"}),
@@ -276,6 +281,9 @@ DISCRIMINATION: dict[str, tuple[str, list[str]]] = {
             "cparse-poc-special-case",
             "cparse-refuse-all",
             "cparse-reject-everything",
+            "cparse-blind-drop-asan",
+            "cparse-blind-asan-param",
+            "cparse-blind-no-sanitize",
         ],
     ),
 }

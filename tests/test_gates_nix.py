@@ -186,6 +186,7 @@ def test_a_changed_reproducer_reruns_the_mutants_and_not_the_builds(tmp_path: Pa
             "coverage-run",
             "expectation",
             "gate-coverage",
+            "gate-detector",  # reads the pre-fix runs' failing stacks too
             "gate-fault-site",  # reads the pre-fix runs' failing stacks
             "gate-mutation",
             "gate-scope",  # it reads the reproducer too (fix-matches-poc-literal)

@@ -72,7 +72,7 @@ def test_decide_allows_and_writes_the_record(
 ) -> None:
     args = ["decide", str(PAGER), "--state-dir", str(state), "--today", "2026-11-29"]
     args += gate_args(
-        state, "scope", "mutation", "coverage", "variants", "regression", "fault-site"
+        state, "scope", "mutation", "coverage", "variants", "regression", "fault-site", "detector"
     )
     code, out, _ = trace(capsys, *args)
     assert code == 0, out
@@ -89,7 +89,15 @@ def test_decide_allows_and_writes_the_record(
         "payload/gates/determinism.json",
         *(
             str(state / f"{g}.json")
-            for g in ("scope", "mutation", "coverage", "variants", "regression", "fault-site")
+            for g in (
+                "scope",
+                "mutation",
+                "coverage",
+                "variants",
+                "regression",
+                "fault-site",
+                "detector",
+            )
         ),
     }
     assert not list((state / "decisions").glob(".*.tmp"))  # atomic write left no temp file
@@ -109,7 +117,7 @@ def test_decide_denies_with_every_reason_and_json(
     assert "DENY   mutation-score-below-threshold" in out and "score 0.25 < 0.8" in out
     assert (
         "DENY   evidence-missing" in out
-        and "[gate:coverage, gate:regression, gate:variants]" in out
+        and "[gate:coverage, gate:detector, gate:regression, gate:variants]" in out
     )
 
     code, out, _ = trace(capsys, *args, "--json")
@@ -133,7 +141,7 @@ def test_decide_with_waivers_lists_them(
     (state / "coverage.json").write_text(json.dumps(unmeasurable))
     args = ["decide", str(PAGER), "--state-dir", str(state), "--waivers", str(waivers)]
     args += gate_args(
-        state, "scope", "mutation", "coverage", "variants", "regression", "fault-site"
+        state, "scope", "mutation", "coverage", "variants", "regression", "fault-site", "detector"
     )
     code, out, _ = trace(capsys, *args, "--today", "2026-12-31")
     assert code == 0, out

@@ -114,7 +114,7 @@ def gates_doc() -> dict[str, dict[str, Any]]:
     return {
         name: gate(name, score=score, details={"policy": applied(name)})
         for name, score in GATE_SCORES
-    } | {"fault-site": gate("fault-site", score=None, details={"policy": applied("fault-site")})}
+    } | {g: gate(g, score=None, details={"policy": applied(g)}) for g in ("fault-site", "detector")}
 
 
 Doc = dict[str, Any]
@@ -333,6 +333,7 @@ def test_missing_evidence_names_each_absent_record(
     expected = [
         "verify",
         "gate:coverage",
+        "gate:detector",
         "gate:expectation",
         "gate:fault-site",
         "gate:mutation",
@@ -426,6 +427,7 @@ def _decide_with(signing_file: Path, mutation: dict[str, Any], routed: RouteDeci
         for n in ("scope", "coverage", "variants", "regression")
     }
     gates["fault-site"] = gate("fault-site", details={"policy": policy.applied("fault-site")})
+    gates["detector"] = gate("detector", details={"policy": policy.applied("detector")})
     gates["mutation"] = mutation
     return decide(evidence(verify_doc(), gates), routed, policy, catalogue, NO_WAIVERS, TODAY)
 
@@ -472,11 +474,11 @@ def test_thresholds_come_from_the_policy_file(
         assert codes["policy-unknown-version"].sources == ["gate:mutation"]
     # the same name and version with other thresholds: edited without a version bump
     unbumped = lenient_dir / "unbumped.toml"
-    unbumped.write_text(lenient_file.read_text().replace('version = "0.0.1"', 'version = "1.2.0"'))
+    unbumped.write_text(lenient_file.read_text().replace('version = "0.0.1"', 'version = "1.3.0"'))
     d = _decide_with(unbumped, strict_rec, routed)
     (mismatch,) = [r for r in d.reasons if r.code == "policy-unknown-version"]
     assert mismatch.details == [
-        "applied thresholds min_score=0.8, but trace-signing 1.2.0 sets min_score=0.0 "
+        "applied thresholds min_score=0.8, but trace-signing 1.3.0 sets min_score=0.0 "
         "(was the policy edited without a version bump?)"
     ]
 

@@ -26,7 +26,7 @@ from engine.gates.core.mutate import generate
 # A fork's own signing policy, where `trace fork` looks for it by default (CONFIG/policy, with
 # CONFIG = trace): it replaces the shipped one, so the gates must apply its thresholds.
 FORK_SIGNING = Path("trace") / "policy" / "signing.toml"
-GATES = ("scope", "mutation", "coverage", "variants", "regression", "fault-site")
+GATES = ("scope", "mutation", "coverage", "variants", "regression", "fault-site", "detector")
 
 
 def mutant_count(candidate: Candidate) -> int:
@@ -84,4 +84,5 @@ def gate_context(
         "variants": {"policy": applied["variants"]},
         "regression": {"policy": applied["regression"]},
         "fault_site": {"policy": applied["fault-site"]},
+        "detector": {"policy": applied["detector"]},
     }

@@ -30,6 +30,9 @@ from typing import Any
 IMPORT_TIMEOUT = 30
 
 PLACEHOLDER = b"/nix/store/00000000000000000000000000000000-trace-self"
+# the compile log trace's recorder adds to the post-fix build (templates/verify/cc-record): not
+# the program, and the mutant's build is not recorded
+RECORD = os.path.join("nix-support", "trace-cc.log")
 
 
 def _files(root: str) -> dict[str, str]:
@@ -56,6 +59,7 @@ def tree_diff(mutant: str, post: str) -> list[str]:
     replaced by the same placeholder); [] means byte-identical."""
     mutant, post = os.path.realpath(mutant), os.path.realpath(post)
     a, b = _files(mutant), _files(post)
+    b.pop(RECORD, None)
     own_a, own_b = mutant.encode(), post.encode()
     differ = sorted(set(a) ^ set(b))
     for rel in sorted(set(a) & set(b)):

@@ -98,9 +98,16 @@ def fault_site_gate(cfg: dict[str, Any]) -> dict[str, Any]:
     return evaluate(cfg)
 
 
+def detector_gate(cfg: dict[str, Any]) -> dict[str, Any]:
+    from .detector import evaluate
+
+    return evaluate(cfg)
+
+
 GATES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "expectation": expectation_gate,
     "fault-site": fault_site_gate,
+    "detector": detector_gate,
     "scope": scope_gate,
     "mutation": mutation_gate,
     "coverage": coverage_gate,
