@@ -41,6 +41,9 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # issue 9: the key bug fixed by a clean rejection (exit 2 + message, declared in [accept])
     ("cparse-reject-long-key", "allow", set()),
     ("textcols-zero-width", "allow", set()),  # src/ layout, installed to site-packages
+    # issue 25: a bounds check on a binary request's address; a negative amount's sign read
+    ("regbus-address-bounds", "allow", set()),
+    ("ledger-negative-amounts", "allow", set()),
     # plausible wrong fixes: DENY, by the gates that see them
     # ... and the fault-site gate: the patch changes no function on the failing stack
     (
@@ -63,6 +66,11 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # skips the PoC's 47-byte line: scope sees the literal, the variants a 41-byte key
     ("cparse-poc-special-case", "deny", {"fix-matches-poc-literal", "variant-still-fails"}),
     ("cparse-refuse-all", "deny", {"regression-introduced"}),
+    # issue 25: wrong fixes that special-case a value of the PoC: the address 0x84, two bytes
+    # inside the binary request (its variants at 0x83, 0x85 still overflow), and the ledger's
+    # one negative amount "-45" (moved by one, the fix's effect vanishes)
+    ("regbus-poc-address", "deny", {"fix-matches-poc-literal", "variant-still-fails"}),
+    ("ledger-poc-amount", "deny", {"fix-matches-poc-literal", "fix-special-cases-poc-value"}),
     # broken evidence: DENY
     ("cparse-other-failure", "deny", {"pre-fix-wrong-failure", "post-fix-still-fails"}),
     ("stamp-release", "deny", {"nondeterministic"}),
