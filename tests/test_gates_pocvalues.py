@@ -4,10 +4,10 @@ ubiquitous constants out, checked on every real fix of the fixture fork."""
 
 from __future__ import annotations
 
-import tomli
 from pathlib import Path
 
 import pytest
+import tomli
 
 from engine.gates.core.diff import parse_series
 from engine.gates.core.poc import PocFacts, collect, compared_numbers, findings
