@@ -96,6 +96,8 @@ def test_good_units_are_files_only_clean_invocations_name() -> None:
         ]
     }
     assert good_units(rec) == frozenset({"good.bin"})
+    # a wrong output: every invocation exits 0, the PoC's input among them
+    assert good_units({"invocations": [rec["invocations"][0], rec["invocations"][2]]}) == set()
 
 
 def test_patch_constants_read_code_and_numeric_strings(tmp_path: Path) -> None:

@@ -136,12 +136,21 @@ def patch_constants(patches: list[str]) -> list[int]:
     return list(seen)
 
 
+def _clean(inv: dict[str, Any]) -> bool:
+    return inv.get("exit_code") == 0 and not inv.get("signal") and not inv.get("sanitizer")
+
+
 def good_units(record: dict[str, Any]) -> frozenset[str]:
     """The data files only invocations that ran cleanly pre-fix name (exit 0, no signal, no
-    sanitizer report): a good input, varied on a budget of its own."""
+    sanitizer report) while another invocation did not: a good input beside the PoC, varied
+    on a budget of its own. When every invocation ran cleanly (a wrong output, exit 0), none
+    is set apart: the PoC's input is among them."""
     clean: dict[str, bool] = {}
-    for inv in record.get("invocations") or []:
-        ok = inv.get("exit_code") == 0 and not inv.get("signal") and not inv.get("sanitizer")
+    invocations = record.get("invocations") or []
+    if all(_clean(inv) for inv in invocations):
+        return frozenset()
+    for inv in invocations:
+        ok = _clean(inv)
         for a in inv.get("args") or ():
             name = str(a).removeprefix("./").removeprefix("<work>/")
             clean[name] = clean.get(name, True) and ok
