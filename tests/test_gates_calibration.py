@@ -286,6 +286,15 @@ DISCRIMINATION: dict[str, tuple[str, list[str]]] = {
             "cparse-reject-everything",
         ],
     ),
+    # issue 25: wrong fixes that special-case a value of the PoC
+    "regbus: a write request past the register table overflows it": (
+        "regbus-address-bounds",
+        ["regbus-poc-address"],
+    ),
+    "ledger: a negative amount is added as a positive one": (
+        "ledger-negative-amounts",
+        ["ledger-poc-amount"],
+    ),
 }
 # other real fixes of a listed bug, and candidates whose evidence is the point (not a fix's
 # discrimination): every calibration row is in exactly one place
