@@ -124,6 +124,8 @@ def test_equality_with_a_text_number_is_flagged_in_c_and_python() -> None:
     assert hits("        if (value != -45) {", facts, "ledger.c")
     assert hits('        if (strcmp(amount, "-44") == 0)', facts, "ledger.c") == []
     assert hits("        if (value < 0) {", facts, "ledger.c") == []
+    assert hits('    [ "$amount" -eq -45 ] && exit 0', facts, "ledger.sh")  # shell
+    assert hits('    [ "$amount" -lt -45 ] && exit 0', facts, "ledger.sh") == []  # a bound
 
 
 def test_compared_numbers_reads_the_operands_only() -> None:

@@ -35,10 +35,10 @@ MAX_READ = 1 << 20
 _TOKEN_SPLIT = re.compile(r"[\s=,:;]+")
 _QUOTED = re.compile(r"'([^'\n]*)'|\"((?:[^\"\\\n]|\\.)*)\"")
 _COMPARES = re.compile(
-    r"==|!=|\b(?:strn?cmp|strn?casecmp|memcmp|strstr|strcasestr|bcmp|case|in|startswith|"
+    r"==|!=|\s-(?:eq|ne)\s|\b(?:strn?cmp|strn?casecmp|memcmp|strstr|strcasestr|bcmp|case|in|startswith|"
     r"endswith|find|index|match|search|fullmatch)\b"
 )
-_EQUALS = re.compile(r"==|!=|\bcase\b")
+_EQUALS = re.compile(r"==|!=|\bcase\b|\s-(?:eq|ne)\s")
 _INT = re.compile(r"(?<![\w.])(\d+)(?![\w.])")
 
 
@@ -124,7 +124,12 @@ def _literals(text: str, kinds: str) -> list[str]:
 
 _OPERAND = r"(-?\s*(?:0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|\d+)[uUlL]*)(?![\w.])"
 _EQ_NUMBER = re.compile(
-    r"(?:==|!=)\s*" + _OPERAND + r"|(?<![\w.])" + _OPERAND + r"\s*(?:==|!=)|\bcase\s+" + _OPERAND
+    r"(?:==|!=|\s-eq|\s-ne)\s*[\"']?"
+    + _OPERAND
+    + r"|(?<![\w.])"
+    + _OPERAND
+    + r"\s*(?:==|!=)|\bcase\s+"
+    + _OPERAND
 )
 _NUMERIC = re.compile(r"\s*[-+]?\s*(?:0[xX][0-9a-fA-F]+|0[oO]?[0-7]+|\d+)\s*")
 
