@@ -195,7 +195,8 @@ def test_a_stale_hunk_header_measures_where_the_patch_landed(state: Path) -> Non
     assert stale_cov["score"] == fresh_cov["score"] == 1.0
     mutation = gate(state, "cparse-stale-header", "mutation")
     lines = [(r["line"], r["stated_line"]) for r in mutation["details"]["results"]]
-    assert lines == [(15, 13), (15, 13), (17, 15), (17, 15)]
+    # line 17's `return 0;`: constant 0 -> 1, 0 -> -1 (issue 25), the early return removed
+    assert lines == [(15, 13), (15, 13), (17, 15), (17, 15), (17, 15)]
     assert mutation["score"] == gate(state, "cparse-key-overflow", "mutation")["score"] == 1.0
 
 
