@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .pocvalues import Field, data_fields
+from .pocvalues import ByteOrder, Field, data_fields
 
 TEXT_LIMITS = (2**31 - 1, -(2**31), 2**63 - 1, -(2**63))
 MAX_EDITS = 256  # field edits of one unit (a large binary file has thousands of fields)
@@ -62,7 +62,8 @@ def _text_edit(data: bytes, f: Field, v: int) -> bytes:
 
 def _binary_edit(data: bytes, f: Field, v: int) -> bytes:
     mask = (1 << (8 * f.width)) - 1
-    new = (v & mask).to_bytes(f.width, f.order)  # type: ignore[arg-type]
+    order: ByteOrder = "little" if f.order == "little" else "big"
+    new = (v & mask).to_bytes(f.width, order)
     return data[: f.offset] + new + data[f.offset + f.width :]
 
 

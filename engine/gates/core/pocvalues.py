@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
+
+ByteOrder = Literal["big", "little"]
 
 MAX_FIELD_BYTES = 4096  # the first bytes of a binary file whose fields are read
 WIDTHS = (4, 2, 1)  # the widest field first: it names a value best
@@ -94,11 +97,11 @@ def binary_fields(source: str, raw: bytes) -> list[Field]:
     for width in WIDTHS:
         for off in range(0, len(data) - width + 1, width):
             chunk = data[off : off + width]
-            orders = ("big",) if width == 1 else ("big", "little")
+            orders: tuple[ByteOrder, ...] = ("big",) if width == 1 else ("big", "little")
             for order in orders:
                 seen = set()
                 for signed in (False, True):
-                    v = int.from_bytes(chunk, order, signed=signed)  # type: ignore[arg-type]
+                    v = int.from_bytes(chunk, order, signed=signed)
                     if v not in seen:
                         seen.add(v)
                         out.append(Field(source, off, width, order, v))
