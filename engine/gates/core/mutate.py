@@ -37,6 +37,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .constant_op import Edit as _Edit
+from .constant_op import constant_edits, literal_value
 from .diff import FileDiff, Line, parse_series
 from .lang import (
     Lang,
@@ -63,9 +65,6 @@ _REL = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "=="}
 _REL_RE = re.compile(r"<<=|>>=|<<|>>|->|=>|<=|>=|==|!=|<|>|=")
 _ARITH = {"+": "-", "-": "+", "*": "/", "/": "*", "//": "*", "%": "*", "+=": "-=", "-=": "+="}
 _ARITH_RE = re.compile(r"\+\+|--|->|\*\*|//|\+=|-=|\*=|/=|%=|[-+*/%]")
-_INT_RE = re.compile(
-    r"(?<![\w.])(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]+|\d+)([uUlL]*)(?![\w.])"
-)
 _C_DECL_RE = re.compile(
     r"^\s*(?:(?:const|static|unsigned|signed|volatile|register|extern|inline|struct|enum|union)"
     r"\s+)*[A-Za-z_]\w*(?:\s*\*+\s*|\s+)[A-Za-z_]\w*\s*(?:[=;,\[(]|$)"
@@ -129,15 +128,6 @@ class Mutant:
             "diff": self.review_diff(),
             "effect": self.effect,
         }
-
-
-@dataclass(frozen=True)
-class _Edit:
-    operator: str
-    column: int
-    mutated: str
-    description: str
-    effect: str | None = None
 
 
 def _prev_code(code: str, i: int) -> str:
@@ -224,41 +214,6 @@ def _arithmetic(text: str, code: str, lang: Lang) -> Iterator[_Edit]:
         new = _ARITH[op]
         mutated = text[: m.start()] + new + text[m.end() :]
         yield _Edit("arithmetic", m.start(), mutated, f"arithmetic '{op}' -> '{new}'")
-
-
-def _base_of(spelling: str, lang: Lang) -> tuple[int, str]:
-    """The base a literal is written in, and its prefix (`0x`, `0o`, `0b`, C's `0`)."""
-    low = spelling.lower()
-    if low.startswith(("0x", "0o", "0b")):
-        return {"x": 16, "o": 8, "b": 2}[low[1]], spelling[:2]
-    if lang == "c" and len(spelling) > 1 and spelling[0] == "0":
-        return 8, "0"
-    return 10, ""
-
-
-def _spell(n: int, base: int, prefix: str, digits: str) -> str:
-    """n in the literal's own base and case (`-1` for a negative result: no base has a sign)."""
-    if n < 0:
-        return str(n)
-    body = {16: f"{n:x}", 8: f"{n:o}", 2: f"{n:b}", 10: str(n)}[base]
-    return prefix + (body.upper() if digits.isupper() else body)
-
-
-def _constant(text: str, code: str, lang: Lang) -> Iterator[_Edit]:
-    for m in _INT_RE.finditer(code):
-        spelling = m.group(1)
-        base, prefix = _base_of(spelling, lang)
-        digits = spelling[len(prefix) :]
-        try:
-            n = int(digits, base)
-        except ValueError:
-            continue  # `0b2`, a C `09`: not a literal this operator reads
-        for new in (n + 1, n - 1):
-            if new < -1:
-                continue
-            spelled = _spell(new, base, prefix, digits)
-            mutated = text[: m.start(1)] + spelled + text[m.end(1) :]
-            yield _Edit("constant", m.start(1), mutated, f"constant {spelling} -> {spelled}")
 
 
 def _matching_paren(code: str, open_at: int) -> int:
@@ -445,13 +400,6 @@ def _alloc_spans(code: str) -> list[tuple[int, int]]:
     return out
 
 
-def _value(spelling: str) -> int:
-    if spelling.startswith("-"):
-        return -_value(spelling[1:])
-    base, prefix = _base_of(spelling, "c")
-    return int(spelling[len(prefix) :] or "0", base)
-
-
 def _over_allocates(edit: _Edit, code: str) -> bool:
     """Does this C edit only make an allocation larger (a raised constant, `-` made `+`)?"""
     inside = any(lo <= edit.column < hi for lo, hi in _alloc_spans(code))
@@ -459,7 +407,7 @@ def _over_allocates(edit: _Edit, code: str) -> bool:
         return False
     if edit.operator == "constant":
         m = re.match(r"constant (\S+) -> (\S+)$", edit.description)
-        return m is not None and _value(m.group(2)) > _value(m.group(1))
+        return m is not None and literal_value(m.group(2)) > literal_value(m.group(1))
     return edit.operator == "arithmetic" and edit.description == "arithmetic '-' -> '+'"
 
 
@@ -477,7 +425,7 @@ def line_edits(
     groups = [
         _relational(text, code),
         _arithmetic(text, code, lang),
-        _constant(text, code, lang),
+        constant_edits(text, code, lang),
         _negate(text, code, lang),
         _clause(text, code, lang),
         _delete(text, code, lang),
