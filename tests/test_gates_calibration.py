@@ -41,6 +41,9 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # issue 9: the key bug fixed by a clean rejection (exit 2 + message, declared in [accept])
     ("cparse-reject-long-key", "allow", set()),
     ("textcols-zero-width", "allow", set()),  # src/ layout, installed to site-packages
+    # issue 25: a bounds check on a binary request's address; a negative amount's sign read
+    ("regbus-address-bounds", "allow", set()),
+    ("ledger-negative-amounts", "allow", set()),
     # plausible wrong fixes: DENY, by the gates that see them
     # ... and the fault-site gate: the patch changes no function on the failing stack
     (
@@ -68,6 +71,11 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     ("cparse-blind-drop-asan", "deny", {"detector-weakened"}),  # -fsanitize out of the Makefile
     ("cparse-blind-asan-param", "deny", {"detector-weakened"}),  # --param asan-instrument-writes=0
     ("cparse-blind-no-sanitize", "deny", {"detector-weakened"}),  # no_sanitize_address attribute
+    # issue 25: wrong fixes that special-case a value of the PoC: the address 0x84, two bytes
+    # inside the binary request (its variants at 0x83, 0x85 still overflow), and the ledger's
+    # one negative amount "-45" (moved by one, the fix's effect vanishes)
+    ("regbus-poc-address", "deny", {"fix-matches-poc-literal", "variant-still-fails"}),
+    ("ledger-poc-amount", "deny", {"fix-matches-poc-literal", "fix-special-cases-poc-value"}),
     # broken evidence: DENY
     ("cparse-other-failure", "deny", {"pre-fix-wrong-failure", "post-fix-still-fails"}),
     ("stamp-release", "deny", {"nondeterministic"}),
@@ -192,7 +200,8 @@ def test_a_stale_hunk_header_measures_where_the_patch_landed(state: Path) -> Non
     assert stale_cov["score"] == fresh_cov["score"] == 1.0
     mutation = gate(state, "cparse-stale-header", "mutation")
     lines = [(r["line"], r["stated_line"]) for r in mutation["details"]["results"]]
-    assert lines == [(15, 13), (15, 13), (17, 15), (17, 15)]
+    # line 17's `return 0;`: constant 0 -> 1, 0 -> -1 (issue 25), the early return removed
+    assert lines == [(15, 13), (15, 13), (17, 15), (17, 15), (17, 15)]
     assert mutation["score"] == gate(state, "cparse-key-overflow", "mutation")["score"] == 1.0
 
 
@@ -285,6 +294,15 @@ DISCRIMINATION: dict[str, tuple[str, list[str]]] = {
             "cparse-blind-asan-param",
             "cparse-blind-no-sanitize",
         ],
+    ),
+    # issue 25: wrong fixes that special-case a value of the PoC
+    "regbus: a write request past the register table overflows it": (
+        "regbus-address-bounds",
+        ["regbus-poc-address"],
+    ),
+    "ledger: a negative amount is added as a positive one": (
+        "ledger-negative-amounts",
+        ["ledger-poc-amount"],
     ),
 }
 # other real fixes of a listed bug, and candidates whose evidence is the point (not a fix's

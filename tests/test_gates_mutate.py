@@ -77,7 +77,8 @@ def test_fixture_fixes_have_exactly_these_mutants() -> None:
         ("m001", 15, "relational '>=' -> '>'"),
         ("m002", 15, "negate if condition"),
         ("m003", 17, "constant 0 -> 1"),
-        ("m004", 17, "remove early return"),  # the guard's return: falls through to the overflow
+        ("m004", 17, "constant 0 -> -1"),  # issue 25: a constant's boundary below zero
+        ("m005", 17, "remove early return"),  # the guard's return: falls through to the overflow
     ]
     assert [d for _, _, d in ids("pager-last-page")] == [
         "arithmetic '+' -> '-'",
@@ -93,7 +94,7 @@ def test_generation_is_deterministic_and_patches_differ_in_one_line() -> None:
     text = (ROOT / "gates" / "cparse-ptr" / "fix.patch").read_text()
     first, second = generate([text]), generate([text])
     assert first == second
-    assert [m.id for m in first] == ["m001", "m002", "m003", "m004", "m005"]
+    assert [m.id for m in first] == ["m001", "m002", "m003", "m004", "m005", "m006"]
     for m in first:
         (mutated,) = m.patches
         changed = [
@@ -198,3 +199,57 @@ def test_only_raising_an_allocation_size_is_marked_over_allocates() -> None:
     ]
     # the same constant outside an allocation is an ordinary mutant
     assert {e for _, _, e in _mutants("x.c", ["void f(int n) {"], ["    g(n + 1);"])} == {None}
+
+
+# --- issue 25: constants that can reveal a boundary --------------------------------------------
+
+
+def constants(text: str, lang: str = "c") -> list[str]:
+    return [e.mutated.strip() for e in line_edits(text, lang) if e.operator == "constant"]  # type: ignore[arg-type]
+
+
+def test_a_hex_literal_is_mutated_in_its_own_base() -> None:
+    assert constants("    if (address == 0x84) {") == [
+        "if (address == 0x85) {",
+        "if (address == 0x83) {",
+    ]
+    assert constants("    if (m & 0XFF) {") == ["if (m & 0X100) {", "if (m & 0XFE) {"]
+
+
+def test_an_octal_literal_is_mutated_in_its_own_base() -> None:
+    assert constants("    mode = 017;") == ["mode = 020;", "mode = 016;"]  # never `018`
+    assert constants("        mode = 0o17", "python") == ["mode = 0o20", "mode = 0o16"]
+    assert constants("        flags = 0b10", "python") == ["flags = 0b11", "flags = 0b1"]
+
+
+def test_zero_becomes_minus_one_a_sign_boundary() -> None:
+    assert constants("    if (value < 0) {") == ["if (value < 1) {", "if (value < -1) {"]
+    assert constants("        if value < 0:", "python") == ["if value < 1:", "if value < -1:"]
+    # a negative literal moves both ways; nothing below -1 is spelled from a 0
+    assert constants("    if (x == -45) {") == ["if (x == -46) {", "if (x == -44) {"]
+
+
+def test_relational_operators_have_their_boundary_pairs() -> None:
+    rel = {
+        op: [
+            e.description
+            for e in line_edits(f"    if (a {op} b) {{", "c")
+            if e.operator == "relational"
+        ]
+        for op in ("<", "<=", ">", ">=")
+    }
+    assert rel == {
+        "<": ["relational '<' -> '<='"],
+        "<=": ["relational '<=' -> '<'"],
+        ">": ["relational '>' -> '>='"],
+        ">=": ["relational '>=' -> '>'"],
+    }
+
+
+def test_a_negative_or_hex_constant_in_an_allocation_is_judged_by_value() -> None:
+    effects = {
+        e.mutated.strip(): e.effect
+        for e in line_edits("    char *k = malloc(0x10);", "c")
+        if e.operator == "constant"
+    }
+    assert effects == {"char *k = malloc(0x11);": "over-allocates", "char *k = malloc(0xf);": None}

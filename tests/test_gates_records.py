@@ -84,6 +84,7 @@ def test_mutation_counts_score_and_survivors(tmp_path: Path) -> None:
         },
         run_record(1, sanitizer={"tool": "AddressSanitizer", "kind": "x"}),  # killed
         run_record(None, signal="SIGKILL"),  # the target killed by a signal: killed
+        run_record(1),  # m005 (constant 0 -> -1, issue 25): the target's own exit 1: killed
         run_record(1),  # the target's own exit 1: killed
     ]
     cfg = {
@@ -96,14 +97,14 @@ def test_mutation_counts_score_and_survivors(tmp_path: Path) -> None:
     rec = mutation_gate(cfg)
     GateRecord.model_validate(rec)
     d = rec["details"]
-    assert (d["killed"], d["survived"], d["stillborn"]) == (3, 1, 1)
-    assert rec["score"] == 0.75
+    assert (d["killed"], d["survived"], d["stillborn"]) == (4, 1, 1)
+    assert rec["score"] == 0.8
     assert [s["id"] for s in d["survivors"]] == ["m001"]
     assert "+    if ((size_t)(eq - line) > KEY_MAX)" in d["survivors"][0]["diff"]
     # the survivor's diff is in the summary the verify table shows
     assert "survivor m001" in d["summary"] and "> KEY_MAX)" in d["summary"]
     assert (rec["passed"], rec["reasons"]) == (True, [])
-    strict = mutation_gate({**cfg, "policy": policy(0.8)})
+    strict = mutation_gate({**cfg, "policy": policy(0.85)})
     assert (strict["passed"], strict["reasons"]) == (False, ["mutation-score-below-threshold"])
 
 
@@ -111,7 +112,7 @@ def test_the_reproducer_scripts_own_exit_kills_no_mutant(tmp_path: Path) -> None
     """Issue 10: the mutation gate judged the reproducer script's exit while the expectation
     gate judged the targets. A script that exits 1 while every target exited 0 kills nothing;
     a target that fails kills even when the script exits 0."""
-    runs = [run_record(0, script=1)] * 4 + [run_record(1, script=0)]
+    runs = [run_record(0, script=1)] * 5 + [run_record(1, script=0)]
     cfg = {
         "patches": [str(PTR)],
         "policy": policy(0.5),
@@ -120,7 +121,7 @@ def test_the_reproducer_scripts_own_exit_kills_no_mutant(tmp_path: Path) -> None
         "judge": JUDGE,
     }
     d = mutation_gate(cfg)["details"]
-    assert [r["status"] for r in d["results"]] == ["survived"] * 4 + ["killed"]
+    assert [r["status"] for r in d["results"]] == ["survived"] * 5 + ["killed"]
 
 
 def test_a_declared_clean_rejection_is_no_kill_and_the_post_fix_runs_are_measurable(
@@ -133,7 +134,7 @@ def test_a_declared_clean_rejection_is_no_kill_and_the_post_fix_runs_are_measura
     oracles = json.dumps({"expect": {}, "accept": {"exit_code": [0, 2]}})
     asan = {"tool": "AddressSanitizer", "kind": "x"}
     runs = [run_record(2), run_record(1), run_record(2, sanitizer=asan), run_record(0)]
-    runs.append(run_record(2))
+    runs += [run_record(2), run_record(2)]
     cfg = {
         "patches": [str(PTR)],
         "policy": policy(0.5),
@@ -148,6 +149,7 @@ def test_a_declared_clean_rejection_is_no_kill_and_the_post_fix_runs_are_measura
         "survived",
         "killed",
         "killed",
+        "survived",
         "survived",
         "survived",
     ]
@@ -197,7 +199,7 @@ def test_mutation_is_not_measurable_when_the_post_fix_fails(tmp_path: Path) -> N
     cfg = {
         "patches": [str(PTR)],
         "policy": policy(0.5),
-        "mutant_runs": mutant_dirs(tmp_path, PTR, [run_record(1)] * 5),
+        "mutant_runs": mutant_dirs(tmp_path, PTR, [run_record(1)] * 6),
         "post_runs": [post_dir(tmp_path, run_record(1))],
         "judge": JUDGE,
     }
@@ -226,6 +228,7 @@ def test_a_variant_kills_a_mutant_only_where_the_post_fix_build_is_acceptable(
     that fails on the post-fix build too kills nothing."""
     asan = {"tool": "AddressSanitizer", "kind": "heap-buffer-overflow"}
     runs = [run_record(0), run_record(0), run_record(1), run_record(1), run_record(1)]
+    runs.append(run_record(1))
     dirs = mutant_dirs(tmp_path, PTR, runs)
     # m001: variant 2 overflows it (post-fix: fine); m002: variant 1 fails it, and post-fix too
     for d, index, rec in ((dirs[0], 2, run_record(1, sanitizer=asan)), (dirs[1], 1, run_record(1))):
@@ -251,7 +254,7 @@ def test_a_variant_kills_a_mutant_only_where_the_post_fix_build_is_acceptable(
     assert m1["why"].startswith("variant v002-length (f.conf: 16 bytes): ")
     assert "AddressSanitizer" in m1["why"]
     assert (d["killed_by_variants"], d["variants_judged_against"]) == (1, 2)
-    assert rec["score"] == 0.8  # 4 of 5 killed (m001 by a variant)
+    assert rec["score"] == round(5 / 6, 6)  # 5 of 6 killed (m001 by a variant)
     # a mutant's variant run without the post-fix build's run of it cannot be judged: an error
     with pytest.raises(ValueError, match="variant 2 has no post-fix run"):
         mutation_gate({**cfg, "variant_runs": baselines[:1]})
@@ -282,7 +285,7 @@ def test_mutation_not_measurable_says_why(tmp_path: Path) -> None:
     built = tmp_path / "built"
     built.mkdir()
     failed = {"schema": "trace.run/v1", "build": "failed", "target_ran": False}
-    dirs = mutant_dirs(built, PTR, [failed] * 5)
+    dirs = mutant_dirs(built, PTR, [failed] * 6)
     rec = mutation_gate({**cfg, "patches": [str(PTR)], "mutant_runs": dirs})
     assert rec["details"]["rules"] == ["mutation.none-built"]
     assert "no mutant built" in rec["details"]["summary"]
@@ -292,14 +295,14 @@ def test_mutation_rejects_runs_that_do_not_match_the_patch(tmp_path: Path) -> No
     cfg = {
         "patches": [str(PTR)],
         "policy": policy(0.5),
-        "mutant_runs": mutant_dirs(tmp_path, PTR, [run_record(1)] * 4),  # one missing
+        "mutant_runs": mutant_dirs(tmp_path, PTR, [run_record(1)] * 5),  # one missing
         "post_runs": [post_dir(tmp_path, run_record(0))],
         "judge": JUDGE,
     }
     try:
         mutation_gate(cfg)
     except ValueError as exc:
-        assert "m005" in str(exc)
+        assert "m006" in str(exc)
     else:
         raise AssertionError("a missing mutant run must not be scored")
 
@@ -389,7 +392,7 @@ def test_sandbox_code_imports_only_the_standard_library() -> None:
 
 
 def test_gates_apply_the_policy_they_are_given_and_say_so(tmp_path: Path) -> None:
-    runs = [run_record(0)] * 2 + [run_record(1)] * 2 + [run_record(0)]  # score 0.4
+    runs = [run_record(0)] * 2 + [run_record(1)] * 2 + [run_record(0)] * 2  # score 1/3
     cfg = {
         "patches": [str(PTR)],
         "policy": policy(0.8),
@@ -398,7 +401,7 @@ def test_gates_apply_the_policy_they_are_given_and_say_so(tmp_path: Path) -> Non
         "judge": JUDGE,
     }
     strict = mutation_gate(cfg)
-    assert (strict["score"], strict["passed"]) == (0.4, False)
+    assert (strict["score"], strict["passed"]) == (round(1 / 3, 6), False)
     assert strict["details"]["policy"] == {
         "name": "test-signing",
         "version": "1.0",
@@ -406,7 +409,7 @@ def test_gates_apply_the_policy_they_are_given_and_say_so(tmp_path: Path) -> Non
     }
     # a policy without min_score sets no threshold: the same runs pass, the score stays
     lenient = mutation_gate({**cfg, "policy": policy(None)})
-    assert (lenient["score"], lenient["passed"], lenient["reasons"]) == (0.4, True, [])
+    assert (lenient["score"], lenient["passed"], lenient["reasons"]) == (round(1 / 3, 6), True, [])
     assert lenient["details"]["policy"]["thresholds"] == {}
     # a gate that is not told its policy refuses to judge
     try:

@@ -399,20 +399,20 @@ def edit(path: Path, old: str, new: str) -> None:
 
 
 def _real_mutation_record(tmp: Path, signing_file: Path) -> dict[str, Any]:
-    """The mutation gate's own record (engine/gates/core, as the sandbox runs it) for five
-    mutants of which two are killed and one is stillborn (score 0.5), given the `policy`
+    """The mutation gate's own record (engine/gates/core, as the sandbox runs it) for six
+    mutants of which two are killed and two are stillborn (score 0.5), given the `policy`
     parameter that engine.gates.context makes from `signing_file`."""
     from engine.gates.context import gate_policies
     from engine.gates.core.mutation import evaluate
     from tests.test_gates_records import JUDGE, PTR, mutant_dirs, post_dir, run_record
 
     tmp.mkdir()
-    runs = [run_record(0)] * 2 + [run_record(1)] * 3
+    runs = [run_record(0)] * 2 + [run_record(1)] * 4
     return evaluate(
         {
             "patches": [str(PTR)],
             "policy": gate_policies(signing_file)["mutation"],
-            "mutant_runs": mutant_dirs(tmp, PTR, runs, ["run"] * 4 + ["stillborn"]),
+            "mutant_runs": mutant_dirs(tmp, PTR, runs, ["run"] * 4 + ["stillborn"] * 2),
             "post_runs": [post_dir(tmp, run_record(0))],
             "judge": JUDGE,
         }

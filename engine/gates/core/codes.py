@@ -156,6 +156,14 @@ RULES: dict[str, tuple[str, str, str]] = {
         "keep the package's behaviour on inputs the bug does not reach (the bundled variant "
         "shows one), or have a reviewer confirm the stricter behaviour and waive",
     ),
+    "variants.special-cased": (
+        "fix-special-cases-poc-value",
+        "the patch compares with a value of the proof of concept, and with that value moved by "
+        "one (both ways) the post-fix build behaves exactly as the unpatched build, though the "
+        "fix changed the PoC's own outcome",
+        "fix the faulty code for every value, not the PoC's: the bundled variants show the "
+        "neighbouring values the fix leaves as they were",
+    ),
     "variants.no-poc": (
         "variants-not-measurable",
         "the pre-fix run recorded no target invocation, so there is no PoC to vary "

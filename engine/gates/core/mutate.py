@@ -7,7 +7,9 @@ or a logger are left alone, as PIT's `avoidCallsTo` does for logging):
 1. ``relational``  ``<``↔``<=``, ``>``↔``>=``, ``==``↔``!=``
 2. ``arithmetic``  binary ``+``↔``-``, ``*``→``/``, ``/``→``*``, ``//``→``*``, ``%``→``*``,
    ``+=``↔``-=``
-3. ``constant``    a decimal integer literal n becomes n+1 and (when n ≥ 1) n-1
+3. ``constant``    an integer literal n becomes n+1 and n-1, in its own base (decimal, hex
+   ``0x84`` -> ``0x85``/``0x83``, octal ``017``/``0o17``, binary ``0b…``); ``0`` becomes ``1`` and
+   ``-1`` (so ``x < 0`` becomes ``x < -1``: a boundary the sign check must not miss)
 4. ``negate``      the condition of ``if``/``while`` (C) or ``if``/``elif``/``while`` (Python)
 5. ``clause``      one clause of a condition dropped (``a && b`` becomes ``a`` and ``b``;
    ``and``/``or`` in Python)
@@ -35,6 +37,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from .constant_op import Edit as _Edit
+from .constant_op import constant_edits, literal_value
 from .diff import FileDiff, Line, parse_series
 from .lang import (
     Lang,
@@ -61,7 +65,6 @@ _REL = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "=="}
 _REL_RE = re.compile(r"<<=|>>=|<<|>>|->|=>|<=|>=|==|!=|<|>|=")
 _ARITH = {"+": "-", "-": "+", "*": "/", "/": "*", "//": "*", "%": "*", "+=": "-=", "-=": "+="}
 _ARITH_RE = re.compile(r"\+\+|--|->|\*\*|//|\+=|-=|\*=|/=|%=|[-+*/%]")
-_INT_RE = re.compile(r"(?<![\w.])(\d+)([uUlL]*)(?![\w.])")
 _C_DECL_RE = re.compile(
     r"^\s*(?:(?:const|static|unsigned|signed|volatile|register|extern|inline|struct|enum|union)"
     r"\s+)*[A-Za-z_]\w*(?:\s*\*+\s*|\s+)[A-Za-z_]\w*\s*(?:[=;,\[(]|$)"
@@ -125,15 +128,6 @@ class Mutant:
             "diff": self.review_diff(),
             "effect": self.effect,
         }
-
-
-@dataclass(frozen=True)
-class _Edit:
-    operator: str
-    column: int
-    mutated: str
-    description: str
-    effect: str | None = None
 
 
 def _prev_code(code: str, i: int) -> str:
@@ -220,16 +214,6 @@ def _arithmetic(text: str, code: str, lang: Lang) -> Iterator[_Edit]:
         new = _ARITH[op]
         mutated = text[: m.start()] + new + text[m.end() :]
         yield _Edit("arithmetic", m.start(), mutated, f"arithmetic '{op}' -> '{new}'")
-
-
-def _constant(text: str, code: str) -> Iterator[_Edit]:
-    for m in _INT_RE.finditer(code):
-        n = int(m.group(1))
-        for new in (n + 1, n - 1):
-            if new < 0:
-                continue
-            mutated = text[: m.start(1)] + str(new) + text[m.end(1) :]
-            yield _Edit("constant", m.start(1), mutated, f"constant {n} -> {new}")
 
 
 def _matching_paren(code: str, open_at: int) -> int:
@@ -422,8 +406,8 @@ def _over_allocates(edit: _Edit, code: str) -> bool:
     if not inside:
         return False
     if edit.operator == "constant":
-        m = re.match(r"constant (\d+) -> (\d+)$", edit.description)
-        return m is not None and int(m.group(2)) > int(m.group(1))
+        m = re.match(r"constant (\S+) -> (\S+)$", edit.description)
+        return m is not None and literal_value(m.group(2)) > literal_value(m.group(1))
     return edit.operator == "arithmetic" and edit.description == "arithmetic '-' -> '+'"
 
 
@@ -441,7 +425,7 @@ def line_edits(
     groups = [
         _relational(text, code),
         _arithmetic(text, code, lang),
-        _constant(text, code),
+        constant_edits(text, code, lang),
         _negate(text, code, lang),
         _clause(text, code, lang),
         _delete(text, code, lang),

@@ -23,8 +23,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .diff import Patch
-from .lang import classify, code_only, is_test_path, language
+from .diff import FileDiff, Patch
+from .lang import Lang, classify, code_only, is_test_path, language
+from .pocvalues import NUMBER, Field, data_fields, literals_in, notable, number_value, script_fields
 
 MIN_STRING = 4
 MIN_SUBSTRING = 8
@@ -34,10 +35,10 @@ MAX_READ = 1 << 20
 _TOKEN_SPLIT = re.compile(r"[\s=,:;]+")
 _QUOTED = re.compile(r"'([^'\n]*)'|\"((?:[^\"\\\n]|\\.)*)\"")
 _COMPARES = re.compile(
-    r"==|!=|\b(?:strn?cmp|strn?casecmp|memcmp|strstr|strcasestr|bcmp|case|in|startswith|"
+    r"==|!=|\s-(?:eq|ne)\s|\b(?:strn?cmp|strn?casecmp|memcmp|strstr|strcasestr|bcmp|case|in|startswith|"
     r"endswith|find|index|match|search|fullmatch)\b"
 )
-_EQUALS = re.compile(r"==|!=|\bcase\b")
+_EQUALS = re.compile(r"==|!=|\bcase\b|\s-(?:eq|ne)\s")
 _INT = re.compile(r"(?<![\w.])(\d+)(?![\w.])")
 
 
@@ -46,6 +47,11 @@ class PocFacts:
     strings: set[str] = field(default_factory=set)
     lengths: set[int] = field(default_factory=set)
     content: list[str] = field(default_factory=list)
+    values: dict[int, Field] = field(default_factory=dict)  # value -> its first field
+
+    def add_fields(self, fields: list[Field]) -> None:
+        for f in fields:
+            self.values.setdefault(f.value, f)
 
 
 def _add_text(facts: PocFacts, text: str) -> None:
@@ -82,9 +88,11 @@ def collect(script: str | None, data: list[str]) -> PocFacts:
             with open(path, "rb") as fh:
                 raw = fh.read(MAX_READ)
             _add_text(facts, raw.decode("utf-8", "surrogateescape"))
+            facts.add_fields(data_fields(os.path.basename(path), raw))
     if script:
         with open(script, encoding="utf-8", errors="surrogateescape") as fh:
             text = fh.read(MAX_READ)
+        facts.add_fields(script_fields(text))
         for m in _QUOTED.finditer(text):
             s = m.group(1) if m.group(1) is not None else m.group(2)
             if s is not None and "$" not in s and len(s) >= MIN_STRING:
@@ -114,10 +122,80 @@ def _literals(text: str, kinds: str) -> list[str]:
     return out
 
 
+_OPERAND = r"(-?\s*(?:0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|\d+)[uUlL]*)(?![\w.])"
+_EQ_NUMBER = re.compile(
+    r"(?:==|!=|\s-eq|\s-ne)\s*[\"']?"
+    + _OPERAND
+    + r"|(?<![\w.])"
+    + _OPERAND
+    + r"\s*(?:==|!=)|\bcase\s+"
+    + _OPERAND
+)
+_NUMERIC = re.compile(r"\s*[-+]?\s*(?:0[xX][0-9a-fA-F]+|0[oO]?[0-7]+|\d+)\s*")
+
+
+def compared_numbers(code: str) -> list[str]:
+    """The integer literals a line of code tests equality with (`== 0x84`, `-45 !=`,
+    `case 132:`), as spelled."""
+    out = []
+    for m in _EQ_NUMBER.finditer(code):
+        spelling = next(g for g in m.groups() if g is not None)
+        out.append(spelling.replace(" ", ""))
+    return out
+
+
+def nearby_values(f: FileDiff, lang: Lang) -> set[int]:
+    """The integer literals of the unpatched code around the change: the file's context and
+    removed lines in the patch."""
+    out: set[int] = set()
+    for h in f.hunks:
+        for ln in h.lines:
+            if ln.kind != "+":
+                out |= literals_in(code_only(ln.text, lang))
+    return out
+
+
+def _value_hit(spellings: list[str], facts: PocFacts, nearby: set[int], what: str) -> str | None:
+    for spelling in spellings:
+        for v in number_value(spelling):
+            if v in facts.values and notable(v, nearby):
+                where = facts.values[v].where()
+                return f"{what} {spelling} ({v}), a value of the reproducer's input ({where})"
+    return None
+
+
+def _string_hit(lit: str, facts: PocFacts, joined: str, nearby: set[int]) -> str | None:
+    if len(lit) >= MIN_STRING and lit in facts.strings:
+        return f"compares with {lit[:40]!r}, a string of the reproducer's input"
+    if len(lit) >= MIN_SUBSTRING and lit in joined:
+        return f"compares with {lit[:40]!r}, part of the reproducer's input"
+    if _NUMERIC.fullmatch(lit) and NUMBER.search(lit):
+        return _value_hit([lit.strip()], facts, nearby, "compares with the string")
+    return None
+
+
+def _line_hit(text: str, lang: Lang, facts: PocFacts, joined: str, nearby: set[int]) -> str | None:
+    code = code_only(text, lang)
+    if not _COMPARES.search(code):
+        return None
+    for lit in _literals(text, classify(text, lang)):
+        hit = _string_hit(lit, facts, joined, nearby)
+        if hit:
+            return hit
+    if not _EQUALS.search(code):
+        return None
+    for m in _INT.finditer(code):
+        if int(m.group(1)) in facts.lengths:
+            return f"tests equality with {m.group(1)}, a length of the reproducer's input"
+    return _value_hit(compared_numbers(code), facts, nearby, "tests equality with")
+
+
 def findings(series: Patch, facts: PocFacts) -> list[tuple[str, int | None, str]]:
-    """(file, line, message) for each added line that compares against a PoC literal."""
+    """(file, line, message) for each added line that compares against a PoC literal: a
+    string, a length, or a value (pocvalues: a number of its text or a field of its binary
+    data, unless `notable` rules it out)."""
     out: list[tuple[str, int | None, str]] = []
-    if not facts.strings and not facts.lengths:
+    if not facts.strings and not facts.lengths and not facts.values:
         return out
     joined = "\n".join(facts.content)
     for f in series.files:
@@ -126,25 +204,9 @@ def findings(series: Patch, facts: PocFacts) -> list[tuple[str, int | None, str]
         lang = language(f.new_path)
         if lang not in ("c", "python", "shell"):
             continue
+        nearby = nearby_values(f, lang)
         for ln in f.added:
-            code = code_only(ln.text, lang)
-            if not _COMPARES.search(code):
-                continue
-            hit = None
-            for lit in _literals(ln.text, classify(ln.text, lang)):
-                if len(lit) >= MIN_STRING and lit in facts.strings:
-                    hit = f"compares with {lit[:40]!r}, a string of the reproducer's input"
-                elif len(lit) >= MIN_SUBSTRING and lit in joined:
-                    hit = f"compares with {lit[:40]!r}, part of the reproducer's input"
-                if hit:
-                    break
-            if hit is None and _EQUALS.search(code):
-                for m in _INT.finditer(code):
-                    if int(m.group(1)) in facts.lengths:
-                        hit = (
-                            f"tests equality with {m.group(1)}, a length of the reproducer's input"
-                        )
-                        break
+            hit = _line_hit(ln.text, lang, facts, joined, nearby)
             if hit:
                 out.append((f.path, ln.new_no, hit))
     return out

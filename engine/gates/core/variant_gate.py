@@ -40,6 +40,9 @@ from .variants import Invocation, generate
 FATAL = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP", "SIGSYS")
 NOT_CRASHES = ("killed-by-harness", "timed-out", "broken-pipe")
 FAILING = ("still-fails", "breaks-oracle")  # the statuses that are variant-still-fails
+NEIGHBOURS = ("+1", "-1")  # a compared value's neighbours: both must undo the fix
+BUNDLED = (*FAILING, "special-cased")  # a variant the bundle carries as evidence
+MEASURED = ("variants.still-fails", "variants.breaks-oracle", "variants.special-cased")
 DEFAULT_BUDGET = 24
 DEFAULT_SEED = 0
 
@@ -115,6 +118,58 @@ def write_taint(out: str, invocations: list[Invocation], files: list[str]) -> No
         fh.write("\n")
 
 
+def patch_constants(patches: list[str]) -> list[int]:
+    """The integer constants the patch's added lines spell (in code or as a numeric string
+    literal such as `"-45"`), in order, once each."""
+    from .diff import parse_series
+    from .pocvalues import literals_in
+
+    texts = []
+    for p in patches:
+        with open(p, encoding="utf-8", errors="surrogateescape") as fh:
+            texts.append(fh.read())
+    seen: dict[int, None] = {}
+    for f in parse_series(texts).files:
+        for ln in f.added:
+            for v in sorted(literals_in(ln.text)):
+                seen.setdefault(v, None)
+    return list(seen)
+
+
+def _clean(inv: dict[str, Any]) -> bool:
+    return inv.get("exit_code") == 0 and not inv.get("signal") and not inv.get("sanitizer")
+
+
+def good_units(record: dict[str, Any]) -> frozenset[str]:
+    """The data files only invocations that ran cleanly pre-fix name (exit 0, no signal, no
+    sanitizer report) while another invocation did not: a good input beside the PoC, varied
+    on a budget of its own. When every invocation ran cleanly (a wrong output, exit 0), none
+    is set apart: the PoC's input is among them."""
+    clean: dict[str, bool] = {}
+    invocations = record.get("invocations") or []
+    if all(_clean(inv) for inv in invocations):
+        return frozenset()
+    for inv in invocations:
+        ok = _clean(inv)
+        for a in inv.get("args") or ():
+            name = str(a).removeprefix("./").removeprefix("<work>/")
+            clean[name] = clean.get(name, True) and ok
+    return frozenset(n for n, ok in clean.items() if ok)
+
+
+def signature(record: dict[str, Any]) -> list[list[Any]]:
+    """How a run's target invocations ended and what they printed: exit code, signal,
+    sanitizer kind, stdout digest (the PoC's pre-fix run, a variant's runs)."""
+    from .oracle import stdout_digest
+
+    out = []
+    for inv in record.get("invocations") or []:
+        san = inv.get("sanitizer")
+        kind = f"{san.get('tool')}: {san.get('kind')}" if isinstance(san, dict) else None
+        out.append([inv.get("exit_code"), inv.get("signal"), kind, stdout_digest(inv)])
+    return out
+
+
 def write_plan(cfg: dict[str, Any], out: str) -> None:
     policy = applied_policy(cfg)
     budget, seed = budget_and_seed(policy)
@@ -130,7 +185,15 @@ def write_plan(cfg: dict[str, Any], out: str) -> None:
             with open(path, "rb") as fh:
                 files[_store_name(path)] = fh.read()
     sources = patched_sources(list(cfg["patches"]), cfg.get("src"))
-    variants, tokens = generate(invocations, files, sources, seed=seed, budget=budget)
+    variants, tokens = generate(
+        invocations,
+        files,
+        sources,
+        seed=seed,
+        budget=budget,
+        constants=patch_constants(list(cfg["patches"])),
+        good=good_units(first),
+    )
     os.makedirs(os.path.join(out, "v"))
     write_taint(out, invocations, [p for p in cfg.get("data") or [] if not os.path.isdir(p)])
     for n, v in enumerate(variants, 1):
@@ -162,6 +225,7 @@ def write_plan(cfg: dict[str, Any], out: str) -> None:
                 for i in invocations
             ],
             "files": sorted(files),
+            "pre_fix": signature(first),
         },
         "dictionary": [t.decode("utf-8", "backslashreplace") for t in tokens],
         "variants": [v.summary() for v in variants],
@@ -206,6 +270,32 @@ def runs_by_index(dirs: list[str]) -> dict[int, tuple[dict[str, Any], dict[str, 
             continue  # a placeholder step: the plan made fewer variants than the budget
         out[int(meta["index"])] = (meta, load_json_object(os.path.join(d, "outcome.json")))
     return out
+
+
+def special_cased(
+    results: list[dict[str, Any]],
+    plan: dict[str, Any],
+    poc_post: list[dict[str, Any]],
+    post: dict[int, tuple[dict[str, Any], dict[str, Any]]],
+    pre: dict[int, tuple[dict[str, Any], dict[str, Any]]],
+) -> list[int]:
+    """The PoC values the fix special-cases: the patch compares with the value, the fix
+    changed how the PoC's own run ends or what it prints, and with the value moved by one
+    (both neighbours) the post-fix build behaves exactly as the unpatched one."""
+    before = plan["poc"].get("pre_fix")
+    if before is None or not poc_post or signature(poc_post[0]) == before:
+        return []
+    undone: dict[int, set[str]] = {}
+    for r in results:
+        facts = post[r["index"]][0].get("field") or {}
+        if not facts.get("compared") or facts.get("neighbour") not in NEIGHBOURS:
+            continue
+        if r["status"] == "not-run":
+            continue
+        same = signature(post[r["index"]][1]) == signature(pre[r["index"]][1])
+        if same:
+            undone.setdefault(int(facts["value"]), set()).add(str(facts["neighbour"]))
+    return sorted(v for v, sides in undone.items() if set(NEIGHBOURS) <= sides)
 
 
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -271,17 +361,24 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         rules.append("variants.post-fix-fails")
     elif all(r["status"] == "not-run" for r in results):
         rules.append("variants.none-run")
+    special = special_cased(results, plan, poc_post, post, pre) if not rules else []
+    for r in results:
+        facts = post[r["index"]][0].get("field") or {}
+        neighbour = facts.get("value") in special and facts.get("neighbour") in NEIGHBOURS
+        if r["status"] == "survives" and neighbour:
+            r["status"] = "special-cased"
     crashing = [r for r in results if r["status"] == "still-fails"]
     breaking = [r for r in results if r["status"] == "breaks-oracle"]
-    still = [r for r in results if r["status"] in FAILING]
+    still = [r for r in results if r["status"] in BUNDLED]
     if not rules and crashing:
         rules.append("variants.still-fails")
     if not rules or rules == ["variants.still-fails"]:
         rules += ["variants.breaks-oracle"] if breaking else []
-    measurable = all(r in ("variants.still-fails", "variants.breaks-oracle") for r in rules)
+    rules += ["variants.special-cased"] if special else []
+    measurable = all(r in MEASURED for r in rules)
     judged = [r for r in results if r["status"] != "not-run"]
     score = (
-        round(sum(r["status"] not in FAILING for r in judged) / len(judged), 6)
+        round(sum(r["status"] not in BUNDLED for r in judged) / len(judged), 6)
         if judged and measurable
         else None
     )
@@ -292,6 +389,8 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         summary += f" (replay: variants/{still[0]['id']}/, {still[0]['description']}"
         summary += f": {still[0]['broken'][0]})" if still[0]["broken"] else ")"
     summary += f"; {sum(bool(r['pre_crash']) for r in results)} crash pre-fix"
+    if special:
+        summary += f"; the fix's effect vanishes when the PoC's value {special[0]} moves by one"
     return gate_record(
         "variants",
         rules,
@@ -310,6 +409,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             "dictionary": plan["dictionary"],
             "results": results,
             "oracle_breaks": len(breaking),
+            "special_cased": special,
             "still_failing": [
                 {k: r[k] for k in ("index", "id", "description", "files", "post_crash", "broken")}
                 for r in still

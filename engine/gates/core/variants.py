@@ -8,9 +8,14 @@ invocation's stdin, a non-option argument) is mutated on its own, the way AFL++/
 mutate a seed:
 
 * `length`: the longest run of one byte (the typical PoC payload, `AAAA…`) grown or shrunk
-  around the PoC's length (±1, ±2, ±8, +64, doubled, halved); without a run, truncated/extended;
+  in place around the PoC's length (±1, ±2, ±8, +64, doubled, halved); a run shorter than 4
+  bytes is resized in place too, and the unit is also truncated/extended at its end;
 * `insert`, `delete`, `duplicate` (a line, or a chunk), `substitute`: one byte-level edit at a
   seeded position, with "interesting" bytes (NUL, 0xff, newline, backslash, '%');
+* `field`: a numeric field of the PoC (a number of its text, an aligned integer of its binary
+  data) edited in place (field_variants.py): the fields holding a value the patch compares
+  with come first of all, in full (the value ±1, the patch's constants ±1, 0, -1, the type's
+  limits, each byte); every other field's value ±1 takes its turn with the operators below;
 * `token`, `token-run`: a dictionary token inserted at a seeded position, or repeated in place
   of the longest run. The dictionary is lifted from the patched files' string and character
   literals (both the source spelling, `\\t`, which is an escape sequence as an input would
@@ -28,12 +33,25 @@ import random
 import re
 from dataclasses import dataclass, field
 
+from .field_variants import FieldEdit, field_edits
+from .pocvalues import notable
+
 INTERESTING = (b"\x00", b"\xff", b"\n", b"\\", b"%", b"A")
 LENGTH_DELTAS = (1, -1, 2, -2, 8, -8, 64)
 MAX_TOKEN = 32
 MAX_TOKENS = 64
 MAX_UNIT = 1 << 20  # units larger than this are not mutated (a variant stays replayable)
-OPERATORS = ("length", "token-run", "duplicate", "token", "delete", "insert", "substitute")
+OPERATORS = (
+    "length",
+    "field",
+    "token-run",
+    "duplicate",
+    "token",
+    "delete",
+    "insert",
+    "substitute",
+)
+GOOD_SHARE = 4  # a good input's units get budget // GOOD_SHARE variants of their own
 
 _LITERAL_RE = re.compile(r"\"((?:\\.|[^\"\\\n])*)\"|'((?:\\.|[^'\\\n])+)'")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"': '"', "a": "\a"}
@@ -64,18 +82,23 @@ class Variant:
     description: str
     script: str
     files: dict[str, bytes] = field(default_factory=dict)
+    field: dict[str, object] | None = None  # a `field` edit: value, neighbour, compared
 
     def summary(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "id": self.id,
             "operator": self.operator,
             "unit": self.unit,
             "description": self.description,
             "files": {n: hashlib.sha256(d).hexdigest() for n, d in sorted(self.files.items())},
         }
+        if self.field is not None:
+            out["field"] = self.field
+        return out
 
 
-Candidate = tuple[Unit, str, bytes, str]  # unit, operator, new bytes, description
+# unit, operator, new bytes, description, the field edit's facts (None for other operators)
+Candidate = tuple[Unit, str, bytes, str, dict[str, object] | None]
 
 
 # --- the dictionary --------------------------------------------------------------------------
@@ -176,13 +199,14 @@ def longest_run(data: bytes) -> tuple[int, int]:
 def _length(data: bytes) -> list[tuple[bytes, str]]:
     start, n = longest_run(data)
     out: list[tuple[bytes, str]] = []
-    if n >= 4:
+    if n >= 2:  # a run is resized where it is, a short one too (`00` in `1200`)
         byte = data[start : start + 1]
         for new in [n + d for d in LENGTH_DELTAS] + [n * 2, n // 2]:
             if new >= 1 and new != n:
                 v = data[:start] + byte * new + data[start + n :]
                 out.append((v, f"run of {byte!r} at {start}: {n} -> {new} bytes"))
-        return out
+        if n >= 4:
+            return out
     body = data.rstrip(b"\n")
     tail = data[len(body) :]
     if body:
@@ -302,6 +326,37 @@ def _turns(pools: list[list[Candidate]]) -> list[Candidate]:
     return out
 
 
+def _pools(
+    units: list[Unit], tokens: list[bytes], seed: int, budget: int, constants: list[int]
+) -> dict[str, list[list[Candidate]]]:
+    """Candidates by class: `compared` (edits of a field holding a value the patch compares
+    with), `length`, `other`; one list per (operator, unit)."""
+    compared = {c for c in constants if notable(c, set())}
+    pools: dict[str, list[list[Candidate]]] = {}
+    for op in OPERATORS:
+        for u in units:
+            if op == "field":
+                edits = field_edits(u.name, u.data, constants, compared)
+                for cls, want in (("compared", True), ("other", False)):
+                    pool: list[Candidate] = [
+                        (u, op, e.data, e.description, _facts(e))
+                        for e in edits
+                        if e.compared is want
+                    ]
+                    if pool:
+                        pools.setdefault(cls, []).append(pool)
+                continue
+            rng = random.Random(f"{seed}:{op}:{u.name}")
+            pool = [(u, op, v, d, None) for v, d in candidates(u, op, rng, tokens, budget)]
+            if pool:
+                pools.setdefault("length" if op == "length" else "other", []).append(pool)
+    return pools
+
+
+def _facts(e: FieldEdit) -> dict[str, object]:
+    return {"value": e.value, "neighbour": e.neighbour, "compared": e.compared}
+
+
 def generate(
     invocations: list[Invocation],
     data: dict[str, bytes],
@@ -309,9 +364,14 @@ def generate(
     *,
     seed: int,
     budget: int,
+    constants: list[int] | None = None,
+    good: frozenset[str] = frozenset(),
 ) -> tuple[list[Variant], list[bytes]]:
-    """At most `budget` variants (distinct from the PoC and from each other), and the
-    dictionary used. Operators take turns in OPERATORS order, units in PoC order."""
+    """At most `budget` variants of the PoC's units and `budget // GOOD_SHARE` of the good
+    inputs' (`good`: unit names; distinct from the PoC and from each other), and the
+    dictionary used. `constants`: the integer constants of the patch (its added lines). Field
+    edits of a compared value first, then length changes, then the other operators in turn,
+    units in PoC order."""
     units = units_of(invocations, data)
     tokens = dictionary(sources, units)
     stdin_ids = {i for i, inv in enumerate(invocations) if inv.stdin}
@@ -320,45 +380,58 @@ def generate(
         stdin = invocations[i].stdin
         assert stdin is not None
         base_files[f"stdin-{i}.bin"] = stdin
-    pools: dict[str, list[list[Candidate]]] = {}
-    for op in OPERATORS:
-        for u in units:
-            rng = random.Random(f"{seed}:{op}:{u.name}")
-            pool = [(u, op, v, d) for v, d in candidates(u, op, rng, tokens, budget)]
-            if pool:
-                pools.setdefault("length" if op == "length" else "other", []).append(pool)
+    pools = _pools(units, tokens, seed, budget, list(constants or []))
     out: list[Variant] = []
     poc = script_of(invocations, {}, stdin_ids)
     seen = {_key(base_files, poc)}
-    # length changes first (the PoC's own payload, shorter and longer), then the others in turn
-    for unit, op, value, desc in [
+    left = {False: budget, True: budget // GOOD_SHARE}  # by "is a good input's unit"
+    for unit, op, value, desc, facts in [
+        *_turns(pools.get("compared", [])),
         *_turns(pools.get("length", [])),
         *_turns(pools.get("other", [])),
     ]:
-        if len(out) >= budget:
+        if not any(left.values()):
             break
-        files = dict(base_files)
-        args: dict[tuple[int, int], str] = {}
-        if unit.kind == "file":
-            files[unit.name] = value
-        elif unit.kind == "stdin":
-            files[f"stdin-{unit.name.split(':')[1]}.bin"] = value
-        else:
-            # an argument is text in the variant's script: a NUL or bytes that are not UTF-8
-            # (a substitution inside a multi-byte character) cannot be passed, so no variant
-            try:
-                text = value.decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-            if "\0" in text:
-                continue
-            _, inv_no, arg_no = unit.name.split(":")
-            args[(int(inv_no), int(arg_no))] = text
-        script = script_of(invocations, args, stdin_ids)
+        is_good = unit.name in good
+        if not left[is_good]:
+            continue
+        made = _variant(invocations, base_files, stdin_ids, unit, value)
+        if made is None:
+            continue
+        files, script = made
         key = _key(files, script)
         if key in seen:
             continue
         seen.add(key)
+        left[is_good] -= 1
         vid = f"v{len(out) + 1:03d}-{op}"
-        out.append(Variant(vid, op, unit.name, f"{unit.name}: {desc}", script, files))
+        out.append(Variant(vid, op, unit.name, f"{unit.name}: {desc}", script, files, facts))
     return out, tokens
+
+
+def _variant(
+    invocations: list[Invocation],
+    base_files: dict[str, bytes],
+    stdin_ids: set[int],
+    unit: Unit,
+    value: bytes,
+) -> tuple[dict[str, bytes], str] | None:
+    """The files and script of the PoC with one unit changed (None: it cannot be passed)."""
+    files = dict(base_files)
+    args: dict[tuple[int, int], str] = {}
+    if unit.kind == "file":
+        files[unit.name] = value
+    elif unit.kind == "stdin":
+        files[f"stdin-{unit.name.split(':')[1]}.bin"] = value
+    else:
+        # an argument is text in the variant's script: a NUL or bytes that are not UTF-8
+        # (a substitution inside a multi-byte character) cannot be passed, so no variant
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if "\0" in text:
+            return None
+        _, inv_no, arg_no = unit.name.split(":")
+        args[(int(inv_no), int(arg_no))] = text
+    return files, script_of(invocations, args, stdin_ids)
