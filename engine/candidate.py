@@ -93,6 +93,12 @@ class _Strict(BaseModel):
 class Advisory(_Strict):
     osv: str = Field(description="OSV advisory JSON file")
     upstream_fix: str | None = Field(default=None, description="upstream fix reference (URL)")
+    upstream_patches: list[str] = Field(
+        default_factory=list,
+        description="the upstream fix as patch files (in order) that apply to the unpatched "
+        "package: a third build the candidate's behaviour is compared with, input by input "
+        "(the differential gate)",
+    )
 
 
 class Reproducer(_Strict):
@@ -303,6 +309,8 @@ class Candidate(_Loaded):
             "id": s.id,
             "package": s.package,
             "patches": [str(self.file(p)) for p in s.patches],
+            "upstream_patches": [str(self.file(p)) for p in s.advisory.upstream_patches],
+            "upstream_named": bool(s.advisory.upstream_patches),
             "scope": list(s.scope),
             "reproducer": {
                 "script": str(self.file(s.reproducer.script)),
@@ -441,6 +449,7 @@ def load_candidate(path: Path, *, for_routing: bool = False) -> Candidate | Rout
     spec = _validate(CandidateFile, data, path, text)
     cand = Candidate(path=path, spec=spec)
     files = [("patches", p) for p in spec.patches]
+    files += [("advisory.upstream_patches", p) for p in spec.advisory.upstream_patches]
     files += [("reproducer.script", spec.reproducer.script), ("advisory.osv", spec.advisory.osv)]
     files += [("reproducer.data", d) for d in spec.reproducer.data]
     for key, rel in [("rationale", spec.rationale), ("review", spec.review)]:
@@ -450,14 +459,17 @@ def load_candidate(path: Path, *, for_routing: bool = False) -> Candidate | Rout
         files.append(("model.prompt", spec.model.prompt))
     for key, rel in files:
         _require_file(cand, key, rel, text)
-    for i, rel in enumerate(spec.patches):
+    named = [("patches", i, rel) for i, rel in enumerate(spec.patches)]
+    ups = spec.advisory.upstream_patches
+    named += [("advisory.upstream_patches", i, rel) for i, rel in enumerate(ups)]
+    for key, i, rel in named:
         problem = _patch_problem(cand.file(rel).read_bytes())
         if problem:
             raise InputError(
                 f"patch '{rel}' {problem}",
                 file=path,
-                key=f"patches.{i}",
-                line=find_line(text, ["patches"]),
+                key=f"{key}.{i}",
+                line=find_line(text, key.split(".")),
                 hint="write the patch as a unified diff (`git diff`, `diff -u`); "
                 "an empty or garbled patch would make post-fix identical to pre-fix",
             )

@@ -58,6 +58,11 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # a wrong-output bug in a shell + awk tool: its claims hold (test_verify), but no mutation
     # or coverage tool measures shell, so a reviewer must read it
     ("roster-wrong-field", "review", {"mutation-not-measurable", "coverage-not-measurable"}),
+    # issue 26: a wrong fix of the same bug that special-cases the PoC's two phone numbers:
+    # every claim holds and no mutation or coverage tool measures shell; the differential
+    # oracle (the upstream fix built as a third side) sees a variant's line still printed as
+    # the unpatched build printed it
+    ("roster-special-case", "deny", {"fix-misses-upstream-behaviour"}),
     # a real CVE in a real library with its real upstream fix (issue 13): claims, coverage,
     # variants, its own passthru.tests and the fault site all hold; one mutant survives
     # (`cannot_access_at_index(buf, 1)` -> `2`: with one byte after a comma both versions reject
@@ -304,6 +309,10 @@ DISCRIMINATION: dict[str, tuple[str, list[str]]] = {
         "ledger-negative-amounts",
         ["ledger-poc-amount"],
     ),
+    "roster: prints the phone where the email belongs": (
+        "roster-wrong-field",
+        ["roster-special-case"],
+    ),
 }
 # other real fixes of a listed bug, and candidates whose evidence is the point (not a fix's
 # discrimination): every calibration row is in exactly one place
@@ -314,7 +323,6 @@ OTHER_ROWS = {
     "cparse-other-failure",
     "textcols-zero-width",
     "pager-last-page",
-    "roster-wrong-field",
     "cjson-cve-2023-53154",
     "stamp-release",
     "racy-lost-update",

@@ -144,6 +144,18 @@ RULES: dict[str, tuple[str, str, str]] = {
         "review the patch by hand",
     ),
     # variants of the PoC ("PoC+")
+    # differential: the candidate against the upstream fix (differential.py)
+    "differential.misses-upstream-fix": (
+        "fix-misses-upstream-behaviour",
+        "on an input where the upstream fix changes what the unpatched build does, the "
+        "candidate still does what the unpatched build did",
+        "the bug is still there for that input: fix its cause, not the PoC's case",
+    ),
+    "differential.differs": (
+        "differs-from-upstream-fix",
+        "on an input the candidate behaves unlike the upstream fix",
+        "read the input and both behaviours; align the fix, or waive with a signed reason",
+    ),
     "variants.still-fails": (
         "variant-still-fails",
         "a variant of the proof of concept still crashes the post-fix build",

@@ -104,7 +104,14 @@ def detector_gate(cfg: dict[str, Any]) -> dict[str, Any]:
     return evaluate(cfg)
 
 
+def differential_gate(cfg: dict[str, Any]) -> dict[str, Any]:
+    from .differential import evaluate
+
+    return evaluate(cfg)
+
+
 GATES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "differential": differential_gate,
     "expectation": expectation_gate,
     "fault-site": fault_site_gate,
     "detector": detector_gate,
