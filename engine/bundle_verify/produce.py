@@ -222,7 +222,7 @@ def produce_bundle(
 
     extra = read_gate_files(req.gates)
     gates = gate_records(result, run, [(src, rec) for src, rec, _ in extra])
-    result_entry = verify_entry(result)
+    result_entry = verify_entry(result, fork)
     gate_files = gate_entries(gates)
     entries: list[PayloadEntry] = [
         *candidate_entries(candidate),
@@ -230,7 +230,7 @@ def produce_bundle(
         result_entry,
         *gate_files,
     ]
-    sources = evidence_sources(result, gates)
+    sources = evidence_sources(result, gates, fork)
     routing = route_candidate(candidate, req.routing_policy)
     decision = signing_decision(
         result,

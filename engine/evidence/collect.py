@@ -187,12 +187,15 @@ def _variant_dir(run: RunResult, index: int) -> Path | None:
     return Path(step.out) / "variant" if step is not None and step.out is not None else None
 
 
-def verify_entry(result: VerifyResult) -> PayloadEntry:
+def verify_entry(result: VerifyResult, root: Path) -> PayloadEntry:
     """The verify result as bundled: without the machines each step ran on (MACHINE_KEYS), which
-    the statement's runDetails carry, so two machines' bundles of one result are the same."""
+    the statement's runDetails carry, and with its file paths relative to the fork `root`
+    (engine.evidence.portable), so two machines' and two checkouts' bundles of one result are
+    the same."""
+    from engine.evidence.portable import portable_verify
     from engine.verify.result import MACHINE_KEYS
 
-    doc = result.model_dump(mode="json", by_alias=True)
+    doc = portable_verify(result.model_dump(mode="json", by_alias=True), root)
     return json_entry(VERIFY_RESULT_PATH, "verify", _without(doc, MACHINE_KEYS))
 
 
@@ -280,14 +283,17 @@ def read_gate_files(paths: Sequence[Path]) -> list[tuple[str, GateRecord, bytes]
     return out
 
 
-def evidence_sources(result: VerifyResult, gates: dict[str, GateRecord]) -> list[SourceRef]:
+def evidence_sources(
+    result: VerifyResult, gates: dict[str, GateRecord], root: Path
+) -> list[SourceRef]:
     """What a signing decision over (result, gates) read: the bundle payload files they become
     (`payload/verify-result.json`, `payload/gates/<gate>.json`) with the sha256 of their bundled
     bytes. `trace decide`, `trace bundle` and `trace fork` name the same files the same way, so
     a decision record can be checked against the bundle it goes into."""
     from engine.evidence.decisions import payload_ref
 
-    return [payload_ref(verify_entry(result))] + [payload_ref(e) for e in gate_entries(gates)]
+    first = payload_ref(verify_entry(result, root))
+    return [first] + [payload_ref(e) for e in gate_entries(gates)]
 
 
 def gate_entries(records: dict[str, GateRecord]) -> list[PayloadEntry]:
@@ -297,13 +303,16 @@ def gate_entries(records: dict[str, GateRecord]) -> list[PayloadEntry]:
     ]
 
 
-def decision_entry(name: str, kind: ClaimKind, decision: Any) -> PayloadEntry:
+def decision_entry(name: str, kind: ClaimKind, decision: Any, root: Path) -> PayloadEntry:
+    """A decision as bundled: its policy references' paths relative to the fork `root`."""
+    from engine.evidence.portable import portable_refs
+
     value = (
         decision.model_dump(mode="json", by_alias=True)
         if isinstance(decision, BaseModel)
         else decision
     )
-    return json_entry(f"decisions/{name}.json", kind, value)
+    return json_entry(f"decisions/{name}.json", kind, portable_refs(value, root))
 
 
 def policy_versions(value: Any) -> dict[str, str]:
@@ -376,8 +385,8 @@ def assemble_evidence(
 
     entries = [
         *entries,
-        decision_entry("routing", "routing", routing),
-        decision_entry("signing", "signing", decision),
+        decision_entry("routing", "routing", routing, root),
+        decision_entry("signing", "signing", decision, root),
         *policy_entries(signing_policy),
     ]
     replay = build_replay_record(

@@ -101,7 +101,8 @@ def _decide(
     routing: RouteDecision,
     policy: Path,
     waivers_file: Path | None,
-    candidate: Candidate | None = None,
+    candidate: Candidate | None,
+    root: Path,
 ) -> Decision:
     """As `trace decide`, over the verdict judged from this run's builds (never the result file
     written beside it); waivers apply only when the fork has its own waivers file."""
@@ -119,7 +120,7 @@ def _decide(
         candidate=verify.candidate,
         verify=verify,
         gates=gates,
-        sources=evidence_sources(verify, gates),
+        sources=evidence_sources(verify, gates, root),
         review=candidate_review(candidate) if candidate is not None else None,
     )
     return decide(evidence, routing, signing, catalogue, waivers, dt.datetime.now(dt.UTC).date())
@@ -151,7 +152,7 @@ def _assemble(
     from engine.evidence.replay import SourcePin
 
     entries = candidate_entries(candidate) + outcome_entries(run)
-    entries.append(verify_entry(verify))
+    entries.append(verify_entry(verify, root))
     entries += gate_entries(gate_records(verify, run))
     # `fork_pin` counts trace's own untracked state dir as a change; the fork's clean check
     # (which leaves out only the state and bundle dirs) is the one that holds here.
@@ -249,7 +250,7 @@ def verify_candidate(
         own_waivers = cfg.policy / WAIVERS if cfg.policy else None
         waivers = policy / WAIVERS if own_waivers and own_waivers.is_file() else None
         # every gate record (the standard gates and the fork's own steps) comes from the run
-        decision = _decide(run, verify, routing, policy, waivers, candidate)
+        decision = _decide(run, verify, routing, policy, waivers, candidate, root)
         write_if_changed(
             cfg.state / "decisions" / f"{cid}.json",
             (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),

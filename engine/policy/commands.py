@@ -185,7 +185,8 @@ def _built_evidence(
     extra = read_gate_files(gate_files)
     gates = gate_records(result, run, [(src, rec) for src, rec, _ in extra])
     from_files = {rec.gate for _, rec, _ in extra}
-    sources = evidence_sources(result, {k: v for k, v in gates.items() if k not in from_files})
+    own = {k: v for k, v in gates.items() if k not in from_files}
+    sources = evidence_sources(result, own, fork.resolve())
     sources += [
         SourceRef(path=src, sha256=hashlib.sha256(raw).hexdigest()) for src, _, raw in extra
     ]
