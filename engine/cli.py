@@ -32,6 +32,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "engine.commands": ("run", "plan", "graph", "schema", "gc"),
     "engine.bundle_verify.commands": ("bundle", "keygen", "verify-bundle"),
     "engine.policy.commands": ("route", "decide"),
+    "engine.policy.waive_command": ("waive",),
     "engine.bundle_verify.verify_command": ("verify",),
     "engine.gates.command": ("mutants",),
     "engine.fork": ("fork",),

@@ -207,8 +207,9 @@ def policy_pin_check(
 
 
 def fork_policy_dirs(payload: Path, fork: Path, bundle: Path) -> list[Path]:
-    """The fork's directory of the signing policy the replay record pins (a path inside the
-    fork, never inside the bundle; `trace:` pins are trace's own files, known already)."""
+    """The fork's directories of the signing policy the replay record pins and of the
+    maintainers policy the decision names (paths inside the fork, never inside the bundle;
+    `trace:` pins are trace's own files, known already)."""
     from engine.evidence.replay import ReplayRecord
 
     try:
@@ -216,13 +217,32 @@ def fork_policy_dirs(payload: Path, fork: Path, bundle: Path) -> list[Path]:
     except (Unsafe, ValidationError):
         return []
     pin = rec.signing_policy
-    if pin is None or pin.path.startswith("trace:") or unsafe_name(pin.path):
-        return []
+    named = [pin.path] if pin is not None else []
+    named += _maintainers_path(payload)
     root = fork.resolve()
-    directory = (root / pin.path).parent.resolve()
-    if not directory.is_relative_to(root) or directory.is_relative_to(bundle.resolve()):
+    found: list[Path] = []
+    for rel in named:
+        if rel.startswith(("trace:", "outside-fork:")) or unsafe_name(rel):
+            continue
+        directory = (root / rel).parent.resolve()
+        inside = directory.is_relative_to(root) and not directory.is_relative_to(bundle.resolve())
+        if inside and directory not in found:
+            found.append(directory)
+    return found
+
+
+def _maintainers_path(payload: Path) -> list[str]:
+    """The fork-relative path of the maintainers policy the bundled decision names (a fork's
+    own maintainers.toml may sit apart from its signing policy)."""
+    import json
+
+    try:
+        doc = json.loads(read_regular(payload / "decisions" / "signing.json", MAX_STATEMENT))
+    except (Unsafe, ValueError):
         return []
-    return [directory]
+    ref = doc.get("maintainers") if isinstance(doc, dict) else None
+    path = ref.get("path") if isinstance(ref, dict) else None
+    return [path] if isinstance(path, str) else []
 
 
 def root_check(directory: Path) -> Check:
@@ -357,6 +377,9 @@ def verify_bundle(
         from engine.bundle_verify.consistency import record_checks
 
         checks.extend(record_checks(statement, payload, [policy.path.parent, *forks]))
+        from engine.bundle_verify.waivers import waiver_check
+
+        checks.append(waiver_check(payload, policy, signer))
     else:
         checks.append(policy_version_check(statement, policy))
         checks.append(policy_pin_check(statement, policy))

@@ -47,7 +47,19 @@ def add_policy_options(p: Any) -> None:
         type=Path,
         help="signing policy (default: FORK/trace/policy/signing.toml if present, else shipped)",
     )
-    p.add_argument("--waivers", type=Path, metavar="FILE", help="waiver file (default: none)")
+    p.add_argument(
+        "--waivers",
+        type=Path,
+        metavar="PATH",
+        help="signed waivers: a directory of `trace waive` files, or one (default: none)",
+    )
+    p.add_argument(
+        "--maintainers",
+        type=Path,
+        metavar="FILE",
+        help="who may sign waivers (default: FORK/trace/policy/maintainers.toml, else "
+        "maintainers.toml beside the signing policy)",
+    )
     p.add_argument(
         "--today", metavar="YYYY-MM-DD", help="decide as of this date (default: today, UTC)"
     )

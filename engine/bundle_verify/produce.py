@@ -36,7 +36,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.bundle_verify.options import DEFAULT_BUILDER
-from engine.candidate import load_candidate
+from engine.candidate import Candidate, load_candidate
 from engine.errors import InputError, UsageError
 from engine.evidence.collect import (
     assemble_evidence,
@@ -48,10 +48,12 @@ from engine.evidence.collect import (
     read_gate_files,
     verify_entry,
 )
-from engine.evidence.decisions import load_decision, signing_decision
+from engine.evidence.decisions import load_decision, signing_decision, waiver_set
 from engine.evidence.payload import PayloadEntry
+from engine.evidence.waivers import waiver_entries
 from engine.model import Graph
 from engine.policy.routing import RouteDecision, route_candidate
+from engine.policy.signed_waiver import WaiverTrust, waiver_trust
 from engine.policy.signing import Decision
 from engine.roles.claims import candidate_review
 from engine.run import RunResult
@@ -76,6 +78,7 @@ class BundleRequest(BaseModel):
     routing_policy: Path | None = None
     signing_policy: Path | None = None
     waivers: Path | None = None
+    maintainers: Path | None = None
     gates: tuple[Path, ...] = ()
     today: dt.date | None = None
     sign: Signed = "no"
@@ -120,6 +123,7 @@ def request_from_args(args: argparse.Namespace, **fields: object) -> BundleReque
             "routing_policy": args.routing_policy,
             "signing_policy": args.signing_policy,
             "waivers": args.waivers,
+            "maintainers": args.maintainers,
             "today": today,
             "sign": sign,
             "key": args.key,
@@ -155,6 +159,23 @@ def _sign(req: BundleRequest, statement: bytes, policy: Path) -> str:
 
 
 Verified = tuple[Graph, RunResult, VerifyResult]
+
+
+def _trust(req: BundleRequest, policy: Path, fork: Path, candidate: Candidate) -> WaiverTrust:
+    """Waivers are checked as `trace decide` checks them; the key about to sign the bundle
+    (key mode) may not have signed one."""
+    bundle_key = None
+    if req.sign == "key" and req.key is not None:
+        from engine.signing.keys import key_hint, load_private_key
+
+        bundle_key = key_hint(load_private_key(req.key).public_key())
+    return waiver_trust(
+        signing_policy=policy,
+        fork=fork,
+        candidate=candidate,
+        maintainers=req.maintainers,
+        bundle_key=bundle_key,
+    )
 
 
 def _check_decision_record(
@@ -232,13 +253,14 @@ def produce_bundle(
     ]
     sources = evidence_sources(result, gates, fork)
     routing = route_candidate(candidate, req.routing_policy)
+    waivers = waiver_set(req.waivers, policy, _trust(req, policy, fork, candidate))
     decision = signing_decision(
         result,
         gates,
         routing,
         sources,
         policy=policy,
-        waivers=req.waivers,
+        waivers=waivers,
         today=req.today or dt.datetime.now(dt.UTC).date(),
         review=candidate_review(candidate),
     )
@@ -246,6 +268,7 @@ def produce_bundle(
         bundled = {src.sha256: src.path for src in sources}
         bundled |= {hashlib.sha256(raw).hexdigest(): src for src, _, raw in extra}
         _check_decision_record(req.decision, decision, cid, bundled, policy, policy_pin.sha256)
+    entries += waiver_entries(waivers, cid, decision.maintainers)
     assembled = assemble_evidence(
         candidate,
         graph,

@@ -139,6 +139,13 @@ REASONS: dict[str, tuple[str, str]] = {
         "file, date and waivers, decides otherwise",
         "the decision does not follow from the evidence: do not trust the bundle",
     ),
+    "waiver.invalid": (
+        "a waiver the signing decision lists is not bundled as a maintainer signed it, or no "
+        "longer checks: unsigned, signed by a key the bundled maintainers policy does not list "
+        "or by trace's own signing key, changed after signing, for another patch, or not what "
+        "the decision says",
+        "only a maintainer's signature lifts a reason: do not trust the bundle's decision",
+    ),
     "records.disagree": (
         "the bundled records contradict each other (outcomes/, verify-result.json, gates/, "
         "replay.json, the decisions, model.json and prompt.txt)",

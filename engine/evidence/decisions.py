@@ -26,7 +26,9 @@ from engine.evidence.redact import redact_entry, redact_path
 from engine.policy.evidence import Evidence, SourceRef
 from engine.policy.review import ReviewEvidence
 from engine.policy.routing import RouteDecision
+from engine.policy.signed_waiver import WaiverTrust
 from engine.policy.signing import Decision
+from engine.policy.waivers import WaiverSet
 from engine.records import GateRecord
 from engine.verify.result import VerifyResult
 
@@ -47,21 +49,34 @@ def signing_decision(
     sources: list[SourceRef],
     *,
     policy: Path | None = None,
-    waivers: Path | None = None,
+    waivers: WaiverSet | None = None,
     today: dt.date,
     review: ReviewEvidence | None = None,
 ) -> Decision:
-    """`trace decide` in-process: the signing policy over the verify result and gate records."""
+    """`trace decide` in-process: the signing policy over the verify result and gate records
+    (`waivers`: the valid signed ones, from `waiver_set`)."""
     from engine.policy.registry import SIGNING, policy_dir
     from engine.policy.signing import decide, load_signing
-    from engine.policy.waivers import NO_WAIVERS, load_waivers
+    from engine.policy.waivers import NO_WAIVERS
 
     signing, catalogue = load_signing(policy or policy_dir() / SIGNING)
-    waiver_set = load_waivers(waivers, catalogue) if waivers else NO_WAIVERS
+    waiver_set = waivers or NO_WAIVERS
     evidence = Evidence(
         candidate=result.candidate, verify=result, gates=gates, sources=sources, review=review
     )
     return decide(evidence, routing, signing, catalogue, waiver_set, today)
+
+
+def waiver_set(path: Path | None, policy: Path, trust: WaiverTrust) -> WaiverSet:
+    """The waivers at `path` (none when None), checked against `trust` and the catalogue of
+    the signing `policy`; invalid ones are ignored with a warning (engine.policy.waivers)."""
+    from engine.policy.signing import load_signing
+    from engine.policy.waivers import NO_WAIVERS, load_waivers
+
+    if path is None:
+        return NO_WAIVERS
+    _, catalogue = load_signing(policy)
+    return load_waivers(path, catalogue, trust)
 
 
 def load_decision(path: Path, *, candidate: str, bundled: dict[str, str]) -> Decision:

@@ -34,6 +34,7 @@ ClaimKind = Literal[
     "replay",
     "redaction",
     "accuracy",
+    "waiver",
     "other",
 ]
 

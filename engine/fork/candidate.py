@@ -17,11 +17,13 @@ from engine.fork.report import Outcome
 if TYPE_CHECKING:
     from engine.candidate import Candidate
     from engine.evidence.bundle import Assembled
+    from engine.evidence.payload import PayloadEntry
     from engine.evidence.replay import RunHost
     from engine.fork.memo import Run
     from engine.model import Graph
     from engine.policy.routing import RouteDecision
     from engine.policy.signing import Decision
+    from engine.policy.waivers import WaiverSet
     from engine.run import RunResult
     from engine.verify.result import VerifyResult
 
@@ -51,6 +53,14 @@ class Signer:
             except SigningError as exc:
                 self._why_not = exc.render()
         return self._token
+
+    def key_hint(self) -> str | None:
+        """The hint of the key that signs bundles (key mode): it may not sign a waiver."""
+        if not self.enabled or self.key is None:
+            return None
+        from engine.signing.keys import key_hint, load_private_key
+
+        return key_hint(load_private_key(self.key).public_key())
 
     def can_sign_keyless(self) -> bool:
         """Whether an allowed candidate left unsigned would now be signed keyless (looks the
@@ -103,18 +113,29 @@ def _decide(
     waivers_file: Path | None,
     candidate: Candidate | None,
     root: Path,
-) -> Decision:
+    bundle_key: str | None = None,
+) -> tuple[Decision, WaiverSet]:
     """As `trace decide`, over the verdict judged from this run's builds (never the result file
-    written beside it); waivers apply only when the fork has its own waivers file."""
+    written beside it); waivers apply only when the fork has its own (signed) waivers, checked
+    against the merged policy's maintainers.toml (the fork's own, else the shipped one)."""
     from engine.evidence.collect import evidence_sources, gate_records
     from engine.policy.evidence import Evidence
     from engine.policy.registry import SIGNING
+    from engine.policy.signed_waiver import waiver_trust
     from engine.policy.signing import decide, load_signing
     from engine.policy.waivers import NO_WAIVERS, load_waivers
     from engine.roles.claims import candidate_review
 
     signing, catalogue = load_signing(policy / SIGNING)
-    waivers = load_waivers(waivers_file, catalogue) if waivers_file else NO_WAIVERS
+    waivers = NO_WAIVERS
+    if waivers_file is not None:
+        trust = waiver_trust(
+            signing_policy=policy / SIGNING,
+            fork=None,
+            candidate=candidate,
+            bundle_key=bundle_key,
+        )
+        waivers = load_waivers(waivers_file, catalogue, trust)
     gates = gate_records(verify, run)
     evidence = Evidence(
         candidate=verify.candidate,
@@ -123,7 +144,20 @@ def _decide(
         sources=evidence_sources(verify, gates, root),
         review=candidate_review(candidate) if candidate is not None else None,
     )
-    return decide(evidence, routing, signing, catalogue, waivers, dt.datetime.now(dt.UTC).date())
+    today = dt.datetime.now(dt.UTC).date()
+    return decide(evidence, routing, signing, catalogue, waivers, today), waivers
+
+
+def fork_waivers(own: Path | None, merged: Path) -> Path | None:
+    """The fork's waivers: its own CONFIG/policy/waivers/ directory of signed files, else its
+    waivers.toml (merged copy; every entry unsigned, so ignored with a warning), else none."""
+    from engine.policy.registry import WAIVERS
+
+    if own is None:
+        return None
+    if (own / "waivers").is_dir():
+        return own / "waivers"
+    return merged / WAIVERS if (own / WAIVERS).is_file() else None
 
 
 def _assemble(
@@ -140,6 +174,7 @@ def _assemble(
     package_set_rel: str,
     host: RunHost,
     ran: tuple[dt.datetime, dt.datetime] | None = None,
+    extra: list[PayloadEntry] | None = None,
 ) -> Assembled:
     from engine.evidence.collect import (
         assemble_evidence,
@@ -154,6 +189,7 @@ def _assemble(
     entries = candidate_entries(candidate) + outcome_entries(run)
     entries.append(verify_entry(verify, root))
     entries += gate_entries(gate_records(verify, run))
+    entries += extra or []
     # `fork_pin` counts trace's own untracked state dir as a change; the fork's clean check
     # (which leaves out only the state and bundle dirs) is the one that holds here.
     return assemble_evidence(
@@ -207,8 +243,8 @@ def verify_candidate(
 ) -> Outcome:
     from engine.cache import Index
     from engine.candidate import load_candidate
+    from engine.evidence.waivers import waiver_entries
     from engine.graph import load_graph
-    from engine.policy.registry import WAIVERS
     from engine.progress import Progress
     from engine.run import run_graph
     from engine.verify.blame import blame_candidate
@@ -247,10 +283,11 @@ def verify_candidate(
         result = cfg.state / "verify" / f"{cid}.json"
         write_if_changed(result, (verify.model_dump_json(indent=2, by_alias=True) + "\n").encode())
         routing = _route(candidate, policy)
-        own_waivers = cfg.policy / WAIVERS if cfg.policy else None
-        waivers = policy / WAIVERS if own_waivers and own_waivers.is_file() else None
+        waivers = fork_waivers(cfg.policy, policy)
         # every gate record (the standard gates and the fork's own steps) comes from the run
-        decision = _decide(run, verify, routing, policy, waivers, candidate, root)
+        decision, valid = _decide(
+            run, verify, routing, policy, waivers, candidate, root, signer.key_hint()
+        )
         write_if_changed(
             cfg.state / "decisions" / f"{cid}.json",
             (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),
@@ -269,6 +306,7 @@ def verify_candidate(
             cfg.package_set.relative_to(cfg.root).as_posix(),
             once.host,
             ran=ran,
+            extra=waiver_entries(valid, cid, decision.maintainers),
         )
         signature: str | None = None
         how: Literal["key", "keyless", "no"] = "no"

@@ -219,6 +219,8 @@ class Run:
             "head": list(head),
             "dirty": dirty,
             "policy": _dir_digests(policy),
+            # the fork's signed waivers (not copied into the merged policy: a directory)
+            "waivers": _dir_digests(cfg.policy / "waivers") if cfg.policy else None,
             "signing": signing,
             "machine": _machine(dict(os.environ)),
             "shared": self._stamp_digest(self.shared_reads),

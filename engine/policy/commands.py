@@ -52,7 +52,22 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="an extra gate record JSON (trace.gate/v1); repeatable",
     )
-    p.add_argument("--waivers", type=Path, default=None, metavar="FILE", help="waiver file")
+    p.add_argument(
+        "--waivers",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="signed waivers: a directory of `trace waive` files, or one; unsigned, "
+        "foreign-signed or stale ones are ignored with a warning",
+    )
+    p.add_argument(
+        "--maintainers",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="who may sign waivers (default: FORK/trace/policy/maintainers.toml, else "
+        "maintainers.toml beside the signing policy)",
+    )
     p.add_argument("--routing", type=Path, default=None, help="routing policy (default: shipped)")
     p.add_argument(
         "--signing",
@@ -156,8 +171,10 @@ def _decision_text(d: Decision, out: Path) -> str:
         w = u.waiver
         lines.append(
             f"  waiver {u.status}: {w.reason} until {w.expires.isoformat()} "
-            f"(approved by {w.approved_by}): {w.justification}"
+            f"(signed by {w.approved_by}, key {(w.signer or '?')[:16]}): {w.justification}"
         )
+    for i in d.ignored_waivers:
+        lines.append(f"  waiver IGNORED: {i.file}: {i.why}")
     lines.append(f"  decision record: {out}")
     return "\n".join(lines)
 
@@ -204,6 +221,7 @@ def _built_evidence(
 def cmd_decide(args: argparse.Namespace) -> int:
     from engine.candidate import load_candidate
     from engine.gates.context import signing_policy_path
+    from engine.policy.signed_waiver import waiver_trust
     from engine.policy.signing import decide, load_signing
     from engine.policy.waivers import NO_WAIVERS, load_waivers
     from engine.verify.command import find_fork
@@ -217,7 +235,15 @@ def cmd_decide(args: argparse.Namespace) -> int:
     # the same default as `trace verify`: the fork's own policy if it has one, else the shipped
     signing_path = signing_policy_path(args.signing, fork.resolve())
     signing, catalogue = load_signing(signing_path)
-    waivers = load_waivers(args.waivers, catalogue) if args.waivers else NO_WAIVERS
+    waivers = NO_WAIVERS
+    if args.waivers is not None:
+        trust = waiver_trust(
+            signing_policy=signing_path,
+            fork=fork.resolve(),
+            candidate=cand,
+            maintainers=args.maintainers,
+        )
+        waivers = load_waivers(args.waivers, catalogue, trust)
     evidence = _built_evidence(cand, fork, state, args.result, args.gate, signing_path)
     decision = decide(evidence, routing, signing, catalogue, waivers, today)
     out = (args.out or state / "decisions" / f"{cid}.json").resolve()

@@ -36,7 +36,7 @@ from engine.policy.source import (
     ref,
     validate,
 )
-from engine.policy.waivers import Waiver, WaiverSet
+from engine.policy.waivers import IgnoredWaiver, Waiver, WaiverSet
 from engine.records import GateRecord, RunRecord
 
 SCHEMA = "trace.signing/v1"
@@ -221,6 +221,13 @@ class Decision(Strict):
     warnings: list[Reason] = Field(description="hits of codes not yet effective on `date`")
     waived: list[Reason] = Field(description="hits lifted by an applied waiver")
     waivers: list[WaiverUse] = Field(description="every waiver naming this candidate")
+    maintainers: PolicyRef | None = Field(
+        default=None, description="the maintainers policy the waivers' signers were checked against"
+    )
+    ignored_waivers: list[IgnoredWaiver] = Field(
+        default_factory=list,
+        description="waiver files ignored (unsigned, foreign-signed, stale...), with why",
+    )
     review: ReviewEvidence | None = Field(
         default=None, description="the review claims the decision read (a drafted candidate)"
     )
@@ -474,5 +481,7 @@ def decide(
         warnings=warnings,
         waived=waived,
         waivers=uses,
+        maintainers=waivers.maintainers,
+        ignored_waivers=[i for i in waivers.ignored if i.candidate in (None, evidence.candidate)],
         review=evidence.review,
     )
