@@ -8,8 +8,8 @@ why. Reasons are exact: a new deny on a correct fix, or a wrong fix let through,
 
 `review` is how the policy routes a fix to a human: `trace decide` denies with reasons that are
 ALL waivable (policy/reasons.toml) and exactly those listed, each saying why (a gate that cannot
-measure this kind of code, a surviving mutant shown as a diff); a reviewer's waiver of exactly
-those codes turns the decision into allow. Correct fixes the gates cannot fully measure land
+measure this kind of code, a surviving mutant shown as a diff); a maintainer's signed waiver of
+exactly those codes turns the decision into allow. Correct fixes the gates cannot fully measure land
 here, never in allow: "not measurable" is not a pass.
 """
 
@@ -135,26 +135,36 @@ def waivable() -> dict[str, bool]:
     return {r["code"]: bool(r.get("waivable", True)) for r in catalogue["reasons"]}
 
 
-def reviewed(state: Path, candidate: str, codes: set[str]) -> Path:
-    """A reviewer's waivers (trace.waivers/v1) of exactly `codes` for the candidate."""
-    lines = [
-        "[policy]",
-        'name = "calibration-review"',
-        'version = "1.0.0"',
-        'schema = "trace.waivers/v1"',
-    ]
+def reviewed(
+    state: Path, capsys: pytest.CaptureFixture[str], name: str, codes: set[str]
+) -> list[str]:
+    """A maintainer's signed waivers (`trace waive`) of exactly `codes` for the candidate: the
+    `decide` options that apply them (the waiver directory and the maintainers policy)."""
+    from tests.waiverkit import make_key, write_maintainers
+
+    folder = state / f"review-{name}"
+    key = make_key(folder, "maintainer")
+    maintainers = write_maintainers(folder / "maintainers.toml", {"calibration": key})
+    cand = str(CANDIDATES / name / "candidate.toml")
     for code in sorted(codes):
-        lines += [
-            "[[waivers]]",
-            f'candidate = "{candidate}"',
-            f'reason = "{code}"',
-            'justification = "a reviewer read the patch and the gate records and accepts it"',
-            "expires = 2099-12-31",
-            'approved_by = "calibration-test"',
-        ]
-    path = state / f"waivers-{candidate}.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+        rc, out, err = trace(
+            capsys,
+            "waive",
+            cand,
+            code,
+            "--justification",
+            "a reviewer read the patch and the gate records and accepts it",
+            "--key",
+            str(key),
+            "--maintainers",
+            str(maintainers),
+            "--expires",
+            "2099-12-31",
+            "--out",
+            str(folder / "waivers" / f"{code}.json"),
+        )
+        assert rc == 0 and "signed by maintainer calibration" in out, out + err
+    return ["--waivers", str(folder / "waivers"), "--maintainers", str(maintainers)]
 
 
 @pytest.mark.parametrize(
@@ -178,8 +188,7 @@ def test_calibration(
         assert (decision["decision"], got) == ("deny", reasons), decision["reasons"]
         assert all(waivable()[code] for code in got), decision["reasons"]
         assert all(r["details"] for r in decision["reasons"]), decision["reasons"]
-        waivers = reviewed(state, decision["candidate"], reasons)
-        after = decided(state, capsys, name, "--waivers", str(waivers))
+        after = decided(state, capsys, name, *reviewed(state, capsys, name, reasons))
         assert after["decision"] == "allow", after["reasons"]
     else:
         assert decision["decision"] == "deny", decision["reasons"]

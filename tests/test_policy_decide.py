@@ -19,6 +19,7 @@ from engine.cli import main
 from engine.run import RunResult, StepResult
 from engine.verify.result import VerifyResult
 from tests.test_policy_signing import POLICY, gates_doc, verify_doc
+from tests.waiverkit import make_key, write_maintainers
 
 REPO = Path(__file__).resolve().parent.parent
 FORK = REPO / "tests" / "fixtures" / "fork"
@@ -124,23 +125,78 @@ def test_decide_denies_with_every_reason_and_json(
 def test_decide_with_waivers_lists_them(
     state: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    waivers = tmp_path / "waivers.toml"
-    text = (POLICY / "waivers.toml").read_text().replace("example-candidate", PAGER_ID)
-    waivers.write_text(text)
+    """`trace waive` signs a waiver with a maintainer's key; decide applies it until it expires.
+    The same waiver as an unsigned TOML entry lifts nothing (a warning names the file)."""
+    alice = make_key(tmp_path, "alice")
+    maintainers = write_maintainers(tmp_path / "maintainers.toml", {"alice": alice})
+    folder = tmp_path / "waivers"
+    code, out, err = trace(
+        capsys,
+        "waive",
+        str(PAGER),
+        "coverage-not-measurable",
+        "--justification",
+        "The reviewer traced the changed lines by hand.",
+        "--key",
+        str(alice),
+        "--maintainers",
+        str(maintainers),
+        "--today",
+        "2026-12-01",
+        "--expires",
+        "2026-12-31",
+        "--out",
+        str(folder / "cov.json"),
+    )
+    assert code == 0, err
+    assert "signed by maintainer alice" in out
     coverage = json.loads((state / "coverage.json").read_text())
     unmeasurable = {**coverage, "measurable": False, "score": None}
     (state / "coverage.json").write_text(json.dumps(unmeasurable))
-    args = ["decide", str(PAGER), "--state-dir", str(state), "--waivers", str(waivers)]
+    args = ["decide", str(PAGER), "--state-dir", str(state), "--maintainers", str(maintainers)]
     args += gate_args(state, *ALL_GATES)
-    code, out, _ = trace(capsys, *args, "--today", "2026-12-31")
+    code, out, _ = trace(capsys, *args, "--waivers", str(folder), "--today", "2026-12-31")
     assert code == 0, out
     assert "WAIVED coverage-not-measurable" in out
-    assert "waiver applied: coverage-not-measurable until 2026-12-31" in out
+    assert "waiver applied: coverage-not-measurable until 2026-12-31 (signed by alice" in out
 
-    code, out, _ = trace(capsys, *args, "--today", "2027-01-01")
+    code, out, _ = trace(capsys, *args, "--waivers", str(folder), "--today", "2027-01-01")
     assert code == 1
     assert "DENY   coverage-not-measurable" in out
     assert "waiver expired: coverage-not-measurable" in out
+
+    toml = tmp_path / "waivers.toml"
+    toml.write_text((POLICY / "waivers.toml").read_text().replace("example-candidate", PAGER_ID))
+    code, out, err = trace(capsys, *args, "--waivers", str(toml), "--today", "2026-12-31")
+    assert code == 1 and "DENY   coverage-not-measurable" in out
+    assert "waiver IGNORED: waivers.toml: unsigned" in out
+    assert f"trace: warning: {toml}: waiver ignored: unsigned" in err
+
+
+def test_waive_refuses_what_no_waiver_may_lift(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    alice = make_key(tmp_path, "alice")
+    base = ["waive", str(PAGER), "--key", str(alice), "--out", str(tmp_path / "w.json")]
+    long = ["--justification", "The reviewer traced the changed lines by hand."]
+    code, _, err = trace(capsys, *base[:2], "pre-fix-did-not-fail", *base[2:], *long)
+    assert code == 2 and "cannot be waived" in err
+    code, _, err = trace(capsys, *base[:2], "no-such-code", *base[2:], *long)
+    assert code == 2 and "is not a reason code" in err
+    code, _, err = trace(capsys, *base[:2], "flaky", *base[2:], "--justification", "ok")
+    assert code == 2 and "at least 20 characters" in err
+    # trace's own signing key (the signer lock beside the signing policy) never signs one
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    for f in POLICY.glob("*.toml"):
+        shutil.copy(f, policy / f.name)
+    lock = {"schema": "trace.signing-identity/v1", "version": "1.0.0"}
+    lock["keys"] = [{"name": "trace", "public_key": "../alice.key.pub"}]  # type: ignore[assignment]
+    (policy / "signing-identity.json").write_text(json.dumps(lock))
+    signing = ["--signing", str(policy / "signing.toml")]
+    code, _, err = trace(capsys, *base[:2], "flaky", *base[2:], *long, *signing)
+    assert code == 2 and "trace's own signing key" in err
+    assert not (tmp_path / "w.json").exists()
 
 
 def test_decide_input_errors(state: Path, capsys: pytest.CaptureFixture[str]) -> None:

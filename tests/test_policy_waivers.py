@@ -1,5 +1,7 @@
-"""Waivers: one reason, one candidate, until an expiry date; rejected when they name what they
-may not; listed in the decision record whatever they did."""
+"""Waivers: one reason, one candidate, until an expiry date, valid only when a maintainer the
+policy lists signed them for the candidate's current patch; unsigned, foreign-signed, trace-
+signed, stale or edited ones are ignored with a warning; TOML files are still checked strictly
+(and every entry, being unsigned, is ignored); listed in the decision record whatever they did."""
 
 from __future__ import annotations
 
@@ -10,11 +12,46 @@ from pathlib import Path
 import pytest
 
 from engine.errors import PolicyError
+from engine.policy.maintainers import NOBODY
 from engine.policy.reasons import Catalogue
 from engine.policy.routing import RouteDecision
+from engine.policy.signed_waiver import WaiverTrust
 from engine.policy.signing import SigningPolicy, load_signing
-from engine.policy.waivers import load_waivers
+from engine.policy.waivers import WaiverSet, load_waivers
 from tests.test_policy_signing import POLICY, _gate, run_case, shipped_route
+from tests.waiverkit import (
+    PATCH,
+    make_key,
+    sign_waiver,
+    trust,
+    unsigned_waiver,
+    write_maintainers,
+)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """alice is a maintainer; mallory is not; tracekey is trace's own signing key."""
+    folder = tmp_path_factory.mktemp("keys")
+    return {name: make_key(folder, name) for name in ("alice", "mallory", "tracekey")}
+
+
+@pytest.fixture(scope="module")
+def trusted(keys: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> WaiverTrust:
+    # trace's own key listed as a maintainer too: it is still never accepted
+    path = tmp_path_factory.mktemp("m") / "maintainers.toml"
+    listed = write_maintainers(path, {"alice": keys["alice"], "ci": keys["tracekey"]})
+    from tests.waiverkit import hint_of
+
+    own = {hint_of(keys["tracekey"]): "trace's own signing key (listed in signing-identity.json)"}
+    return trust(listed, {"c1": PATCH}, own)
+
+
+def signed(
+    tmp_path: Path, signing: tuple[SigningPolicy, Catalogue], trusted: WaiverTrust, *files: Path
+) -> WaiverSet:
+    assert files and all(f.parent == tmp_path / "w" for f in files)
+    return load_waivers(tmp_path / "w", signing[1], trusted)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +89,8 @@ def write(tmp_path: Path, *blocks: str) -> Path:
     return path
 
 
+NOBODY_TRUST = WaiverTrust(maintainers=NOBODY, patches={"c1": PATCH})
+
 NOT_MEASURABLE = _gate(
     "coverage", measurable=False, score=None, reasons=["coverage-not-measurable"]
 )
@@ -59,16 +98,27 @@ ALSO_LOW_MUTATION = _gate("mutation", score=0.5)
 
 
 def test_an_active_waiver_lifts_exactly_its_reason(
-    tmp_path: Path, signing: tuple[SigningPolicy, Catalogue], routed: RouteDecision
+    tmp_path: Path,
+    signing: tuple[SigningPolicy, Catalogue],
+    routed: RouteDecision,
+    keys: dict[str, Path],
+    trusted: WaiverTrust,
 ) -> None:
-    waivers = load_waivers(write(tmp_path, waiver("coverage-not-measurable")), signing[1])
+    file = sign_waiver(tmp_path / "w", keys["alice"], "c1", "coverage-not-measurable")
+    waivers = signed(tmp_path, signing, trusted, file)
     d = run_case(signing, routed, NOT_MEASURABLE, waivers=waivers)
     assert d.decision == "allow"
     assert [r.code for r in d.waived] == ["coverage-not-measurable"]
     assert [(u.waiver.reason, u.status) for u in d.waivers] == [
         ("coverage-not-measurable", "applied")
     ]
-    assert d.waivers_file is not None and d.waivers_file.name == "test-waivers"
+    w = d.waivers[0].waiver
+    assert (w.approved_by, w.patch_sha256, w.file) == (
+        "alice",
+        PATCH,
+        "waivers/coverage-not-measurable.json",
+    )
+    assert d.maintainers is not None and d.maintainers.name == "trace-maintainers"
 
     def both(v: dict[str, object], g: dict[str, dict[str, object]]) -> dict[str, object]:
         NOT_MEASURABLE(v, g)
@@ -81,10 +131,20 @@ def test_an_active_waiver_lifts_exactly_its_reason(
 
 
 def test_an_expired_waiver_does_not_apply(
-    tmp_path: Path, signing: tuple[SigningPolicy, Catalogue], routed: RouteDecision
+    tmp_path: Path,
+    signing: tuple[SigningPolicy, Catalogue],
+    routed: RouteDecision,
+    keys: dict[str, Path],
+    trusted: WaiverTrust,
 ) -> None:
-    path = write(tmp_path, waiver("coverage-not-measurable", expires="2026-11-28"))
-    waivers = load_waivers(path, signing[1])  # loading an expired waiver is fine
+    file = sign_waiver(
+        tmp_path / "w",
+        keys["alice"],
+        "c1",
+        "coverage-not-measurable",
+        expires=dt.date(2026, 11, 28),
+    )
+    waivers = signed(tmp_path, signing, trusted, file)  # loading an expired waiver is fine
     d = run_case(signing, routed, NOT_MEASURABLE, waivers=waivers, today=dt.date(2026, 11, 29))
     assert d.decision == "deny"
     assert [r.code for r in d.reasons] == ["coverage-not-measurable"]
@@ -96,14 +156,20 @@ def test_an_expired_waiver_does_not_apply(
 
 
 def test_waivers_for_other_candidates_or_other_reasons_do_not_apply(
-    tmp_path: Path, signing: tuple[SigningPolicy, Catalogue], routed: RouteDecision
+    tmp_path: Path,
+    signing: tuple[SigningPolicy, Catalogue],
+    routed: RouteDecision,
+    keys: dict[str, Path],
+    trusted: WaiverTrust,
 ) -> None:
-    path = write(
-        tmp_path,
-        waiver("coverage-not-measurable", candidate="someone-else"),
-        waiver("coverage-below-threshold"),
+    folder = tmp_path / "w"
+    files = [
+        sign_waiver(folder, keys["alice"], "someone-else", "coverage-not-measurable"),
+        sign_waiver(folder, keys["alice"], "c1", "coverage-below-threshold"),
+    ]
+    d = run_case(
+        signing, routed, NOT_MEASURABLE, waivers=signed(tmp_path, signing, trusted, *files)
     )
-    d = run_case(signing, routed, NOT_MEASURABLE, waivers=load_waivers(path, signing[1]))
     assert d.decision == "deny"
     # only waivers naming this candidate are listed; an unused one says so
     assert [(u.waiver.reason, u.status) for u in d.waivers] == [
@@ -137,17 +203,24 @@ def test_bad_waivers_are_rejected(
 ) -> None:
     path = write(tmp_path, block)
     with pytest.raises(PolicyError) as exc:
-        load_waivers(path, signing[1])
+        load_waivers(path, signing[1], NOBODY_TRUST)
     err = exc.value
     assert needle in err.message
     assert (err.file, err.key, err.line) == (str(path), key, line)
     assert err.hint is not None and hint in err.hint
 
 
-def test_shipped_example_waiver_file_loads(signing: tuple[SigningPolicy, Catalogue]) -> None:
-    waivers = load_waivers(POLICY / "waivers.toml", signing[1])
-    assert waivers.ref is not None and waivers.waivers
-    assert all(signing[1].reasons[w.reason].waivable for w in waivers.waivers)
+def test_shipped_example_waiver_file_loads_and_lifts_nothing(
+    signing: tuple[SigningPolicy, Catalogue], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A TOML entry is unsigned: the file is checked strictly, then every entry is ignored."""
+    waivers = load_waivers(POLICY / "waivers.toml", signing[1], NOBODY_TRUST)
+    assert waivers.ref is not None and waivers.waivers == []
+    assert [(i.file, i.candidate) for i in waivers.ignored] == [
+        ("waivers.toml", "example-candidate")
+    ]
+    err = capsys.readouterr().err
+    assert f"{POLICY / 'waivers.toml'}: waiver ignored: unsigned" in err
 
 
 @pytest.mark.parametrize(
@@ -165,5 +238,116 @@ def test_unknown_code_hint_reads_as_one_sentence(
     tmp_path: Path, signing: tuple[SigningPolicy, Catalogue], code: str, hint: str
 ) -> None:
     with pytest.raises(PolicyError) as exc:
-        load_waivers(write(tmp_path, waiver(code)), signing[1])
+        load_waivers(write(tmp_path, waiver(code)), signing[1], NOBODY_TRUST)
     assert exc.value.hint == hint
+
+
+def _ignored(
+    tmp_path: Path,
+    signing: tuple[SigningPolicy, Catalogue],
+    routed: RouteDecision,
+    trusted: WaiverTrust,
+    capsys: pytest.CaptureFixture[str],
+    file: Path,
+) -> str:
+    """The waiver `file` lifts nothing: the deny stands, the decision lists it as ignored, and
+    stderr names the file; returns why."""
+    capsys.readouterr()
+    waivers = load_waivers(tmp_path / "w", signing[1], trusted)
+    d = run_case(signing, routed, NOT_MEASURABLE, waivers=waivers)
+    assert d.decision == "deny" and d.waived == [] and d.waivers == []
+    assert [i.file for i in d.ignored_waivers] == [file.name]
+    err = capsys.readouterr().err
+    assert f"trace: warning: {file}: waiver ignored: {d.ignored_waivers[0].why}" in err
+    return d.ignored_waivers[0].why
+
+
+def test_an_unsigned_waiver_is_ignored(
+    tmp_path: Path,
+    signing: tuple[SigningPolicy, Catalogue],
+    routed: RouteDecision,
+    trusted: WaiverTrust,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    file = unsigned_waiver(tmp_path / "w", "c1", "coverage-not-measurable")
+    assert _ignored(tmp_path, signing, routed, trusted, capsys, file).startswith("unsigned")
+
+
+def test_a_waiver_signed_by_an_unlisted_key_is_ignored(
+    tmp_path: Path,
+    signing: tuple[SigningPolicy, Catalogue],
+    routed: RouteDecision,
+    keys: dict[str, Path],
+    trusted: WaiverTrust,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    file = sign_waiver(tmp_path / "w", keys["mallory"], "c1", "coverage-not-measurable")
+    why = _ignored(tmp_path, signing, routed, trusted, capsys, file)
+    assert "which the maintainers policy (trace-maintainers 1.0.0) does not list" in why
+
+
+def test_a_waiver_signed_with_traces_own_key_is_ignored(
+    tmp_path: Path,
+    signing: tuple[SigningPolicy, Catalogue],
+    routed: RouteDecision,
+    keys: dict[str, Path],
+    trusted: WaiverTrust,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Even when a maintainers file lists it: trace's key signs bundles, never waivers."""
+    file = sign_waiver(tmp_path / "w", keys["tracekey"], "c1", "coverage-not-measurable")
+    why = _ignored(tmp_path, signing, routed, trusted, capsys, file)
+    assert why.startswith("signed by trace's own signing key")
+
+
+def test_a_waiver_for_another_patch_is_ignored(
+    tmp_path: Path,
+    signing: tuple[SigningPolicy, Catalogue],
+    routed: RouteDecision,
+    keys: dict[str, Path],
+    trusted: WaiverTrust,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    other = "0" * 64
+    file = sign_waiver(tmp_path / "w", keys["alice"], "c1", "coverage-not-measurable", patch=other)
+    why = _ignored(tmp_path, signing, routed, trusted, capsys, file)
+    assert why.startswith("stale: the candidate's patch changed")
+
+
+def test_a_waiver_edited_after_signing_is_ignored(
+    tmp_path: Path,
+    signing: tuple[SigningPolicy, Catalogue],
+    routed: RouteDecision,
+    keys: dict[str, Path],
+    trusted: WaiverTrust,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The signed waiver was for coverage-below-threshold; the payload now says otherwise."""
+    import base64
+    import json
+
+    file = sign_waiver(tmp_path / "w", keys["alice"], "c1", "coverage-below-threshold")
+    doc = json.loads(file.read_text())
+    env = doc["dsseEnvelope"]
+    body = base64.b64decode(env["payload"]).replace(
+        b"coverage-below-threshold", b"coverage-not-measurable"
+    )
+    env["payload"] = base64.b64encode(body).decode()
+    file.write_text(json.dumps(doc))
+    why = _ignored(tmp_path, signing, routed, trusted, capsys, file)
+    assert "does not verify with alice's key" in why
+
+
+def test_a_signed_waiver_of_a_non_waivable_code_lifts_nothing(
+    tmp_path: Path,
+    signing: tuple[SigningPolicy, Catalogue],
+    routed: RouteDecision,
+    keys: dict[str, Path],
+    trusted: WaiverTrust,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sign_waiver(tmp_path / "w", keys["alice"], "c1", "pre-fix-did-not-fail")
+    waivers = load_waivers(tmp_path / "w", signing[1], trusted)
+    assert waivers.waivers == []
+    assert "is not a waivable code" in waivers.ignored[0].why
+    assert "waiver ignored" in capsys.readouterr().err
