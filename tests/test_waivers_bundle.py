@@ -147,3 +147,16 @@ def test_a_decision_listing_an_unbundled_waiver_fails_verify_bundle(
     forged = resign(world, tmp_path / "forged", drop)
     rc, doc = verify_bundle(capsys, world, forged, "--fork", str(world.fork))
     assert rc == 1 and doc["reasons"] == ["waiver.invalid"], doc
+
+
+def test_the_report_lists_the_waivers_for_audit(
+    world: World, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "r.html"
+    cli = ["report", str(world.signed), "--identity", str(world.identity), "-o", str(out)]
+    assert main([*cli, "--fork", str(world.fork)]) == 0, capsys.readouterr()
+    page = out.read_text()
+    row = page.split(f'<tr data-waiver="{CODE}">', 1)[1].split("</tr>", 1)[0]
+    assert "unused" in row and "alice" in row and WAIVER in row
+    assert "a reviewer checked the change by hand" in row
+    assert "IGNORED" in page and "signed by the key that signs this bundle" in page

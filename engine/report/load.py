@@ -35,6 +35,7 @@ SECTION_CHECKS: dict[str, tuple[str, ...]] = {
         "signing decision re-run",
         "policy versions",
         "policy digests",
+        "signed waivers",
     ),
     "replay": ("replay", "replay pins"),
     "signature": (
@@ -54,7 +55,7 @@ SECTION_CHECKS: dict[str, tuple[str, ...]] = {
 # ...and, whatever a check is called, a failing one by the area of its reason code.
 SECTION_REASONS: dict[str, tuple[str, ...]] = {
     "runs": ("records.", "verify.", "replay."),
-    "decision": ("decision.", "policy."),
+    "decision": ("decision.", "policy.", "waiver."),
     "replay": ("replay.",),
     "signature": ("signature.", "identity.", "bundle.unsigned", "payload.", "statement."),
 }

@@ -209,7 +209,8 @@ def build_view(b: LoadedBundle) -> ReportView:
         return found
 
     signing = _dict(b.doc("decisions/signing.json"))
-    for key in ("reasons", "warnings", "waived"):  # the template iterates these
+    # the template iterates these (waivers and ignored waivers: the audit table)
+    for key in ("reasons", "warnings", "waived", "waivers", "ignored_waivers"):
         signing[key] = [_dict(r) for r in _list(signing.get(key))]
     routing = _dict(b.doc("decisions/routing.json"))
     sections = [
@@ -255,7 +256,12 @@ def build_view(b: LoadedBundle) -> ReportView:
         Section(
             id="decision",
             title="Routing and signing decision",
-            links=links("decisions/routing.json", "decisions/signing.json"),
+            links=links(
+                "decisions/routing.json",
+                "decisions/signing.json",
+                "policy/maintainers.toml",
+                prefix=("waivers/",),
+            ),
             checks=b.checks_for("decision"),
             data={"signing": signing, "routing": routing},
         ),
