@@ -214,7 +214,8 @@ def test_shipped_example_waiver_file_loads_and_lifts_nothing(
     signing: tuple[SigningPolicy, Catalogue], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A TOML entry is unsigned: the file is checked strictly, then every entry is ignored."""
-    waivers = load_waivers(POLICY / "waivers.toml", signing[1], NOBODY_TRUST)
+    example = WaiverTrust(maintainers=NOBODY, patches={"example-candidate": PATCH})
+    waivers = load_waivers(POLICY / "waivers.toml", signing[1], example)
     assert waivers.ref is not None and waivers.waivers == []
     assert [(i.file, i.candidate) for i in waivers.ignored] == [
         ("waivers.toml", "example-candidate")
@@ -351,3 +352,18 @@ def test_a_signed_waiver_of_a_non_waivable_code_lifts_nothing(
     assert waivers.waivers == []
     assert "is not a waivable code" in waivers.ignored[0].why
     assert "waiver ignored" in capsys.readouterr().err
+
+
+def test_waivers_of_other_candidates_in_the_folder_are_not_warned_about(
+    tmp_path: Path,
+    signing: tuple[SigningPolicy, Catalogue],
+    keys: dict[str, Path],
+    trusted: WaiverTrust,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A fork's waiver folder holds every candidate's: a decision warns only about its own."""
+    sign_waiver(tmp_path / "w", keys["mallory"], "someone-else", "coverage-not-measurable")
+    sign_waiver(tmp_path / "w", keys["alice"], "someone-else", "flaky", patch="0" * 64)
+    waivers = load_waivers(tmp_path / "w", signing[1], trusted)
+    assert (waivers.waivers, waivers.ignored) == ([], [])
+    assert "waiver ignored" not in capsys.readouterr().err

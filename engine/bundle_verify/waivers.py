@@ -23,6 +23,7 @@ from engine.bundle_verify.signature import Check
 from engine.evidence.bundle import POLICY_DIR
 from engine.policy.maintainers import FILE, NOBODY, load_maintainers
 from engine.policy.signed_waiver import BUNDLE_DIR, WaiverTrust, check_signed, patch_digest
+from engine.policy.waivers import Waiver
 
 NAME = "signed waivers"
 REASON = "waiver.invalid"
@@ -111,9 +112,11 @@ def _problems(
             problems.append(f"{w.reason}: no signed waiver file in the bundle (unsigned)")
             continue
         named.add(rel)
-        got = check_signed((payload / rel).read_bytes(), rel, trust, catalogue)
-        if isinstance(got, str):
-            problems.append(f"{rel}: {got}")
+        got = check_signed((payload / rel).read_bytes(), trust, catalogue)
+        if got is None:
+            problems.append(f"{rel}: a waiver of another candidate")
+        elif not isinstance(got, Waiver):
+            problems.append(f"{rel}: {got.why}")
         elif got != w:
             problems.append(f"{rel}: says something else than the decision's waiver")
     problems += [

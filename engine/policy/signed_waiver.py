@@ -79,38 +79,57 @@ def sign_statement(statement: WaiverStatement, key: ec.EllipticCurvePrivateKey) 
     return sign_with_key(statement.to_bytes(), PAYLOAD_TYPE, key)
 
 
-def check_signed(raw: bytes, name: str, trust: WaiverTrust, catalogue: Catalogue) -> Waiver | str:
-    """The waiver `raw` carries, or why it is ignored (see the module docstring)."""
+class Refused(BaseModel):
+    """Why a waiver file is ignored, and the candidate it names when that could be read."""
+
+    model_config = ConfigDict(frozen=True)
+
+    why: str
+    candidate: str | None = None
+
+
+def check_signed(raw: bytes, trust: WaiverTrust, catalogue: Catalogue) -> Waiver | Refused | None:
+    """The waiver `raw` carries, or why it is ignored (see the module docstring); None for a
+    signed waiver of a candidate that is not being decided (it concerns another decision)."""
+    got = _check(raw, trust, catalogue)
+    other = isinstance(got, Refused) and got.candidate not in (None, *trust.patches)
+    return None if other else got
+
+
+def _check(raw: bytes, trust: WaiverTrust, catalogue: Catalogue) -> Waiver | Refused:
     from engine.signing.keymode import parse_key_bundle, verify_envelope_with_key
 
     bundle = parse_key_bundle(raw)
     if bundle is None:
-        return "unsigned: not a key-signed waiver (write one with `trace waive`)"
+        return Refused(why="unsigned: not a key-signed waiver (write one with `trace waive`)")
     env = bundle.dsseEnvelope
     if env.payloadType != PAYLOAD_TYPE:
-        return f"payload type {env.payloadType!r} is not a waiver's ({PAYLOAD_TYPE})"
+        return Refused(why=f"payload type {env.payloadType!r} is not a waiver's ({PAYLOAD_TYPE})")
     try:
         st = WaiverStatement.model_validate_json(env.payload_bytes())
     except (ValidationError, ValueError) as exc:
-        return f"not a waiver statement ({str(exc).splitlines()[0]})"
+        return Refused(why=f"not a waiver statement ({str(exc).splitlines()[0]})")
     hint = bundle.verificationMaterial.publicKey.hint
+    cand = st.candidate
     if hint in trust.forbidden:
-        return f"signed by {trust.forbidden[hint]}: a waiver needs a maintainer's signature"
+        why = f"signed by {trust.forbidden[hint]}: a waiver needs a maintainer's signature"
+        return Refused(why=why, candidate=cand)
     if hint not in trust.maintainers.keys:
         ref = trust.maintainers.ref
         where = f"{ref.name} {ref.version}" if ref else "none given: it lists nobody"
-        return f"signed by key {hint[:16]}…, which the maintainers policy ({where}) does not list"
+        why = f"signed by key {hint[:16]}…, which the maintainers policy ({where}) does not list"
+        return Refused(why=why, candidate=cand)
     who, key = trust.maintainers.keys[hint]
     if st.signer != hint or not verify_envelope_with_key(env, key):
-        return f"the signature does not verify with {who}'s key (the file was changed)"
+        why = f"the signature does not verify with {who}'s key (the file was changed)"
+        return Refused(why=why, candidate=cand)
     spec = catalogue.get(st.reason)
     if spec is None or not spec.waivable:
-        return f"reason '{st.reason}' is not a waivable code of the catalogue"
-    current = trust.patches.get(st.candidate)
-    if current is None:
-        return f"candidate '{st.candidate}' is not the one being decided"
-    if current != st.patch_sha256:
-        return "stale: the candidate's patch changed since the waiver was signed"
+        why = f"reason '{st.reason}' is not a waivable code of the catalogue"
+        return Refused(why=why, candidate=cand)
+    if trust.patches.get(cand) != st.patch_sha256:
+        why = "stale: the candidate's patch changed since the waiver was signed"
+        return Refused(why=why, candidate=cand)
     return Waiver(
         candidate=st.candidate,
         reason=st.reason,

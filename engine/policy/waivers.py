@@ -108,6 +108,7 @@ def load_waivers(path: Path, catalogue: Catalogue, trust: WaiverTrust) -> Waiver
             why=f"unsigned ({w.reason}: a TOML entry; a maintainer signs one with `trace waive`)",
         )
         for w in toml.waivers
+        if not trust.patches or w.candidate in trust.patches
     ]
     out = WaiverSet(ref=toml.ref, ignored=ignored, maintainers=trust.maintainers.ref)
     return _report(out, path)
@@ -125,9 +126,11 @@ def _signed(files: list[Path], catalogue: Catalogue, trust: WaiverTrust) -> Waiv
         except OSError as exc:
             ignored.append(IgnoredWaiver(file=f.name, candidate=None, why=str(exc.strerror)))
             continue
-        got = check_signed(raw, f.name, trust, catalogue)
-        if isinstance(got, str):
-            ignored.append(IgnoredWaiver(file=f.name, candidate=None, why=got))
+        got = check_signed(raw, trust, catalogue)
+        if got is None:
+            continue  # a waiver of another candidate: another decision's
+        if not isinstance(got, Waiver):
+            ignored.append(IgnoredWaiver(file=f.name, candidate=got.candidate, why=got.why))
         elif any((w.candidate, w.reason) == (got.candidate, got.reason) for w in valid):
             why = f"a second waiver for '{got.candidate}' and '{got.reason}'"
             ignored.append(IgnoredWaiver(file=f.name, candidate=got.candidate, why=why))
