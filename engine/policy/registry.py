@@ -39,6 +39,8 @@ SCHEMAS: dict[str, str] = {
     "signing": "engine.policy.signing:SigningFile",
     "reasons": "engine.policy.reasons:CatalogueFile",
     "waivers": "engine.policy.waivers:WaiverFile",
+    "waiver": "engine.policy.signed_waiver:WaiverStatement",
+    "maintainers": "engine.policy.maintainers:MaintainersFile",
     "route-decision": "engine.policy.routing:RouteDecision",
     "decision": "engine.policy.signing:Decision",
     "advisory": "engine.advisory:OsvAdvisory",
