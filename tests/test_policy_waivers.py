@@ -367,3 +367,16 @@ def test_waivers_of_other_candidates_in_the_folder_are_not_warned_about(
     waivers = load_waivers(tmp_path / "w", signing[1], trusted)
     assert (waivers.waivers, waivers.ignored) == ([], [])
     assert "waiver ignored" not in capsys.readouterr().err
+
+
+def test_trace_fork_reads_the_forks_signed_waiver_folder_first(tmp_path: Path) -> None:
+    from engine.fork.candidate import fork_waivers
+
+    own, merged = tmp_path / "own", tmp_path / "merged"
+    own.mkdir()
+    assert fork_waivers(None, merged) is None
+    assert fork_waivers(own, merged) is None  # no waivers of its own: none apply
+    (own / "waivers.toml").write_text("")
+    assert fork_waivers(own, merged) == merged / "waivers.toml"  # unsigned: all ignored
+    (own / "waivers").mkdir()
+    assert fork_waivers(own, merged) == own / "waivers"
