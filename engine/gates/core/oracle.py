@@ -3,7 +3,8 @@
 One oracle (a dict, as `engine/candidate.py` `Oracle.sandbox_json` writes it) may hold:
 
 * `exit_code`: a list of accepted exit codes (a set); `signal`: e.g. "SIGSEGV";
-  `sanitizer`: "Tool" or "Tool: kind";
+  `sanitizer`: "Tool" or "Tool: kind", the kind of the report's SUMMARY line (double-free,
+  heap-use-after-free, SEGV, heap-buffer-overflow, ...; docs/oracles.md lists them);
 * `output` (regex over stdout + stderr), `stdout`, `stderr` (regexes over that stream, searched,
   multi-line), each over the text the harness captured from the target itself (normalised);
 * `golden`: {file, sha256, text}: the target's stdout must be exactly this file;
@@ -23,7 +24,10 @@ oracle) and `invocation` (a list of per-invocation oracles). The rules:
   acceptable, whatever is declared), every invocation a per-invocation oracle selects meets it,
   and every other invocation meets the top-level `[accept]` (default: exit code 0).
 * a per-invocation oracle that selects no invocation of a run is a declaration error (its key is
-  reported), never a pass.
+  reported), never a pass, when everything in that run succeeded; in a run where a target
+  failed, or the reproducer script stopped (non-zero, a signal, its timeout: `set -e` after a
+  crash), it is that run's failure (`unmatched_in_failed_run`): post-fix-still-fails. (Pre-fix,
+  where a failure is the point, it stays a declaration error.)
 * a VARIANT of the PoC (a changed input) is judged by the input-independent part of [accept]
   only (exit-code sets, signal, sanitizer, stderr; never `stdout`, `output`, `golden`,
   `not_golden`, which were declared for the PoC's exact input), and only against the same
@@ -66,6 +70,23 @@ def fatal(i: Record) -> bool:
 def sanitizer_text(r: Record) -> str | None:
     s = r.get("sanitizer")
     return f"{s['tool']}: {s['kind']}" if s else None
+
+
+def declared_sanitizer(want: str) -> str:
+    """A declared `sanitizer` as the harness records reports: "Tool" or "Tool: kind", the kind
+    as the report's SUMMARY line names it; the ERROR line's wording is accepted too
+    ("AddressSanitizer: attempting double-free" is "AddressSanitizer: double-free")."""
+    tool, sep, kind = want.partition(":")
+    kind = kind.strip()
+    if kind.startswith("attempting "):
+        kind = kind[len("attempting ") :].strip()
+    return f"{tool.strip()}: {kind}" if sep else tool.strip()
+
+
+def sanitizer_matches(want: str, got: str | None) -> bool:
+    """Does the recorded report (`Tool: kind`, or None) meet the declared one?"""
+    want = declared_sanitizer(want)
+    return got == want if ":" in want else str(got).split(":")[0] == want
 
 
 def stream(i: Record, name: str) -> str:
@@ -132,8 +153,7 @@ def mismatches(i: Record, oracle: Record) -> list[str]:
     want_san = oracle.get("sanitizer")
     if want_san:
         got = sanitizer_text(i)
-        ok = got == want_san if ":" in want_san else str(got).split(":")[0] == want_san
-        if not ok:
+        if not sanitizer_matches(str(want_san), got):
             out.append(f"expected sanitizer report '{want_san}', got '{got or 'none'}'")
     texts = {
         "output": stream(i, "stdout") + "\n" + stream(i, "stderr"),
@@ -309,6 +329,37 @@ def newly_unacceptable(run: Record, baseline: Record, accept: Record) -> list[st
     return out
 
 
+def stopped_after_failure(record: Record) -> str | None:
+    """How the run went wrong, if it did: a target invocation failed, or the reproducer script
+    itself ended non-zero, by a signal or by its timeout (a `set -e` script stops after the first
+    failing call: the calls after it never happen). None: everything succeeded."""
+    bad = [i for i in record.get("invocations") or [] if invocation_failed(i)]
+    if bad:
+        return f"{describe_invocation(bad[0])} failed"
+    if record.get("timed_out"):
+        return "the reproducer timed out"
+    if record.get("signal"):
+        return f"the reproducer died of {record['signal']}"
+    if record.get("exit_code") not in (0, None):
+        return f"the reproducer exited {record['exit_code']}"
+    return None
+
+
+def unmatched_in_failed_run(j: Judgement, record: Record) -> Judgement:
+    """A per-invocation oracle that selected nothing in a run that failed is that run's failure
+    (the reproducer stopped before the call, or the call never came): a problem of the verdict,
+    no longer a declaration error. In a run where everything succeeded it stays `unmatched`."""
+    why = stopped_after_failure(record) if j.unmatched else None
+    if why is None:
+        return j
+    j.problems += [
+        f"{k}: selected no target invocation, the run stopped: {why}" for k in j.unmatched
+    ]
+    j.unmatched = []
+    j.holds = False
+    return j
+
+
 def post_fix_acceptable(record: Record, oracles: Record) -> tuple[bool, str]:
     """THE rule for a patched build's run (the expectation gate's post-fix side; the mutation
     gate judges each mutant's run with it: a mutant is killed when this says False). `record` is
@@ -319,6 +370,7 @@ def post_fix_acceptable(record: Record, oracles: Record) -> tuple[bool, str]:
     if record.get("timed_out"):
         return False, "the reproducer timed out"
     j = judge_post(list(record.get("invocations") or []), oracles.get("accept") or {})
+    j = unmatched_in_failed_run(j, record)
     if j.unmatched:
         return False, "no invocation for " + ", ".join(j.unmatched)
     return j.holds, j.detail or "every target invocation is acceptable"

@@ -33,7 +33,7 @@ from typing import Any
 from .applied import applied_policy, bound
 from .codes import gate_record
 from .modules import load_json_object
-from .oracle import newly_unacceptable
+from .oracle import declared_sanitizer, newly_unacceptable
 from .variant_runs import run_dirs
 from .variants import Invocation, generate
 
@@ -192,7 +192,7 @@ def same_bug(crash: str, expect: dict[str, Any]) -> bool:
     want_sig = expect.get("signal")
     if want_san is None and want_sig is None:
         return True
-    return (want_san is not None and str(want_san) in crash) or (
+    return (want_san is not None and declared_sanitizer(str(want_san)) in crash) or (
         want_sig is not None and crash == str(want_sig)
     )
 
