@@ -41,6 +41,12 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # issue 9: the key bug fixed by a clean rejection (exit 2 + message, declared in [accept])
     ("cparse-reject-long-key", "allow", set()),
     ("textcols-zero-width", "allow", set()),  # src/ layout, installed to site-packages
+    # issue 26: a double free fixed at the first free (declared "AddressSanitizer: double-free",
+    # the report's SUMMARY kind); the fix is on the report's "freed by" stack, not the access's
+    ("kvset-double-free", "allow", set()),
+    # a clean rejection (ValueError, exit 1) of keys with a space (Jinja2 CVE-2024-22195's
+    # shape): variants that are no longer bad inputs are rightly accepted, no false finding
+    ("htmlattr-key-injection", "allow", set()),
     # plausible wrong fixes: DENY, by the gates that see them
     # ... and the fault-site gate: the patch changes no function on the failing stack
     (
@@ -63,6 +69,9 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # skips the PoC's 47-byte line: scope sees the literal, the variants a 41-byte key
     ("cparse-poc-special-case", "deny", {"fix-matches-poc-literal", "variant-still-fails"}),
     ("cparse-refuse-all", "deny", {"regression-introduced"}),
+    # hides the double free's second free behind the entry's `live` flag: a key unset twice
+    # (a variant: the PoC's line 2 duplicated) still frees it twice
+    ("kvset-wrong-fix", "deny", {"variant-still-fails"}),
     # broken evidence: DENY
     ("cparse-other-failure", "deny", {"pre-fix-wrong-failure", "post-fix-still-fails"}),
     ("stamp-release", "deny", {"nondeterministic"}),
