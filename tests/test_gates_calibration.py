@@ -292,6 +292,8 @@ DISCRIMINATION: dict[str, tuple[str, list[str]]] = {
             "cparse-reject-everything",
         ],
     ),
+    # issue 26: a lifetime bug; the wrong fix hides the second free behind the PoC's condition
+    "kvset: an unset key's value is freed twice": ("kvset-double-free", ["kvset-wrong-fix"]),
 }
 # other real fixes of a listed bug, and candidates whose evidence is the point (not a fix's
 # discrimination): every calibration row is in exactly one place
@@ -306,6 +308,8 @@ OTHER_ROWS = {
     "cjson-cve-2023-53154",
     "stamp-release",
     "racy-lost-update",
+    "htmlattr-key-injection",  # issue 26: variant validity (no wrong fix of it yet)
+    "cregs-write-address",  # issue 26: coverage by statement (no wrong fix of it yet)
 }
 
 
