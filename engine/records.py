@@ -20,7 +20,9 @@ class Record(BaseModel):
 
 class Sanitizer(Record):
     tool: str = Field(description="e.g. AddressSanitizer")
-    kind: str = Field(description="e.g. heap-buffer-overflow")
+    kind: str = Field(
+        description="the report's SUMMARY kind, e.g. heap-buffer-overflow, double-free, SEGV"
+    )
 
 
 class Stdin(Record):
@@ -80,6 +82,11 @@ class Invocation(Record):
         default_factory=list,
         description="where it failed: its sanitizer report's first stack or its Python "
         "traceback, innermost first (empty: no report, e.g. a wrong output or a bare signal)",
+    )
+    lifetime_frames: dict[Literal["freed", "allocated"], list[Frame]] = Field(
+        default_factory=dict,
+        description="a lifetime bug's (heap-use-after-free, double-free) other stacks: where "
+        "the memory was freed and where it was allocated, innermost first",
     )
     ended: Literal["killed-by-harness", "timed-out", "broken-pipe"] | None = Field(
         default=None,

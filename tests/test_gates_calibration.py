@@ -44,6 +44,12 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # issue 25: a bounds check on a binary request's address; a negative amount's sign read
     ("regbus-address-bounds", "allow", set()),
     ("ledger-negative-amounts", "allow", set()),
+    # issue 26: a double free fixed at the first free (declared "AddressSanitizer: double-free",
+    # the report's SUMMARY kind); the fix is on the report's "freed by" stack, not the access's
+    ("kvset-double-free", "allow", set()),
+    # a clean rejection (ValueError, exit 1) of keys with a space (Jinja2 CVE-2024-22195's
+    # shape): variants that are no longer bad inputs are rightly accepted, no false finding
+    ("htmlattr-key-injection", "allow", set()),
     # plausible wrong fixes: DENY, by the gates that see them
     # ... and the fault-site gate: the patch changes no function on the failing stack
     (
@@ -68,6 +74,11 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # (`cannot_access_at_index(buf, 1)` -> `2`: with one byte after a comma both versions reject
     # the input, so no oracle can tell them apart; TCE cannot prove it), shown as a diff
     ("cjson-cve-2023-53154", "review", {"mutation-score-below-threshold"}),
+    # issue 26: a clause added to a multi-line `||` bounds check (libmodbus CVE-2022-0367's
+    # shape), measured with its PoC alone: gcc counts the clause's test on the line before (its
+    # own line: count 0), coverage by statement measures it 1 of 1. Its two mutants (`< 0` ->
+    # `<= 0`, `0` -> `1`) differ only at write address 0, which the PoC alone never sends
+    ("cregs-write-address", "review", {"mutation-score-below-threshold"}),
     # skips the PoC's 47-byte line: scope sees the literal, the variants a 41-byte key
     ("cparse-poc-special-case", "deny", {"fix-matches-poc-literal", "variant-still-fails"}),
     ("cparse-refuse-all", "deny", {"regression-introduced"}),
@@ -87,6 +98,9 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
         "deny",
         {"fix-matches-poc-literal", "fix-special-cases-poc-value", "fix-misses-upstream-behaviour"},
     ),
+    # hides the double free's second free behind the entry's `live` flag: a key unset twice
+    # (a variant: the PoC's line 2 duplicated) still frees it twice
+    ("kvset-wrong-fix", "deny", {"variant-still-fails"}),
     # broken evidence: DENY
     ("cparse-other-failure", "deny", {"pre-fix-wrong-failure", "post-fix-still-fails"}),
     ("stamp-release", "deny", {"nondeterministic"}),
@@ -328,6 +342,8 @@ DISCRIMINATION: dict[str, tuple[str, list[str]]] = {
         "roster-wrong-field",
         ["roster-special-case"],
     ),
+    # issue 26: a lifetime bug; the wrong fix hides the second free behind the PoC's condition
+    "kvset: an unset key's value is freed twice": ("kvset-double-free", ["kvset-wrong-fix"]),
 }
 # other real fixes of a listed bug, and candidates whose evidence is the point (not a fix's
 # discrimination): every calibration row is in exactly one place
@@ -341,6 +357,8 @@ OTHER_ROWS = {
     "cjson-cve-2023-53154",
     "stamp-release",
     "racy-lost-update",
+    "htmlattr-key-injection",  # issue 26: variant validity (no wrong fix of it yet)
+    "cregs-write-address",  # issue 26: coverage by statement (no wrong fix of it yet)
 }
 
 

@@ -254,3 +254,93 @@ def test_budget_and_seed_belong_to_the_variants_gate(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as exc:
         load_signing_rules(bad)
     assert exc.value.key == "gates.mutation.seed"
+
+
+# --- issue 26: variants that know which inputs are bad ---------------------------------------
+
+# htmlattr-key-injection's oracles: the key's separator injects an attribute (a wrong output,
+# exit 0) before the fix; the fix refuses it (exit 1, ValueError); good keys render as before
+INJECTION = {
+    "expect": {
+        "invocation": [
+            {"args": "injected", "exit_code": [0], "stdout": '^<p [^"]*[\\s/>=][^"]*="'},
+        ]
+    },
+    "accept": {
+        "invocation": [
+            {"args": "injected", "exit_code": [1], "stderr": "ValueError: invalid character"},
+            {"args": "good", "exit_code": [0], **GOLDEN},
+        ]
+    },
+}
+REFUSED = "ValueError: invalid character in attribute name: 'i d'\n"
+
+
+def _py(args: str, stdout: str = "", exit_code: int = 0, stderr: str = "") -> Any:
+    inv = {"target": "lib/python/htmlattr/__init__.py", "kind": "python", "args": ["r.py", args]}
+    inv |= {"exit_code": exit_code, "signal": None, "stdout": stdout, "stderr": stderr}
+    return {"schema": "trace.run/v1", "build": "ok", "target_ran": True, "invocations": [inv]}
+
+
+@pytest.mark.parametrize(
+    ("post", "pre", "oracles", "status"),
+    [
+        # the PoC's key lost its space: no bad input; the fix rightly renders it, as before
+        (_py("injected", '<p xy="v">\n'), _py("injected", '<p xy="v">\n'), INJECTION, "survives"),
+        # a good key gained a space: a bad input (the unpatched build injects), rightly refused
+        # as the PoC is; the old rule judged it by the good call's exit-0 oracle: breaks-oracle
+        (
+            _py("good", exit_code=1, stderr=REFUSED),
+            _py("good", '<p i d="v">\n'),
+            INJECTION,
+            "survives",
+        ),
+        # a wrong fix refuses spaces only: a key with '/' is a bad input it lets through
+        (
+            _py("injected", '<p a/b="v">\n'),
+            _py("injected", '<p a/b="v">\n'),
+            INJECTION,
+            "mishandled",
+        ),
+        # a bad input refused another way than the PoC's declared rejection
+        (_py("injected", exit_code=2), _py("injected", '<p a b="v">\n'), INJECTION, "mishandled"),
+        # a good input the fix makes fail, under a top-level rejection (exit 1) that the old
+        # rule never applied (the pre-fix side does not meet it either): a new failure
+        (
+            _py("x", exit_code=1, stderr=REFUSED),
+            _py("x", '<p xy="v">\n'),
+            {"expect": INJECTION["expect"], "accept": {"exit_code": [1], "stderr": "ValueError"}},
+            "regressed",
+        ),
+        # no valid input on either side (a variant of the script with a syntax error): neither
+        (
+            _py("injected", exit_code=1, stderr="SyntaxError"),
+            _py("injected", exit_code=1, stderr="SyntaxError"),
+            INJECTION,
+            "survives",
+        ),
+    ],
+)
+def test_only_bad_inputs_are_held_to_the_pocs_rejection(
+    tmp_path: Path, post: Any, pre: Any, oracles: Any, status: str
+) -> None:
+    record = _one_variant(tmp_path, post, pre, oracles)
+    (result,) = record["details"]["results"]
+    assert result["status"] == status, result
+    code = {"mishandled": "variant-mishandled", "regressed": "variant-regressed"}.get(status)
+    assert record["reasons"] == ([code] if code else [])
+    if code:
+        (item,) = record["details"]["still_failing"]  # bundled, with what broke
+        assert item["broken"]
+
+
+def test_a_bad_input_is_the_declared_bug_on_the_pre_fix_side() -> None:
+    from engine.gates.core.oracle import shows_the_bug
+
+    expect = {"sanitizer": ASAN, "exit_code": [1]}
+    asan = _record(ASAN, exit_code=1)["invocations"][0]
+    other = _record(OTHER, exit_code=1)["invocations"][0]
+    assert shows_the_bug(asan, expect) and not shows_the_bug(other, expect)
+    good = _py("injected", '<p xy="v">\n')["invocations"][0]
+    bad = _py("injected", '<p a b="v">\n')["invocations"][0]
+    assert shows_the_bug(bad, INJECTION["expect"]) and not shows_the_bug(good, INJECTION["expect"])

@@ -176,6 +176,21 @@ RULES: dict[str, tuple[str, str, str]] = {
         "fix the faulty code for every value, not the PoC's: the bundled variants show the "
         "neighbouring values the fix leaves as they were",
     ),
+    "variants.mishandled": (
+        "variant-mishandled",
+        "a variant of the proof of concept on which the unpatched build shows the declared bug "
+        "(a bad input) is not handled as the PoC's declared post-fix behaviour ([accept]'s "
+        "rejection: exit code, stderr; default exit 0)",
+        "handle every input the bug reaches, not only the PoC's (the bundled variant shows "
+        "one), or have a reviewer confirm that handling and waive",
+    ),
+    "variants.regressed": (
+        "variant-regressed",
+        "a variant of the proof of concept that the unpatched build handled well (no failure, "
+        "no sign of the bug: a good input) fails on the post-fix build",
+        "keep the package's behaviour on inputs the bug does not reach (the bundled variant "
+        "shows one), or have a reviewer confirm the stricter behaviour and waive",
+    ),
     "variants.no-poc": (
         "variants-not-measurable",
         "the pre-fix run recorded no target invocation, so there is no PoC to vary "

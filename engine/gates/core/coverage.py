@@ -10,7 +10,12 @@ Two halves, both run in the sandbox:
   `$out/share/trace-coverage/<build dir>/`. Writes `coverage.json`: per source file, its
   executable and executed lines.
 * `evaluate` (the coverage gate): changed lines = the patch's added lines (new-file numbers);
-  measured = those that are executable; covered = measured ∩ executed. Not measurable (not a
+  measured = those that are executable; covered = measured ∩ executed, by statement: a changed
+  line inside a multi-line condition (statements.py) is executable and executed as its
+  statement is (gcc counts a clause's test on another line of it, often the one before, and
+  leaves the clause's own line at 0: libmodbus' fix of CVE-2022-0367 read 0/1 with its PoC).
+  Beside it, the branch arcs of the changed lines' statements (gcov's branch data: taken of
+  total) are reported (`details.branches`, not gated). Not measurable (not a
   pass) when the run reported no coverage at all, when ANY changed file that may hold executable
   changed lines was not reported (`coverage.file-not-measured`: a.c fully covered does not
   vouch for b.c, so its lines are neither dropped nor guessed), or when no changed line is
@@ -36,6 +41,7 @@ from .diff import parse_series
 from .landing import landed, load_landing
 from .lang import Lang, code_only, is_test_path, language
 from .modules import load_module
+from .statements import spans, statement_of
 
 # Appended to the harness's sitecustomize (a str.format template: braces doubled).
 PY_TRACER = """
@@ -188,7 +194,7 @@ def _gcov(gcov: str, target: str, build_top: str) -> dict[str, dict[str, set[int
             shutil.copyfile(gcda, os.path.join(work, os.path.basename(gcda)))
         name = os.path.basename(gcno)[: -len(".gcno")] + ".gcda"
         proc = subprocess.run(
-            [gcov, "--json-format", "--stdout", name],
+            [gcov, "--branch-probabilities", "--json-format", "--stdout", name],
             cwd=work,
             capture_output=True,
             check=False,
@@ -207,7 +213,18 @@ def _gcov(gcov: str, target: str, build_top: str) -> dict[str, dict[str, set[int
                     entry["executable"].add(int(ln["line_number"]))
                     if int(ln.get("count", 0)) > 0:
                         entry["executed"].add(int(ln["line_number"]))
+                    _branches(entry, ln)
     return files
+
+
+def _branches(entry: dict[str, Any], ln: dict[str, Any]) -> None:
+    """A line's branch arcs as gcov counts them: [taken, total] (exception arcs left out)."""
+    arcs = [b for b in ln.get("branches") or [] if not b.get("throw")]
+    if not arcs:
+        return
+    taken = sum(int(b.get("count", 0)) > 0 for b in arcs)
+    have = entry.setdefault("branches", {}).setdefault(int(ln["line_number"]), [0, 0])
+    have[0], have[1] = have[0] + taken, have[1] + len(arcs)
 
 
 def _python(
@@ -289,10 +306,7 @@ def run(cfg: dict[str, Any]) -> int:
         "build": "failed" if build_failed else "ok",
         "tools": tools,
         "sources": sources,
-        "files": {
-            k: {"executable": sorted(v["executable"]), "executed": sorted(v["executed"])}
-            for k, v in sorted(files.items())
-        },
+        "files": {k: _file_json(v) for k, v in sorted(files.items())},
     }
     os.makedirs(out, exist_ok=True)
     for name, value in (("outcome.json", record), ("coverage.json", coverage)):
@@ -302,7 +316,67 @@ def run(cfg: dict[str, Any]) -> int:
     return 0
 
 
+def _file_json(v: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"executable": sorted(v["executable"]), "executed": sorted(v["executed"])}
+    if v.get("branches"):
+        out["branches"] = {str(k): v["branches"][k] for k in sorted(v["branches"])}
+    return out
+
+
 # ---- the gate ----
+
+
+def _patched_source(cfg: dict[str, Any], path: str) -> str | None:
+    """The patched file (the patched-source step's copy, beside its landing.json)."""
+    landing = cfg.get("landing")
+    if not landing:
+        return None
+    full = os.path.join(os.path.dirname(str(landing)), "files", path)
+    return _read(full) if os.path.isfile(full) else None
+
+
+def by_statement(
+    lines: list[int], data: dict[str, Any], source: str | None, path: str
+) -> tuple[list[int], list[int], list[int], dict[int, list[int]]]:
+    """(executable, covered, decided, within) of the changed `lines` (`decided`: the lines whose
+    statement, not their own count, made them executable or executed; `within`: each changed
+    line's multi-line statement, [first, last]): a line that lies in a
+    multi-line statement (a condition spanning lines: statements.py) is executable when any line
+    of it is, and executed when any line of it ran (its condition was evaluated: gcc counts a
+    clause's test where it pleases, often on the line before). Other lines: gcov's own counts."""
+    exe, ran = set(data["executable"]), set(data["executed"])
+    found = spans(source) if source is not None and language(path) != "python" else []
+    executable: list[int] = []
+    covered: list[int] = []
+    decided: list[int] = []
+    within: dict[int, list[int]] = {}
+    for n in lines:
+        span = statement_of(n, found)
+        rng = range(span[0], span[1] + 1) if span else range(n, n + 1)
+        if span is not None:
+            within[n] = [span[0], span[1]]
+        by_line = (n in exe, n in ran)
+        by_statement = (any(k in exe for k in rng), any(k in ran for k in rng))
+        if span is not None and by_statement != by_line:
+            decided.append(n)  # the statement, not the line, decided
+        if by_statement[0]:
+            executable.append(n)
+            if by_statement[1]:
+                covered.append(n)
+    return executable, covered, decided, within
+
+
+def branch_share(
+    lines: list[int], statements: dict[int, list[int]], data: dict[str, Any]
+) -> list[int]:
+    """[taken, total] branch arcs of the changed lines and of the statements they lie in."""
+    branches: dict[str, list[int]] = data.get("branches") or {}
+    wanted = set(lines)
+    for first, last in statements.values():
+        wanted.update(range(first, last + 1))
+    taken = sum(branches[str(n)][0] for n in wanted if str(n) in branches)
+    total = sum(branches[str(n)][1] for n in wanted if str(n) in branches)
+    return [taken, total]
 
 
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -323,6 +397,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     reported = sorted(cov["files"])
     per_file: list[dict[str, Any]] = []
     measured = covered = 0
+    branches = [0, 0]  # taken, total arcs of the changed lines' statements (gcov)
     unmeasured: list[str] = []
     unmapped: list[str] = []
     for path, text in changed.items():
@@ -341,8 +416,11 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             )
             continue
         data = cov["files"][src]
-        executable = [n for n in lines if n in set(data["executable"])]
-        hit = [n for n in executable if n in set(data["executed"])]
+        source = _patched_source(cfg, path)
+        executable, hit, decided, within = by_statement(lines, data, source, path)
+        branch = branch_share(lines, within, data)
+        statements = {n: within[n] for n in decided}
+        branches = [branches[0] + branch[0], branches[1] + branch[1]]
         measured += len(executable)
         covered += len(hit)
         per_file.append(
@@ -355,8 +433,10 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
                 "covered": hit,
                 "missed": [n for n in executable if n not in hit],
                 "measurable": True,
+                "branches": branch,
             }
             | ({"moved": moved} if moved else {})
+            | ({"statements": {str(k): v for k, v in statements.items()}} if statements else {})
         )
     rules: list[str] = []
     no_data = cov.get("build") == "failed" or not cov.get("tools")
@@ -375,6 +455,10 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     summary = f"{covered} of {measured} executable changed line(s) run"
     if any("moved" in f for f in per_file):
         summary += " (lines where the patch landed, not its hunk headers)"
+    if any("statements" in f for f in per_file):
+        summary += " (a clause of a multi-line condition counted by its statement)"
+    if branches[1]:
+        summary += f"; {branches[0]} of {branches[1]} branch(es) of the changed statements taken"
     if rules and rules[0] != "coverage.below-threshold":
         summary += f"; {RULES[rules[0]][1]}"
     if unmapped or unmeasured:
@@ -392,6 +476,8 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             "changed_lines": sum(len(v) for v in changed.values()),
             "executable_changed_lines": measured,
             "covered_lines": covered,
+            "branches": {"taken": branches[0], "total": branches[1]},
+            "branch_share": round(branches[0] / branches[1], 6) if branches[1] else None,
             "files": per_file,
             "unmeasured_files": unmeasured,
             "unmapped_files": unmapped,

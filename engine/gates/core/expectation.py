@@ -34,6 +34,7 @@ from .oracle import (
     judge_post,
     judge_pre,
     sanitizer_text,
+    unmatched_in_failed_run,
 )
 
 Record = dict[str, Any]
@@ -77,8 +78,10 @@ def signature(r: Record) -> tuple[Any, ...]:
 def judge_run(side: str, r: Record, oracles: Record) -> Judgement:
     invs = list(r.get("invocations") or [])
     if side == "pre":
+        # pre-fix, a failure is the point: an [expect] oracle that selects nothing stays a
+        # declaration error (the call it names never happens on the build it describes)
         return judge_pre(invs, oracles.get("expect") or {})
-    j = judge_post(invs, oracles.get("accept") or {})
+    j = unmatched_in_failed_run(judge_post(invs, oracles.get("accept") or {}), r)
     if r.get("timed_out"):
         j.holds = False
         j.problems.insert(0, "the reproducer timed out")

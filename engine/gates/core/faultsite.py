@@ -11,6 +11,11 @@ Python, to the next line indented no deeper than its `def`); without the source,
 alone (the nearest definition above the changed line in the hunk, else the hunk header's
 section, as `git diff`/`diff -p` print it). Changing the frame's very line always counts.
 
+A lifetime bug (heap-use-after-free, double-free) has three stacks, all of which count: the
+access (the second free, the late read), where the memory was freed ("freed by thread T0 here:")
+and where it was allocated (the harness's `lifetime_frames`): the real fix of a double free is
+often at the first free.
+
 * touched: passed; away from every stack: `fix-away-from-fault` (the patch makes the reproducer
   pass without changing the code that failed: a plausible wrong fix, e.g. a bigger constant);
 * no stack at all (a wrong-output bug, a clean non-zero exit, a bare signal): not measurable,
@@ -121,12 +126,19 @@ def own_frames(frames: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
 
 
 def stacks(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """The failing stacks of the first pre-fix run (runs of one side agree, or it is flaky)."""
+    """The failing stacks of the first pre-fix run (runs of one side agree, or it is flaky):
+    per failing invocation its access stack, then a lifetime bug's "freed by" and "previously
+    allocated by" stacks (a double free is fixed at either free; a use after free where the
+    memory is freed too early, or allocated in the wrong owner)."""
     found = []
     for r in records[:1]:
         for i in r.get("invocations") or []:
-            if invocation_failed(i) and i.get("frames"):
-                found.append(list(i["frames"]))
+            if not invocation_failed(i):
+                continue
+            lifetime = i.get("lifetime_frames") or {}
+            for s in (i.get("frames"), lifetime.get("freed"), lifetime.get("allocated")):
+                if s:
+                    found.append(list(s))
     return found
 
 
@@ -243,8 +255,10 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         details["summary"] = f"the patch changes {hits[0]} (on the failing stack)"
         return _record(True, True, [], details)
     details["summary"] = (
-        f"the patch changes none of the first {k} frames of the failing stack: "
-        + ", ".join(_where(f) for f in found[0])
+        f"the patch changes none of the first {k} frames of the failing stack"
+        + ("s" if len(found) > 1 else "")
+        + ": "
+        + "; ".join(", ".join(_where(f) for f in s) for s in found)
     )
     return _record(False, True, ["fix-away-from-fault"], details)
 

@@ -3,7 +3,8 @@
 One oracle (a dict, as `engine/candidate.py` `Oracle.sandbox_json` writes it) may hold:
 
 * `exit_code`: a list of accepted exit codes (a set); `signal`: e.g. "SIGSEGV";
-  `sanitizer`: "Tool" or "Tool: kind";
+  `sanitizer`: "Tool" or "Tool: kind", the kind of the report's SUMMARY line (double-free,
+  heap-use-after-free, SEGV, heap-buffer-overflow, ...; docs/oracles.md lists them);
 * `output` (regex over stdout + stderr), `stdout`, `stderr` (regexes over that stream, searched,
   multi-line), each over the text the harness captured from the target itself (normalised);
 * `golden`: {file, sha256, text}: the target's stdout must be exactly this file;
@@ -23,7 +24,10 @@ oracle) and `invocation` (a list of per-invocation oracles). The rules:
   acceptable, whatever is declared), every invocation a per-invocation oracle selects meets it,
   and every other invocation meets the top-level `[accept]` (default: exit code 0).
 * a per-invocation oracle that selects no invocation of a run is a declaration error (its key is
-  reported), never a pass.
+  reported), never a pass, when everything in that run succeeded; in a run where a target
+  failed, or the reproducer script stopped (non-zero, a signal, its timeout: `set -e` after a
+  crash), it is that run's failure (`unmatched_in_failed_run`): post-fix-still-fails. (Pre-fix,
+  where a failure is the point, it stays a declaration error.)
 * a VARIANT of the PoC (a changed input) is judged by the input-independent part of [accept]
   only (exit-code sets, signal, sanitizer, stderr; never `stdout`, `output`, `golden`,
   `not_golden`, which were declared for the PoC's exact input), and only against the same
@@ -66,6 +70,23 @@ def fatal(i: Record) -> bool:
 def sanitizer_text(r: Record) -> str | None:
     s = r.get("sanitizer")
     return f"{s['tool']}: {s['kind']}" if s else None
+
+
+def declared_sanitizer(want: str) -> str:
+    """A declared `sanitizer` as the harness records reports: "Tool" or "Tool: kind", the kind
+    as the report's SUMMARY line names it; the ERROR line's wording is accepted too
+    ("AddressSanitizer: attempting double-free" is "AddressSanitizer: double-free")."""
+    tool, sep, kind = want.partition(":")
+    kind = kind.strip()
+    if kind.startswith("attempting "):
+        kind = kind[len("attempting ") :].strip()
+    return f"{tool.strip()}: {kind}" if sep else tool.strip()
+
+
+def sanitizer_matches(want: str, got: str | None) -> bool:
+    """Does the recorded report (`Tool: kind`, or None) meet the declared one?"""
+    want = declared_sanitizer(want)
+    return got == want if ":" in want else str(got).split(":")[0] == want
 
 
 def stream(i: Record, name: str) -> str:
@@ -132,8 +153,7 @@ def mismatches(i: Record, oracle: Record) -> list[str]:
     want_san = oracle.get("sanitizer")
     if want_san:
         got = sanitizer_text(i)
-        ok = got == want_san if ":" in want_san else str(got).split(":")[0] == want_san
-        if not ok:
+        if not sanitizer_matches(str(want_san), got):
             out.append(f"expected sanitizer report '{want_san}', got '{got or 'none'}'")
     texts = {
         "output": stream(i, "stdout") + "\n" + stream(i, "stderr"),
@@ -225,19 +245,28 @@ def _post_fields(oracle: Record) -> Record:
     return fields
 
 
-def _post_problems(invs: list[Record], accept: Record, j: Judgement) -> list[list[str]]:
-    """Per invocation, how it breaks the post-fix rules under [accept] (empty: acceptable)."""
+def governing(invs: list[Record], accept: Record, j: Judgement) -> list[tuple[bool, list[Record]]]:
+    """Per invocation, the [accept] oracles that judge it: (selected by a per-invocation oracle,
+    those oracles), else (False, [the top-level [accept]])."""
     entries = list(accept.get("invocation") or [])
     chosen = _selected(entries, invs, j)
-    out: list[list[str]] = []
+    out = []
     for i in invs:
+        mine = [o for o, picked in zip(entries, chosen, strict=True) if any(p is i for p in picked)]
+        out.append((bool(mine), mine or [accept]))
+    return out
+
+
+def _post_problems(invs: list[Record], accept: Record, j: Judgement) -> list[list[str]]:
+    """Per invocation, how it breaks the post-fix rules under [accept] (empty: acceptable)."""
+    out: list[list[str]] = []
+    for i, (mine, oracles) in zip(invs, governing(invs, accept, j), strict=True):
         problems: list[str] = []
         out.append(problems)
         if fatal(i):
             problems.append(f"{describe_invocation(i)} (never acceptable after a fix)")
             continue
-        mine = [o for o, picked in zip(entries, chosen, strict=True) if any(p is i for p in picked)]
-        for o in mine or [accept]:
+        for o in oracles:
             fields = _post_fields(o)
             if i.get("ended") in NOT_FAILURES:
                 del fields["exit_code"]  # ended by the harness or a closed pipe: no exit code
@@ -309,6 +338,130 @@ def newly_unacceptable(run: Record, baseline: Record, accept: Record) -> list[st
     return out
 
 
+def stopped_after_failure(record: Record) -> str | None:
+    """How the run went wrong, if it did: a target invocation failed, or the reproducer script
+    itself ended non-zero, by a signal or by its timeout (a `set -e` script stops after the first
+    failing call: the calls after it never happen). None: everything succeeded."""
+    bad = [i for i in record.get("invocations") or [] if invocation_failed(i)]
+    if bad:
+        return f"{describe_invocation(bad[0])} failed"
+    if record.get("timed_out"):
+        return "the reproducer timed out"
+    if record.get("signal"):
+        return f"the reproducer died of {record['signal']}"
+    if record.get("exit_code") not in (0, None):
+        return f"the reproducer exited {record['exit_code']}"
+    return None
+
+
+def unmatched_in_failed_run(j: Judgement, record: Record) -> Judgement:
+    """A per-invocation oracle that selected nothing in a run that failed is that run's failure
+    (the reproducer stopped before the call, or the call never came): a problem of the verdict,
+    no longer a declaration error. In a run where everything succeeded it stays `unmatched`."""
+    why = stopped_after_failure(record) if j.unmatched else None
+    if why is None:
+        return j
+    j.problems += [
+        f"{k}: selected no target invocation, the run stopped: {why}" for k in j.unmatched
+    ]
+    j.unmatched = []
+    j.holds = False
+    return j
+
+
+def shows_the_bug(i: Record, expect: Record) -> bool:
+    """The invocation misbehaves as [expect] declares the bug (top-level or any per-invocation
+    oracle, its selectors dropped: a variant changes the input, not the program): it meets every
+    field of one of them, and that oracle shows a misbehaviour (a failure, or a wrong output)."""
+    for o in [_fields(expect), *(_fields(e) for e in expect.get("invocation") or [])]:
+        if o and not mismatches(i, o) and _misbehaves(i, o):
+            return True
+    return False
+
+
+def rejections(accept: Record) -> list[Record]:
+    """The PoC's declared rejection, input-independent fields only: every [accept] oracle that
+    declares one (an exit-code set without 0: `exit 1` + a message). None declared (the fix
+    handles the bad input and exits 0, or the default): a bad input is judged by the crash
+    rule only (a clean exit, whatever its code, is no crash)."""
+    rules = input_independent(accept)
+    entries = [_fields(o) for o in rules.get("invocation") or []]
+    return [o for o in [_fields(rules), *entries] if _is_rejection(o)]
+
+
+def _is_rejection(o: Record) -> bool:
+    return bool(_codes(o)) and 0 not in _codes(o)
+
+
+def _codes(o: Record) -> list[Any]:
+    codes = o.get("exit_code")
+    return [codes] if isinstance(codes, int) else list(codes or [])
+
+
+class VariantJudgement:
+    """A variant's post-fix run against its pre-fix run, per call (oracle.variant_judgement)."""
+
+    def __init__(self) -> None:
+        self.broken: list[str] = []  # a good input: an oracle the pre-fix side met, broken
+        self.mishandled: list[str] = []  # a bad input: not handled as the PoC's rejection
+        self.regressed: list[str] = []  # a good input: a new failure
+
+
+def variant_judgement(run: Record, baseline: Record, oracles: Record) -> VariantJudgement:
+    """How a variant's post-fix `run` fails, per call, against its pre-fix `baseline` (THE SAME
+    input). A call is a BAD input when the pre-fix side shows the bug on it (`shows_the_bug`):
+    the PoC's declared rejection applies (`rejections`, one of them met: mishandled
+    otherwise). A call the pre-fix side handled well (no failure, no bug) is a GOOD input: a
+    declared oracle it met pre-fix must still be met (broken), and a new failure is a
+    regression. A call the pre-fix side failed otherwise (not the declared bug: a variant that
+    is no valid input, on both sides) is judged by neither."""
+    expect, accept = oracles.get("expect") or {}, oracles.get("accept") or {}
+    invs = list(run.get("invocations") or [])
+    base = list(baseline.get("invocations") or [])
+    rules = input_independent(accept)
+    mine = _post_problems(invs, rules, Judgement())
+    theirs = _post_problems(base, rules, Judgement())
+    judges = governing(invs, rules, Judgement())
+    where = _by_call(base)
+    out = VariantJudgement()
+    if run.get("timed_out") and not baseline.get("timed_out"):
+        out.broken.append("the reproducer timed out")
+    for call, n in _by_call(invs).items():
+        m = where.get(call)
+        if m is None:
+            continue
+        i, b = invs[n], base[m]
+        if shows_the_bug(b, expect):
+            out.mishandled += _rejection_problems(i, accept)
+        elif not invocation_failed(b):
+            # a failure the call's own oracle declares acceptable besides success (exit 0 or
+            # 2) is no regression; the PoC's rejection (exit 1, without 0) never excuses one
+            declared = not mine[n] and all(0 in _codes(o) for o in judges[n][1])
+            if mine[n] and not theirs[m]:
+                out.broken += mine[n]
+            elif invocation_failed(i) and not declared:
+                out.regressed.append(
+                    f"{describe_invocation(i)} (pre-fix: {describe_invocation(b)}, no failure)"
+                )
+    return out
+
+
+def _rejection_problems(i: Record, accept: Record) -> list[str]:
+    """How a post-fix call on a bad input misses every declared rejection (empty: it meets one)."""
+    if fatal(i):
+        return [f"{describe_invocation(i)} (never acceptable after a fix)"]
+    tried = []
+    for o in rejections(accept) or [{}]:
+        fields = dict(o)
+        if i.get("ended") in NOT_FAILURES:
+            fields.pop("exit_code", None)
+        wrong = mismatches(i, fields)
+        if not wrong:
+            return []
+        tried.append("; ".join(wrong))
+    return [f"{describe_invocation(i)}: a bad input, not handled as the PoC: " + " / ".join(tried)]
+
+
 def post_fix_acceptable(record: Record, oracles: Record) -> tuple[bool, str]:
     """THE rule for a patched build's run (the expectation gate's post-fix side; the mutation
     gate judges each mutant's run with it: a mutant is killed when this says False). `record` is
@@ -319,6 +472,7 @@ def post_fix_acceptable(record: Record, oracles: Record) -> tuple[bool, str]:
     if record.get("timed_out"):
         return False, "the reproducer timed out"
     j = judge_post(list(record.get("invocations") or []), oracles.get("accept") or {})
+    j = unmatched_in_failed_run(j, record)
     if j.unmatched:
         return False, "no invocation for " + ", ".join(j.unmatched)
     return j.holds, j.detail or "every target invocation is acceptable"

@@ -12,14 +12,18 @@ its post-fix run crashed (a sanitizer report on its own stderr, or a fatal signa
 did not cause) and either the crash is of the kind `[expect]` names (the advisory's bug, reached
 another way) or the pre-fix build did not crash on the same variant (the fix brought it).
 A clean rejection (a non-zero exit) is never a crash. A post-fix crash of another kind that the
-pre-fix build shows too is a bug the fix does not claim to fix: listed, not failing. A variant
-also fails (`breaks-oracle`, the same code) when its post-fix run breaks a declared post-fix
-oracle that its pre-fix run met (oracle.py `newly_unacceptable`: per invocation, invocation i
-judged by invocation i's [accept] oracle, input-independent fields only: exit-code sets,
-signal, sanitizer, stderr; a golden or stdout oracle was declared for the PoC's exact input
-and never judges a changed one): the fix made an input the unpatched build handled
-acceptably unacceptable (a fix that refuses everything). The number of variants that crash
-the pre-fix build is context for reviewers.
+pre-fix build shows too is a bug the fix does not claim to fix: listed, not failing.
+
+Without a crash, each call of the variant is judged by what the pre-fix side did with it
+(oracle.py `variant_judgement`, input-independent [accept] fields only: exit-code sets, signal,
+sanitizer, stderr; a golden or stdout oracle was declared for the PoC's exact input). A BAD
+input (the pre-fix side shows [expect]'s bug on it) must be handled as the PoC's declared
+rejection (`mishandled`: variant-mishandled). A GOOD input (the pre-fix side handled it well)
+must still meet a declared oracle it met pre-fix (`breaks-oracle`: variant-breaks-oracle, a fix
+that refuses everything) and must not newly fail (`regressed`: variant-regressed); the PoC's
+rejection never judges it (a variant of Jinja2's PoC whose key lost its space is rightly
+accepted by the fix). The number of variants that crash the pre-fix build, and of bad inputs,
+is context for reviewers (docs/oracles.md).
 """
 
 from __future__ import annotations
@@ -33,16 +37,22 @@ from typing import Any
 from .applied import applied_policy, bound
 from .codes import gate_record
 from .modules import load_json_object
-from .oracle import newly_unacceptable
+from .oracle import declared_sanitizer, shows_the_bug, variant_judgement
 from .variant_runs import run_dirs
 from .variants import Invocation, generate
 
 FATAL = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP", "SIGSYS")
 NOT_CRASHES = ("killed-by-harness", "timed-out", "broken-pipe")
-FAILING = ("still-fails", "breaks-oracle")  # the statuses that are variant-still-fails
+FAILING = ("still-fails", "breaks-oracle", "mishandled", "regressed")  # a failing variant
 NEIGHBOURS = ("+1", "-1")  # a compared value's neighbours: both must undo the fix
 BUNDLED = (*FAILING, "special-cased")  # a variant the bundle carries as evidence
-MEASURED = ("variants.still-fails", "variants.breaks-oracle", "variants.special-cased")
+MEASURED = (
+    "variants.still-fails",
+    "variants.breaks-oracle",
+    "variants.mishandled",
+    "variants.regressed",
+    "variants.special-cased",
+)
 DEFAULT_BUDGET = 24
 DEFAULT_SEED = 0
 
@@ -256,9 +266,14 @@ def same_bug(crash: str, expect: dict[str, Any]) -> bool:
     want_sig = expect.get("signal")
     if want_san is None and want_sig is None:
         return True
-    return (want_san is not None and str(want_san) in crash) or (
+    return (want_san is not None and declared_sanitizer(str(want_san)) in crash) or (
         want_sig is not None and crash == str(want_sig)
     )
+
+
+def _bad_input(pre: dict[str, Any], expect: dict[str, Any]) -> bool:
+    """The variant is a bad input: the pre-fix side shows the declared bug on some call."""
+    return any(shows_the_bug(i, expect) for i in pre.get("invocations") or [])
 
 
 def runs_by_index(dirs: list[str]) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
@@ -309,7 +324,8 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     oracles = cfg.get("oracles") or {}
     if isinstance(oracles, str):
         oracles = json.loads(oracles)
-    accept = oracles.get("accept") or {}
+    # which variant is a bad input: [expect] whole (its per-invocation oracles too)
+    declared = {"expect": oracles.get("expect") or expect, "accept": oracles.get("accept") or {}}
     post = runs_by_index(cfg["post"])
     pre = runs_by_index(cfg["pre"])
     want = list(range(1, len(plan["variants"]) + 1))
@@ -321,7 +337,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         meta, post_rec = post[n]
         _, pre_rec = pre[n]
         post_crash, pre_crash = crashes(post_rec), crashes(pre_rec)
-        broken: list[str] = []
+        seen = variant_judgement(post_rec, pre_rec, declared)
         if post_rec.get("build") == "failed" or not post_rec.get("target_ran"):
             status = "not-run"
         elif post_crash and (
@@ -330,8 +346,12 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             status = "still-fails"
         elif post_crash:
             status = "other-crash"
-        elif broken := newly_unacceptable(post_rec, pre_rec, accept):
+        elif seen.broken:
             status = "breaks-oracle"
+        elif seen.mishandled:
+            status = "mishandled"
+        elif seen.regressed:
+            status = "regressed"
         else:
             status = "survives"
         results.append(
@@ -345,7 +365,12 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
                 "status": status,
                 "post_crash": post_crash,
                 "pre_crash": pre_crash,
-                "broken": broken if status == "breaks-oracle" else [],
+                "broken": {
+                    "breaks-oracle": seen.broken,
+                    "mishandled": seen.mishandled,
+                    "regressed": seen.regressed,
+                }.get(status, []),
+                "bad_input": _bad_input(pre_rec, declared["expect"]),
             }
         )
     rules: list[str] = []
@@ -372,8 +397,12 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     still = [r for r in results if r["status"] in BUNDLED]
     if not rules and crashing:
         rules.append("variants.still-fails")
-    if not rules or rules == ["variants.still-fails"]:
+    regressing = [r for r in results if r["status"] == "regressed"]
+    mishandling = [r for r in results if r["status"] == "mishandled"]
+    if not rules or set(rules) <= {"variants.still-fails"}:
         rules += ["variants.breaks-oracle"] if breaking else []
+        rules += ["variants.mishandled"] if mishandling else []
+        rules += ["variants.regressed"] if regressing else []
     rules += ["variants.special-cased"] if special else []
     measurable = all(r in MEASURED for r in rules)
     judged = [r for r in results if r["status"] != "not-run"]
@@ -384,7 +413,11 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     )
     summary = f"{len(results)} variants of the PoC; {len(crashing)} still crash post-fix"
     if breaking:
-        summary += f", {len(breaking)} break a declared post-fix oracle the pre-fix build met"
+        summary += f", {len(breaking)} break a declared post-fix oracle"
+    if mishandling:
+        summary += f", {len(mishandling)} bad input(s) not handled as the PoC"
+    if regressing:
+        summary += f", {len(regressing)} good input(s) the fix made fail"
     if still:
         summary += f" (replay: variants/{still[0]['id']}/, {still[0]['description']}"
         summary += f": {still[0]['broken'][0]})" if still[0]["broken"] else ")"
@@ -410,6 +443,9 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             "results": results,
             "oracle_breaks": len(breaking),
             "special_cased": special,
+            "regressions": len(regressing),
+            "mishandled": len(mishandling),
+            "bad_inputs": sum(bool(r["bad_input"]) for r in results),
             "still_failing": [
                 {k: r[k] for k in ("index", "id", "description", "files", "post_crash", "broken")}
                 for r in still

@@ -53,10 +53,10 @@ import tempfile
 from collections.abc import Mapping
 
 from capture import TAIL_CHARS, Capture, normalise, signal_name
+from faults import sanitizer_report
 from isolation import isolated_reproducer, serving
 from redaction import redact, taint_fragments
 from targets import (
-    SANITIZER_RE,
     Harness,
     canonical_key,
     collect,
@@ -76,12 +76,12 @@ from targetview import (
 # appends its tracer to AUDIT_HOOK here: main() reads it from this module's globals)
 __all__ = [
     "AUDIT_HOOK",
-    "SANITIZER_RE",
     "Capture",
     "canonical_key",
     "main",
     "normalise",
     "python_paths",
+    "sanitizer_report",
     "serving",
     "store_name",
 ]

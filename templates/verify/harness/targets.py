@@ -32,10 +32,9 @@ from capture import (
     signal_name,
     tee,
 )
-from faults import frames
+from faults import frames, lifetime_frames, sanitizer_report
 from redaction import redact, redact_fragments
 
-SANITIZER_RE = re.compile(r"ERROR: (\w+Sanitizer): ([A-Za-z][\w-]*)")
 AUDIT_VAR = "TRACE_TARGET_LOG"
 DROPPED_ENV = ("LD_", "PYTHON", "DYLD_")
 STDIN_CAP = 1 << 16  # stdin bytes a record holds (the PoC's input, for the variants gate)
@@ -341,8 +340,9 @@ def invocation_record(
     fragments of its PoC's secrets, the PoC's own stay as run: the variants gate re-runs them)."""
     stdout = normalise(entry["stdout"].decode("utf-8", "replace"), subs)
     stderr = normalise(entry["stderr"].decode("utf-8", "replace"), subs)
-    match = SANITIZER_RE.search(stderr)  # head + tail kept at fixed sizes: deterministic
+    report = sanitizer_report(stderr)  # the whole stream, before it is cut: deterministic
     frame_list = frames(stderr, entry.get("kind") == "python")
+    lifetime = lifetime_frames(stderr) if report else {}
     # the digests are of the whole stream as the target wrote it (a golden file compares)
     digests = {
         "stdout_sha256": hashlib.sha256(stdout.encode()).hexdigest(),
@@ -356,7 +356,7 @@ def invocation_record(
         if redact_fragments(raw, fragments) != raw:  # a variant's stdin holding a PoC secret
             record["stdin"] = {**stdin, "b64": None}
     record["args"] = [redact_fragments(normalise(str(a), subs), fragments) for a in entry["args"]]
-    record["sanitizer"] = {"tool": match.group(1), "kind": match.group(2)} if match else None
+    record["sanitizer"] = report
     record["stdout_tail"] = stdout[-INVOCATION_TAIL_CHARS:]
     record["stderr_tail"] = stderr[-INVOCATION_TAIL_CHARS:]
     # what the declared oracles read: the streams as captured (normalised; capped), the stdout's
@@ -365,6 +365,8 @@ def invocation_record(
     record["stderr"] = keep_text(stderr)
     record.update(digests)
     record["frames"] = frame_list
+    if lifetime:  # a lifetime bug's "freed by" / "previously allocated by" stacks
+        record["lifetime_frames"] = lifetime
     return record
 
 
