@@ -32,8 +32,8 @@ from tools import ENV, TRACE, drop_gcroots, timed, trace_cmd, trace_run
 
 # (file suffix, function name) -> label, for the cumulative-time table
 FOCUS = [
-    ("engine/cli.py", "main", "cli.main (everything)"),
-    ("engine/cli.py", "build_parser", "cli.build_parser"),
+    ("engine/cli/__init__.py", "main", "cli.main (everything)"),
+    ("engine/cli/__init__.py", "build_parser", "cli.build_parser"),
     ("engine/cache.py", "__init__", "Index() (lock + sqlite + gcroots dir)"),
     ("engine/hashing.py", "__init__", "StatCache() (loads stat_cache table)"),
     ("engine/graph.py", "load_graph", "load_graph"),
@@ -84,7 +84,7 @@ def importtime(cmd: list[str], cwd: Path, top: int) -> str:
 
 
 def phases(proj: Project, state: Path, jobs: int) -> str:
-    """The steps of `trace run` (as engine/commands.py does them), timed without a profiler."""
+    """The steps of `trace run` (as engine/cli/run.py does them), timed without a profiler."""
     marks: list[tuple[str, float]] = []
     t = time.perf_counter()
 

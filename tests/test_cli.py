@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,8 @@ def test_the_table_names_what_each_module_registers(module: str) -> None:
 def test_every_command_has_one_module() -> None:
     names = [n for names in cli.COMMAND_MODULES.values() for n in names]
     assert len(names) == len(set(names))
-    assert cli.module_of("verify") == "engine.bundle_verify.verify_command"
+    assert cli.module_of("verify") == "engine.cli.verify"
+    assert cli.module_of("verify-bundle") == "engine.cli.verify_bundle"
     assert cli.module_of("no-such-command") is None
 
 
@@ -49,8 +51,8 @@ def _modules_after(argv: list[str]) -> set[str]:
 
 def test_a_command_imports_only_its_own_module() -> None:
     loaded = _modules_after(["plan", "x.toml"])
-    assert "engine.commands" in loaded
-    others = {m for m in cli.COMMAND_MODULES if m != "engine.commands"}
+    assert "engine.cli.plan" in loaded
+    others = {m for m in cli.COMMAND_MODULES if m != "engine.cli.plan"}
     assert not loaded & others, loaded & others
 
 
@@ -69,3 +71,17 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     for names in cli.COMMAND_MODULES.values():
         for name in names:
             assert name in out
+
+
+def test_every_command_is_in_the_command_wing() -> None:
+    """One command wing: parsers are made only in engine/cli/, one module per command."""
+    engine = Path(cli.__file__).parent.parent
+    outside = sorted(
+        str(p.relative_to(engine.parent))
+        for p in engine.rglob("*.py")
+        if p.parent.name != "cli" and re.search(r"\.add_parser\(|def register\(", p.read_text())
+    )
+    assert outside == []
+    modules = {p.stem for p in (engine / "cli").glob("*.py")} - {"__init__", "__main__"}
+    commands = {m.rpartition(".")[2] for m in cli.COMMAND_MODULES}
+    assert modules - commands == {"args", "options"}  # the shared argument helpers

@@ -15,7 +15,7 @@ from engine.errors import PolicyError
 from engine.gates.context import gate_context, signing_policy_path
 from engine.graph import load_graph
 from engine.policy.signing import load_signing_rules
-from engine.verify.command import verify_context
+from engine.verify.pipeline import verify_context
 
 REPO = Path(__file__).resolve().parent.parent
 FORK = REPO / "tests" / "fixtures" / "fork"

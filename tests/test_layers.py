@@ -1,6 +1,6 @@
 """Dependencies point one way: engine.verify (the pipeline and its verdict) never imports the
 bundle layers above it (engine.evidence, engine.bundle_verify): issue 11 untangled the circle
-`engine.verify.command` -> `engine.bundle_verify` -> `engine.verify`."""
+`engine.verify.pipeline` -> `engine.bundle_verify` -> `engine.verify`."""
 
 from __future__ import annotations
 

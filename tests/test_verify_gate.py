@@ -13,7 +13,7 @@ from engine.candidate import load_candidate
 from engine.gates.core import expectation, oracle
 from engine.graph import load_graph
 from engine.run import RunResult, StepResult
-from engine.verify.command import find_fork, project_root, verify_context
+from engine.verify.pipeline import find_fork, project_root, verify_context
 from engine.verify.result import REASONS
 from engine.verify.verdict import judge, load_gate
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.verify.command import run_verify
+from engine.verify.pipeline import run_verify
 from engine.verify.result import VerifyResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fork"

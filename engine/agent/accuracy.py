@@ -13,7 +13,7 @@ from engine.agent.write import Folder, candidate_toml
 from engine.roles.compare import Comparison, compare
 
 if TYPE_CHECKING:
-    from engine.agent.draft import DraftOptions
+    from engine.agent.options import DraftOptions
 
 
 def upstream_candidate(model_cand: Any, patch: str, folder: Folder) -> Any:
@@ -52,7 +52,7 @@ def upstream_candidate(model_cand: Any, patch: str, folder: Folder) -> Any:
 def accuracy(
     model_cand: Any, model_ok: bool | None, upstream_patch: str, folder: Folder, opts: DraftOptions
 ) -> Comparison:
-    from engine.verify.command import build_verify
+    from engine.verify.pipeline import build_verify
 
     up = upstream_candidate(model_cand, upstream_patch, folder)
     _, _, result = build_verify(

@@ -1,36 +1,40 @@
-"""The signing policy's decision on a drafted candidate, through `trace decide` itself."""
+"""The signing policy's decision on a drafted candidate: what `trace decide` decides, in process
+(engine.evidence.decide), with the record written beside the draft's other decisions."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
+import datetime as dt
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.errors import TraceError
+
 if TYPE_CHECKING:
-    from engine.agent.draft import DraftOptions
+    from engine.agent.options import DraftOptions
 
 
 def signing_decision(candidate: Path, opts: DraftOptions) -> tuple[str, list[str]]:
     """('allow' | 'deny', its reason codes), from the cached verify of this very candidate."""
-    from engine.cli import main
+    from engine.errors import InputError
+    from engine.evidence.decide import decide_candidate
 
     out = opts.state / "decisions" / f"draft-{candidate.parent.name}.json"
-    argv = ["decide", str(candidate), "--fork", str(opts.fork), "--state-dir", str(opts.state)]
-    argv += ["--out", str(out)]
-    if opts.signing_policy is not None:
-        argv += ["--signing", str(opts.signing_policy)]
     out.unlink(missing_ok=True)
-    with contextlib.redirect_stdout(io.StringIO()):
-        rc = main(argv)
-    if not out.is_file():
-        from engine.errors import InputError
-
+    try:
+        decided = decide_candidate(
+            candidate,
+            today=dt.datetime.now(dt.UTC).date(),
+            fork=opts.fork,
+            state_dir=opts.state,
+            out=out,
+            signing=opts.signing_policy,
+        )
+    except TraceError as exc:
+        print(f"trace: error: {exc.render()}", file=sys.stderr)
         raise InputError(
-            f"`trace decide` could not decide the drafted candidate (exit {rc})",
+            f"`trace decide` could not decide the drafted candidate (exit {exc.exit_code})",
             file=candidate,
             hint="run `trace decide` on it to see why",
-        )
-    doc = json.loads(out.read_text(encoding="utf-8"))
-    return str(doc["decision"]), [str(r["code"]) for r in doc.get("reasons", [])]
+        ) from None
+    return decided.decision.decision, [r.code for r in decided.decision.reasons]

@@ -15,9 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from engine.agent.inputs import advisory_value, digest, source_files, verify_value
+from engine.agent.options import DraftOptions
 from engine.agent.record import DraftDecision, DraftRecord, ReviewClaim, StepRecord
 from engine.agent.write import Folder, candidate_toml
 from engine.models.ask import ask
@@ -34,18 +33,6 @@ DRAFTABLE = ("auto-merge-eligible", "human-review-required")
 # what a step's record copies from its transcript as it is
 _FROM_TRANSCRIPT = ("model", "family", "backend", "parameters", "system_sha256", "prompt_sha256",
                     "inputs")  # fmt: skip
-
-
-class DraftOptions(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    fork: Path
-    state: Path
-    source: Path
-    refresh: bool = False
-    jobs: int | None = None
-    signing_policy: Path | None = None
-    upstream: dict[str, Any] | None = None
 
 
 class _Run:
@@ -248,7 +235,7 @@ class _Run:
         self.folder.write("candidate.toml", text)
 
     def verify(self) -> None:
-        from engine.verify.command import build_verify
+        from engine.verify.pipeline import build_verify
 
         _, _, result = build_verify(
             self.skeleton.path,

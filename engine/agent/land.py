@@ -9,20 +9,17 @@ bundled review claims), and for a drafted candidate a draft decision that allows
 commit is made in a temporary worktree, so the fork's own work tree and index are untouched.
 The patch goes into the package's vendored source (`pkgs/PKG/src`, `patch -p1` paths) when the
 fork keeps one; otherwise it is added beside the package as `pkgs/PKG/ID.patch` for the package
-expression to list (nixpkgs' `patches = [ ./ID.patch ]`).
+expression to list (nixpkgs' `patches = [ ./ID.patch ]`). The command line is engine/cli/land.py.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import hashlib
-import io
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,25 +27,22 @@ from engine.errors import InputError, TraceError
 
 
 class LandRefused(TraceError):
-    """The candidate may not land (exit 1): the reasons are printed."""
+    """The candidate may not land (exit 1): `reasons` says why."""
 
     exit_code = 1
 
+    def __init__(self, message: str, reasons: list[str], **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.reasons = reasons
 
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "land",
-        help="create a branch on the fork with the verified patch (never pushes)",
-        description="Exit 0 with the branch made; 1 when the candidate may not land (reasons "
-        "printed); 2 on bad input.",
-    )
-    p.add_argument("candidate", type=Path, help="candidate TOML file")
-    p.add_argument("--bundle", type=Path, required=True, help="the candidate's signed bundle")
-    p.add_argument("--fork", type=Path, default=None, help="the fork (a git repository)")
-    p.add_argument("--key", type=Path, default=None, help="public key of a key-mode bundle")
-    p.add_argument("--identity", type=Path, default=None, help="signer lock (keyless)")
-    p.add_argument("--branch", default=None, help="default: trace/ID")
-    p.set_defaults(handler=cmd_land)
+
+@dataclass(frozen=True)
+class Landed:
+    """A branch made: the candidate's id, the branch and its commit."""
+
+    candidate: str
+    branch: str
+    commit: str
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -60,43 +54,41 @@ def _git(repo: Path, *args: str) -> str:
     return proc.stdout.strip()
 
 
-def _bundle_ok(args: argparse.Namespace, fork: Path) -> list[str]:
-    from engine.cli import main
+def _bundle_ok(bundle: Path, fork: Path, key: Path | None, identity: Path | None) -> list[str]:
+    """[] when the bundle verifies as `trace verify-bundle --fork FORK` checks it; else why not."""
+    import sys
 
-    argv = ["verify-bundle", str(args.bundle), "--json", "--fork", str(fork)]
-    if args.key:
-        argv += ["--key", str(args.key)]
-    if args.identity:
-        argv += ["--identity", str(args.identity)]
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = main(argv)
-    if rc == 0:
-        return []
+    from engine.bundle_verify.verifier import make_verifier
+
     try:
-        doc = json.loads(buf.getvalue())
-        failed = [c.get("reason") or c.get("name") for c in doc.get("checks", []) if not c["ok"]]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        failed = []
-    return [f"bundle-not-verified: {', '.join(str(f) for f in failed) or f'exit {rc}'}"]
+        verdict = make_verifier(root=fork, identity=identity, keys=[key] if key else [])(bundle)
+    except TraceError as exc:
+        print(f"trace: error: {exc.render()}", file=sys.stderr)
+        return [f"bundle-not-verified: exit {exc.exit_code}"]
+    if verdict.passed:
+        return []
+    failed = [c.reason or c.name for c in verdict.checks if not c.ok]
+    return [f"bundle-not-verified: {', '.join(failed) or 'exit 1'}"]
 
 
-def refusals(args: argparse.Namespace, cand: Any, fork: Path) -> list[str]:
+def refusals(
+    cand: Any, bundle: Path, fork: Path, key: Path | None = None, identity: Path | None = None
+) -> list[str]:
     """Why the candidate may not land (empty: it may). The routing state is the bundle's own
     signed routing decision, which verify-bundle checked against its policy file."""
-    out = _bundle_ok(args, fork)
-    routing = args.bundle / "payload" / "decisions" / "routing.json"
+    out = _bundle_ok(bundle, fork, key, identity)
+    routing = bundle / "payload" / "decisions" / "routing.json"
     state = json.loads(routing.read_text("utf-8")).get("state") if routing.is_file() else None
     if state != "auto-merge-eligible":
         out.append(f"routing-not-auto-merge: {state}")
-    signing = args.bundle / "payload" / "decisions" / "signing.json"
+    signing = bundle / "payload" / "decisions" / "signing.json"
     if signing.is_file():
         decision = json.loads(signing.read_text(encoding="utf-8")).get("decision")
         if decision != "allow":
             out.append(f"signing-denied: {decision}")
     else:
         out.append("signing-decision-missing")
-    statement = json.loads((args.bundle / "statement.json").read_text(encoding="utf-8"))
+    statement = json.loads((bundle / "statement.json").read_text(encoding="utf-8"))
     params = statement.get("predicate", {}).get("buildDefinition", {})
     cid = params.get("externalParameters", {}).get("candidate", {}).get("id")
     if cid != cand.spec.id:
@@ -109,16 +101,26 @@ def refusals(args: argparse.Namespace, cand: Any, fork: Path) -> list[str]:
     return out
 
 
-def cmd_land(args: argparse.Namespace) -> int:
+def land(
+    candidate: Path,
+    bundle: Path,
+    *,
+    fork: Path | None = None,
+    key: Path | None = None,
+    identity: Path | None = None,
+    branch: str | None = None,
+) -> Landed:
+    """Make the candidate's branch on the fork; LandRefused (with its reasons) when it may not
+    land."""
     from engine.candidate import load_candidate
-    from engine.verify.command import find_fork
+    from engine.verify.pipeline import find_fork
 
-    cand = load_candidate(args.candidate)
-    fork = (args.fork or find_fork(cand.path) or Path.cwd()).resolve()
-    if not (args.bundle / "statement.json").is_file():
-        raise InputError("not a bundle (no statement.json)", file=args.bundle)
+    cand = load_candidate(candidate)
+    fork = (fork or find_fork(cand.path) or Path.cwd()).resolve()
+    if not (bundle / "statement.json").is_file():
+        raise InputError("not a bundle (no statement.json)", file=bundle)
     top = Path(_git(fork, "rev-parse", "--show-toplevel")).resolve()
-    branch = args.branch or f"trace/{cand.spec.id}"
+    branch = branch or f"trace/{cand.spec.id}"
     exists = subprocess.run(
         ["git", "-C", str(top), "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"],
         capture_output=True,
@@ -127,17 +129,13 @@ def cmd_land(args: argparse.Namespace) -> int:
     if exists.returncode == 0:
         raise InputError(f"branch '{branch}' exists already", file=top,
                          hint="pass --branch NAME or delete the branch")  # fmt: skip
-    reasons = refusals(args, cand, fork)
+    reasons = refusals(cand, bundle, fork, key, identity)
     if reasons:
-        for r in reasons:
-            print(f"  refused: {r}")
-        raise LandRefused(f"{cand.spec.id} may not land", hint="see the reasons above")
-    digest = hashlib.sha256((args.bundle / "statement.json").read_bytes()).hexdigest()
+        raise LandRefused(f"{cand.spec.id} may not land", reasons, hint="see the reasons above")
+    digest = hashlib.sha256((bundle / "statement.json").read_bytes()).hexdigest()
     commit = _commit(top, fork, cand, digest)
     _git(top, "branch", branch, commit)
-    print(f"landed {cand.spec.id} on branch {branch} ({commit[:12]}); nothing was pushed")
-    sys.stdout.flush()
-    return 0
+    return Landed(candidate=cand.spec.id, branch=branch, commit=commit)
 
 
 def _commit(top: Path, fork: Path, cand: Any, digest: str) -> str:

@@ -3,40 +3,19 @@
 The fork's packages are looked up for every advisory at once: one `nix-instantiate --eval` of the
 package set, under a deadline, for all the names the advisories mention (not one Nix call per
 package). Eligible advisories get a skeleton (trace/candidates/<id>/candidate.toml + advisory)
-that `trace route` and `trace draft` take; every refusal is listed with its reason codes.
+that `trace route` and `trace draft` take; every refusal is listed with its reason codes. The
+command line is engine/cli/scout.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 DEADLINE_S = 120.0
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "scout",
-        help="read OSV advisories, match them to the fork's packages, write candidate skeletons",
-        description="Exit 0 after writing the skeletons of the eligible advisories (none may "
-        "be); 2 on bad input or when the fork's package set does not evaluate.",
-    )
-    p.add_argument("source", type=Path, nargs="?", default=None,
-                   help="a directory of OSV JSON files or an OSV export zip")  # fmt: skip
-    p.add_argument("--osv-api", default=None, metavar="URL",
-                   help="query the OSV API instead (online; e.g. https://api.osv.dev) for the "
-                   "--package names at the fork's versions, 30 s deadline a request")  # fmt: skip
-    p.add_argument("--package", action="append", default=[], help="with --osv-api (repeat)")
-    p.add_argument("--fork", type=Path, default=Path("."), help="the fork (default: .)")
-    p.add_argument("--eligibility", type=Path, default=None,
-                   help="eligibility policy (default: FORK/trace/policy/eligibility.toml, "
-                   "else trace's policy/eligibility.toml)")  # fmt: skip
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(handler=cmd_scout)
 
 
 def fork_packages(fork: Path, names: list[str]) -> dict[str, dict[str, Any]]:
@@ -80,36 +59,48 @@ def fork_packages(fork: Path, names: list[str]) -> dict[str, dict[str, Any]]:
     return doc
 
 
-def _advisories(args: argparse.Namespace, fork: Path, ecosystem: str) -> list[Any]:
+def _advisories(
+    source: Path | None, osv_api: str | None, packages: Sequence[str], fork: Path, ecosystem: str
+) -> list[Any]:
     from engine.errors import UsageError
     from engine.roles.scout import query_api, read_advisories
 
-    if (args.source is None) == (args.osv_api is None):
+    if (source is None) == (osv_api is None):
         raise UsageError("give either SOURCE (a directory or zip) or --osv-api URL")
-    if args.source is not None:
-        return read_advisories(args.source.resolve())
-    if not args.package:
+    if source is not None:
+        return read_advisories(source.resolve())
+    if not packages:
         raise UsageError("--osv-api needs --package NAME (one or more)")
-    facts = fork_packages(fork, sorted(set(args.package)))
+    facts = fork_packages(fork, sorted(set(packages)))
     queries = [
         (name, ecosystem, str(f["version"]))
         for name, f in sorted(facts.items())
         if f.get("exists") and f.get("version")
     ]
-    return query_api(args.osv_api, queries) if queries else []
+    assert osv_api is not None  # exactly one of source and osv_api (checked above)
+    return query_api(osv_api, queries) if queries else []
 
 
-def cmd_scout(args: argparse.Namespace) -> int:
+def scout(
+    fork: Path,
+    *,
+    source: Path | None = None,
+    osv_api: str | None = None,
+    packages: Sequence[str] = (),
+    eligibility: Path | None = None,
+) -> dict[str, Any]:
+    """The scout report (schema trace.scout/v1): every advisory eligible or not, with its reason
+    codes; a skeleton is written for each eligible one."""
     from engine.agent.skeleton import write_skeleton
     from engine.paths import data_dir
     from engine.roles.eligibility import PackageFacts, judge, load_eligibility
 
-    fork = args.fork.resolve()
+    fork = fork.resolve()
     own = fork / "trace" / "policy" / "eligibility.toml"
     policy = load_eligibility(
-        args.eligibility or (own if own.is_file() else data_dir() / "policy" / "eligibility.toml")
+        eligibility or (own if own.is_file() else data_dir() / "policy" / "eligibility.toml")
     )
-    found = _advisories(args, fork, policy.spec.ecosystems[0])
+    found = _advisories(source, osv_api, packages, fork, policy.spec.ecosystems[0])
     pairs = [(f, name) for f in found if f.advisory for name in f.advisory.packages]
     facts = fork_packages(fork, sorted({name for _, name in pairs}))
     rows: list[dict[str, Any]] = []
@@ -131,14 +122,4 @@ def cmd_scout(args: argparse.Namespace) -> int:
         rows.append(row)
     report = {"schema": "trace.scout/v1", "policy": policy.ref.model_dump(mode="json"),
               "advisories": rows}  # fmt: skip
-    if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
-    else:
-        for r in rows:
-            what = f"{r.get('advisory', r['file'])} {r.get('package', '')}".strip()
-            if r["eligible"]:
-                print(f"eligible      {what} (version {r['version']}): {r['skeleton']}")
-            else:
-                print(f"not eligible  {what}: {', '.join(r['reasons'])}")
-    sys.stdout.flush()
-    return 0
+    return report

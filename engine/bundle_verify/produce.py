@@ -27,7 +27,6 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import hashlib
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.bundle_verify.options import DEFAULT_BUILDER
+from engine.bundle_verify import DEFAULT_BUILDER
 from engine.candidate import Candidate, load_candidate
 from engine.errors import InputError, UsageError
 from engine.evidence.collect import (
@@ -105,36 +104,6 @@ class BundleOutcome(BaseModel):
     def denied(self) -> bool:
         """Signing was asked and the signing policy denied it."""
         return self.asked != "no" and self.signed == "no"
-
-
-def request_from_args(args: argparse.Namespace, **fields: object) -> BundleRequest:
-    """A request from the shared options (engine.bundle_verify.options) plus the command's own."""
-    sign: Signed = "key" if args.key else "keyless" if args.sign else "no"
-    today = None
-    if args.today is not None:
-        try:
-            today = dt.date.fromisoformat(args.today)
-        except ValueError:
-            raise UsageError(
-                f"--today {args.today!r} is not a date", hint="use YYYY-MM-DD"
-            ) from None
-    return BundleRequest.model_validate(
-        {
-            "routing_policy": args.routing_policy,
-            "signing_policy": args.signing_policy,
-            "waivers": args.waivers,
-            "maintainers": args.maintainers,
-            "today": today,
-            "sign": sign,
-            "key": args.key,
-            "identity_token": args.identity_token,
-            "trust_config": args.trust_config,
-            "signer_lock": args.signer_lock,
-            "force_identity": args.force_identity,
-            "builder_id": args.builder_id,
-            **fields,
-        }
-    )
 
 
 def _sign(req: BundleRequest, statement: bytes, policy: Path) -> str:
@@ -216,7 +185,7 @@ def produce_bundle(
     from engine.evidence.replay import signing_policy_pin
     from engine.gates.context import signing_policy_path
     from engine.verify.cached import cached_verify, check_result_file
-    from engine.verify.command import find_fork
+    from engine.verify.pipeline import find_fork
 
     if req.sign == "key" and req.key is None:
         raise UsageError("key signing needs --key PRIVATE_KEY")

@@ -182,7 +182,7 @@ def replay_checks(statement: Statement, payload: Path, *, root: Path) -> list[Ch
         return [_pins_differ(problems)]
     from engine.candidate import load_candidate
     from engine.graph import load_graph
-    from engine.verify.command import verify_context
+    from engine.verify.pipeline import verify_context
 
     try:
         candidate = load_candidate(pinned_path(rec.candidate.path, root))

@@ -32,8 +32,6 @@ shard directories of one run into one table, report and findings page.
 
 from __future__ import annotations
 
-from typing import Any
-
 from engine.fork.config import ForkConfig, discover, make_config
 from engine.fork.entry import merged_policy, pipeline_entry, write_if_changed
 from engine.fork.report import check_clean
@@ -45,12 +43,5 @@ __all__ = [
     "make_config",
     "merged_policy",
     "pipeline_entry",
-    "register",
     "write_if_changed",
 ]
-
-
-def register(sub: Any) -> None:
-    from engine.fork.command import register as register_fork
-
-    register_fork(sub)

@@ -248,7 +248,7 @@ def verify_candidate(
     from engine.progress import Progress
     from engine.run import run_graph
     from engine.verify.blame import blame_candidate
-    from engine.verify.command import project_root, verify_context
+    from engine.verify.pipeline import project_root, verify_context
     from engine.verify.trusted import from_store
     from engine.verify.verdict import judge
 

@@ -26,7 +26,6 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 from engine.errors import InputError, TraceError, UsageError
 from engine.fork.git import git_root, run_git
@@ -240,43 +239,3 @@ def cmd_init(args: argparse.Namespace) -> int:
         "commit, then `nix run .#verify`.\nThe trace CLI in this fork: `nix run .#trace -- …`."
     )
     return 0
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "init",
-        help="set up a nixpkgs fork for `nix run .#verify` (trace/, flake.nix, .gitignore, lock)",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--fork", type=Path, default=None, help="the fork (default: current dir)")
-    p.add_argument(
-        "--trace-url",
-        default=None,
-        metavar="URL",
-        help="where the fork gets trace from (a flake reference, e.g. github:OWNER/trace)",
-    )
-    p.add_argument("--config", default="trace", help="the fork's trace folder (default: trace)")
-    p.add_argument(
-        "--print",
-        dest="print_lines",
-        action="store_true",
-        help="do not edit an existing flake.nix: print the lines to add",
-    )
-    p.add_argument("--no-lock", action="store_true", help="do not run `nix flake lock`")
-    p.add_argument(
-        "--override-input",
-        dest="nix_args",
-        nargs=2,
-        action="append",
-        default=[],
-        metavar=("INPUT", "URL"),
-        help="passed to `nix flake lock` (e.g. trace/nixpkgs path:…)",
-    )
-    p.set_defaults(handler=_handler)
-
-
-def _handler(args: argparse.Namespace) -> int:
-    pairs: list[list[str]] = args.nix_args
-    args.nix_args = [x for pair in pairs for x in ("--override-input", *pair)]
-    return cmd_init(args)

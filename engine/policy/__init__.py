@@ -4,6 +4,6 @@ signing (after the evidence exists), with waivers.
 Modules: `source` (reading TOML policy files with line-accurate errors), `reasons` (the catalogue),
 `critical` (the critical-package list), `routing` (facts -> one of four states), `waivers`,
 `evidence` (the view of verify results the signing policy reads), `signing` (allow/deny with
-reason codes), `commands` (`trace route`, `trace decide`). Decision functions are pure: typed
-models and a `today` date in, typed decision out.
+reason codes); `trace route` and `trace decide` are in engine/cli/. Decision functions are
+pure: typed models and a `today` date in, typed decision out.
 """

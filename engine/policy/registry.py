@@ -32,7 +32,7 @@ def policy_dir() -> Path:
 
 
 # name -> "module:attribute" of the pydantic model whose JSON Schema `trace schema NAME` should
-# print (same shape as engine.commands.SCHEMAS, which merges it).
+# print (same shape as engine.cli.schema.SCHEMAS, which merges it).
 SCHEMAS: dict[str, str] = {
     "routing": "engine.policy.routing:RoutingFile",
     "critical-packages": "engine.policy.critical:CriticalFile",

@@ -56,7 +56,7 @@ def write_waiver(
     from engine.gates.context import signing_policy_path
     from engine.policy.signing import load_signing
     from engine.signing.keys import key_hint, load_private_key
-    from engine.verify.command import find_fork
+    from engine.verify.pipeline import find_fork
 
     cand = load_candidate(candidate_file)
     root = (fork or find_fork(cand.path) or cand.dir).resolve()

@@ -4,6 +4,7 @@ Modules: `load` (a bundle's files as links with their digest status, beside the 
 engine.bundle_verify), `view` (the claim stack in audit order), `diff` (patch rows with coverage
 marks), `layout` (step graph coordinates by topological generation), `render` (the one jinja2
 environment: autoescape, a Content Security Policy without network), `page` (`trace report`),
-`findings` (`trace fork --report`), `graph` (`trace graph --format svg|html`), `commands`.
+`findings` (`trace fork --report`), `graph` (`trace graph --format svg|html`); the command
+line is engine/cli/report.py.
 Templates, CSS and the inline scripts live in templates/report/.
 """

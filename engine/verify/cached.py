@@ -142,7 +142,7 @@ def cached_verify(
     verified with its current inputs under that policy."""
     from engine.cache import Index
     from engine.run import plan, run_graph
-    from engine.verify.command import load_verify_graph
+    from engine.verify.pipeline import load_verify_graph
     from engine.verify.trusted import from_store
     from engine.verify.verdict import judge
 

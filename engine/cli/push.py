@@ -9,7 +9,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from engine.commands import add_state_args
+    from engine.cli.args import add_state_args
 
     p = sub.add_parser(
         "push",
@@ -33,10 +33,10 @@ def register(sub: Any) -> None:
 
 
 def cmd_push(args: argparse.Namespace) -> int:
-    from engine.commands import _state_dir
+    from engine.cli.args import state_dir
     from engine.remote.push import push
 
-    rep = push(_state_dir(args), to=args.to, key=args.key, wait=args.wait)
+    rep = push(state_dir(args), to=args.to, key=args.key, wait=args.wait)
     if args.json:
         out = {
             "to": rep.to,

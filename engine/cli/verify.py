@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.verify.command import build_verify, find_fork
+from engine.verify.pipeline import build_verify, find_fork
 
 if TYPE_CHECKING:
     from engine.model import Graph
@@ -53,7 +53,7 @@ def register(sub: Any) -> None:
         help="then route, decide and write the evidence bundle to DIR; with --sign/--key it is "
         "signed only when the signing policy allows (see `trace bundle --help`)",
     )
-    from engine.bundle_verify.options import add_policy_options, add_signing_options
+    from engine.cli.options import add_policy_options, add_signing_options
 
     add_signing_options(p)
     add_policy_options(p)
@@ -117,7 +117,8 @@ def _bundle(
     verified: tuple[Graph, RunResult, VerifyResult],
     ran: tuple[dt.datetime, dt.datetime],
 ) -> int:
-    from engine.bundle_verify.produce import produce_bundle, report_lines, request_from_args
+    from engine.bundle_verify.produce import produce_bundle, report_lines
+    from engine.cli.options import request_from_args
 
     outcome = produce_bundle(
         request_from_args(

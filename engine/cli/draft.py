@@ -72,7 +72,7 @@ def cmd_draft(args: argparse.Namespace) -> int:
     import shutil
 
     from engine.errors import TraceError, UsageError
-    from engine.verify.command import find_fork
+    from engine.verify.pipeline import find_fork
 
     fork = (args.fork or find_fork(args.target) or Path.cwd()).resolve()
     if not (fork / "trace.toml").is_file() and not (fork / "default.nix").is_file():
@@ -88,7 +88,8 @@ def cmd_draft(args: argparse.Namespace) -> int:
 
 
 def _draft(args: argparse.Namespace, fork: Path, skeleton: Path) -> int:
-    from engine.agent.draft import DraftOptions, run_draft
+    from engine.agent.draft import run_draft
+    from engine.agent.options import DraftOptions
     from engine.candidate import load_candidate
     from engine.errors import UsageError
     from engine.paths import data_dir

@@ -8,7 +8,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from engine.bundle_verify.commands import add_verify_options
+    from engine.cli.verify_bundle import add_verify_options
 
     p = sub.add_parser(
         "report",
@@ -53,7 +53,7 @@ def _check_outside(out: Path, bundles: list[Path]) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from engine.bundle_verify.commands import verifier_from_args
+    from engine.cli.verify_bundle import verifier_from_args
     from engine.errors import UsageError
     from engine.report.findings import write_findings
     from engine.report.page import report_html

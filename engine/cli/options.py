@@ -1,15 +1,19 @@
 """Command-line options shared by `trace bundle` and `trace verify --bundle`.
 
 Plain argparse only: registering them must keep `trace --help` fast (no pydantic, no sigstore).
-`engine.bundle_verify.produce.request_from_args` turns them into a `BundleRequest`.
+`request_from_args` turns them into the library's typed `BundleRequest`.
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-DEFAULT_BUILDER = "urn:trace:builder:cli"
+from engine.bundle_verify import DEFAULT_BUILDER
+
+if TYPE_CHECKING:
+    from engine.bundle_verify.produce import BundleRequest, Signed
 
 
 def add_signing_options(p: Any) -> None:
@@ -62,4 +66,39 @@ def add_policy_options(p: Any) -> None:
     )
     p.add_argument(
         "--today", metavar="YYYY-MM-DD", help="decide as of this date (default: today, UTC)"
+    )
+
+
+def request_from_args(args: argparse.Namespace, **fields: object) -> BundleRequest:
+    """A request from the shared options plus the command's own."""
+    import datetime as dt
+
+    from engine.bundle_verify.produce import BundleRequest
+    from engine.errors import UsageError
+
+    sign: Signed = "key" if args.key else "keyless" if args.sign else "no"
+    today = None
+    if args.today is not None:
+        try:
+            today = dt.date.fromisoformat(args.today)
+        except ValueError:
+            raise UsageError(
+                f"--today {args.today!r} is not a date", hint="use YYYY-MM-DD"
+            ) from None
+    return BundleRequest.model_validate(
+        {
+            "routing_policy": args.routing_policy,
+            "signing_policy": args.signing_policy,
+            "waivers": args.waivers,
+            "maintainers": args.maintainers,
+            "today": today,
+            "sign": sign,
+            "key": args.key,
+            "identity_token": args.identity_token,
+            "trust_config": args.trust_config,
+            "signer_lock": args.signer_lock,
+            "force_identity": args.force_identity,
+            "builder_id": args.builder_id,
+            **fields,
+        }
     )

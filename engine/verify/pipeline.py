@@ -1,7 +1,7 @@
 """The verify pipeline for one candidate, as a library: find the fork, load its verify graph
 with the candidate's context, build what is dirty, check what the index answered against the
-store, judge. The `trace verify` command line (with `--bundle`) is
-`engine.bundle_verify.verify_command`: dependencies point from bundles to verify, never back."""
+store, judge. The `trace verify` command line (with `--bundle`) is engine/cli/verify.py:
+dependencies point from the command line and the bundles to verify, never back."""
 
 from __future__ import annotations
 

@@ -3,8 +3,9 @@
 Exit codes: 0 ok; 1 a step failed or a claim/policy did not hold; 2 bad input or usage;
 3 the state directory is busy (another trace holds it).
 
-Feature areas add their own subcommands through `register(subparsers)` functions listed in
-COMMAND_MODULES, so this file stays small and `trace --help` stays fast.
+Every command is a module here, engine/cli/<command>.py: its parser (`register(subparsers)`) and
+a short handler that calls the library and prints what it returns. The library (everything else
+under engine/) never imports engine.cli (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -24,24 +25,34 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 Handler = Callable[[argparse.Namespace], int]
 
-# Modules with a `register(subparsers) -> None`, each with the subcommands it registers (sets
-# `handler` via set_defaults). `trace COMMAND ...` imports only COMMAND's module: importing every
-# module costs a few hundred milliseconds per call. tests/test_cli.py checks this table against
-# what each module really registers.
+# One module per command, engine/cli/<command>.py, each with a `register(subparsers) -> None` that
+# adds its parser (and sets `handler` via set_defaults). `trace COMMAND ...` imports only COMMAND's
+# module: importing every module costs a few hundred milliseconds per call. tests/test_cli.py
+# checks this table against what each module really registers. The order is `trace --help`'s.
+COMMANDS: tuple[str, ...] = (
+    "run",
+    "plan",
+    "graph",
+    "schema",
+    "gc",
+    "bundle",
+    "keygen",
+    "verify-bundle",
+    "route",
+    "decide",
+    "waive",
+    "verify",
+    "mutants",
+    "fork",
+    "report",
+    "draft",
+    "scout",
+    "land",
+    "init",
+    "push",
+)
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
-    "engine.commands": ("run", "plan", "graph", "schema", "gc"),
-    "engine.bundle_verify.commands": ("bundle", "keygen", "verify-bundle"),
-    "engine.policy.commands": ("route", "decide"),
-    "engine.policy.waive_command": ("waive",),
-    "engine.bundle_verify.verify_command": ("verify",),
-    "engine.gates.command": ("mutants",),
-    "engine.fork": ("fork",),
-    "engine.report.commands": ("report",),
-    "engine.agent.command": ("draft",),
-    "engine.agent.scout": ("scout",),
-    "engine.agent.land": ("land",),
-    "engine.fork.init": ("init",),
-    "engine.remote.command": ("push",),
+    f"engine.cli.{name.replace('-', '_')}": (name,) for name in COMMANDS
 }
 
 
@@ -95,7 +106,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `trace schema | head`
         sys.stderr.close()
         return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Argument helpers shared by the commands: the state-directory options, a positive int, the
+project root and state directory they name, and the rule that bad input writes nothing."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.hashing import StatCache
+    from engine.model import Graph
+
+
+def add_state_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="project root: inputs must stay inside it (default: current directory)",
+    )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="cache index and GC roots (default: ROOT/.trace)",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="wait this long for another trace using the state dir (default: fail)",
+    )
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+class nothing_written_on_bad_input:
+    """Bad input exits 2 having written nothing: if this command created the state directory
+    (and its GC-root folder) and then fails with an exit-2 error, both are removed again."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.existed = state.exists()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, t: Any, exc: BaseException | None, tb: Any) -> None:
+        from engine.errors import TraceError
+
+        if self.existed or not isinstance(exc, TraceError) or exc.exit_code != 2:
+            return
+        import shutil
+
+        from engine.cache import gcroot_folder
+
+        folder = gcroot_folder(self.state)
+        if folder.is_dir() and {p.name for p in folder.iterdir()} <= {".state-dir"}:
+            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(self.state, ignore_errors=True)
+
+
+def root(args: argparse.Namespace) -> Path:
+    return (args.root or Path.cwd()).resolve()
+
+
+def state_dir(args: argparse.Namespace) -> Path:
+    return (args.state_dir or root(args) / ".trace").resolve()
+
+
+def load_graph_of(args: argparse.Namespace, hasher: StatCache) -> Graph:
+    """The full load (engine/graph.py: TOML, validation, digests), when the load cache missed:
+    imported only then, so a cache hit imports no pydantic (tests/test_hotpath.py)."""
+    from engine.graph import load_graph
+
+    return load_graph(args.graph, root=root(args), hasher=hasher)

@@ -1,0 +1,117 @@
+"""`trace run GRAPH`: build a graph; unchanged steps are answered from the cache."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.cli.args import (
+    add_state_args,
+    load_graph_of,
+    nothing_written_on_bad_input,
+    positive_int,
+    root,
+    state_dir,
+)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="build a graph; unchanged steps are answered from the cache")
+    p.add_argument("graph", type=Path, help="pipeline TOML file")
+    add_state_args(p)
+    p.add_argument(
+        "-j", "--jobs", type=positive_int, default=None, help="parallel builds (nix -j), >= 1"
+    )
+    p.add_argument("--json", action="store_true", help="print the run result as JSON")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="skip the stat-only no-op check and the load cache: load, hash and plan the whole "
+        "graph",
+    )
+    p.add_argument(
+        "--timings",
+        action="store_true",
+        help="print seconds per phase (load, plan, render, instantiate, realise, collect, "
+        "record) to stderr",
+    )
+    p.set_defaults(handler=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import time
+
+    from engine import fastpath, loadcache
+    from engine.cache import Index
+    from engine.hashing import StatCache
+    from engine.progress import Progress
+    from engine.run import run_graph
+
+    # Files modified from (about) now on are never stamped for the fast path: the coarse file
+    # system clock may lag the wall clock, hence the margin.
+    since_ns = time.time_ns() - 1_000_000_000
+    state = state_dir(args)
+    # Load and validate first: bad input exits 2 having written nothing, not even a state dir.
+    hasher = StatCache.read_only(state / "state.db")
+    started = time.perf_counter()
+    cache_key = loadcache.name(args.graph, root(args), None, None)
+    hit = None if args.full else loadcache.lookup(state, root(args), cache_key, hasher)
+    graph, known_keys = hit or (load_graph_of(args, hasher), None)
+    loaded = time.perf_counter() - started
+    # The fast path's stamp is taken now, before the build: what the keys were computed from.
+    try:
+        before: list[fastpath.Entry] | None = fastpath.stamp(graph.reads)
+    except OSError:
+        before = None
+    with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
+        hasher.flush(index.db)
+        with Progress(enabled=not args.quiet and not args.json) as progress:
+            result = run_graph(
+                graph, index, jobs=args.jobs, reporter=progress, known_keys=known_keys
+            )
+        if known_keys is None:
+            keys = {sid: r.key for sid, r in result.steps.items()}
+            loadcache.store(index.db, state, cache_key, graph, keys)
+        key = fastpath.name(args.graph, root(args))
+        if result.ok:
+            outs = {sid: r.out for sid, r in result.steps.items() if r.out}
+            fastpath.record(
+                index.db, key, graph.reads, outs, since_ns, before=before, warnings=warnings(result)
+            )
+        else:
+            fastpath.forget(index.db, key)
+    if args.timings:
+        laps = {"load": loaded, **result.timings}
+        print("timings: " + ", ".join(f"{k} {v:.3f} s" for k, v in laps.items()), file=sys.stderr)
+    if args.json:
+        print(result.to_json(indent=2))
+    else:
+        counts = ", ".join(
+            f"{result.count(s)} {s}"
+            for s in ("built", "substituted", "reused", "cached", "failed", "skipped")
+            if result.count(s)
+        )
+        print(f"{len(result.steps)} steps: {counts or 'nothing to do'}")
+        for r in result.steps.values():
+            if r.status == "failed":
+                print(f"\nFAILED {r.id}  ({r.drv})", file=sys.stderr)
+                if r.log_tail:
+                    print("  " + r.log_tail.replace("\n", "\n  "), file=sys.stderr)
+            elif r.status == "skipped":
+                why = (r.log_tail or "a step it needs failed").removeprefix("skipped: ")
+                print(f"skipped {r.id}: {why}", file=sys.stderr)
+        for line in warnings(result):
+            print(line, file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+def warnings(result: Any) -> list[str]:
+    """Lines every run of this result prints, cached or not (the fast path prints them again)."""
+    return [
+        f"NONDETERMINISTIC {r.id}: a --check rebuild differed"
+        for r in result.steps.values()
+        if r.deterministic is False
+    ]
