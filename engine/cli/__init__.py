@@ -1,7 +1,8 @@
 """The `trace` command line. Parsers are cheap; each handler imports what it needs lazily.
 
 Exit codes: 0 ok; 1 a step failed or a claim/policy did not hold; 2 bad input or usage;
-3 the state directory is busy (another trace holds it).
+3 the state directory is busy (another trace holds it); 4 Nix itself failed; 70 an internal error
+(a bug in trace); 130 interrupted (SIGINT); 143 terminated (SIGTERM). docs/commands.md.
 
 Every command is a module here, engine/cli/<command>.py: its parser (`register(subparsers)`) and
 a short handler that calls the library and prints what it returns. The library (everything else
@@ -13,8 +14,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
+from types import FrameType
 
 from engine import __version__
 from engine.errors import TraceError
@@ -70,7 +73,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="trace",
         description="Build content-addressed Nix step graphs and turn fix claims into evidence.",
         epilog="Exit codes: 0 ok, 1 a step failed or a claim did not hold, 2 bad input or usage, "
-        "3 state directory busy.",
+        "3 state directory busy, 4 Nix itself failed, 70 internal error (a bug in trace), "
+        "130 interrupted, 143 terminated.",
     )
     parser.add_argument("--version", action="version", version=f"trace {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -80,8 +84,71 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# Exit codes of their own (docs/commands.md): an interrupt, a SIGTERM, and a bug in trace. Never 1,
+# which says a claim did not hold; never 2, which says the input was bad.
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h)
+BUG_HINT = (
+    "this is a bug in trace, not in your input: please report it with the command line and "
+    "this message (TRACE_DEBUG=1 prints the traceback)"
+)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C so the same clean-ups run (locks released,
+    child processes killed by subprocess.run, half-written drafts removed)."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
+    """Run one command; every way it can end is an exit code (none is a traceback)."""
+    restore = _install_sigterm()
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except TraceError as exc:
+        print(f"trace: error: {exc.render()}", file=sys.stderr)
+        return exc.exit_code
+    except Terminated:
+        print("trace: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
+    except KeyboardInterrupt:
+        print("trace: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `trace schema | head`
+        sys.stderr.close()
+        return 0
+    except Exception as exc:  # the last resort: a bug, reported as one
+        return _internal_error(exc)
+    finally:
+        restore()
+
+
+def _install_sigterm() -> Callable[[], object]:
+    """Handle SIGTERM while a command runs (main thread only: elsewhere Python cannot); returns
+    what puts the previous handler back."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (main() called from a worker thread)
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, previous or signal.SIG_DFL)
+
+
+def _internal_error(exc: Exception) -> int:
+    if os.environ.get("TRACE_DEBUG"):
+        import traceback
+
+        traceback.print_exception(exc)
+    what = type(exc).__name__ + (f": {exc}" if str(exc) else "")
+    print(f"trace: internal error: {what}", file=sys.stderr)
+    print(f"  hint: {BUG_HINT}", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def _dispatch(args_list: list[str]) -> int:
     if args_list[:1] == ["run"]:
         # A no-op `trace run` is answered from file stats alone (engine/fastpath.py).
         from engine.fastpath import try_noop
@@ -95,14 +162,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
-    try:
-        return handler(args)
-    except TraceError as exc:
-        print(f"trace: error: {exc.render()}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("trace: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # e.g. `trace schema | head`
-        sys.stderr.close()
-        return 0
+    return handler(args)
