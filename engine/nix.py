@@ -160,6 +160,19 @@ def output_of(drv: str) -> str:
     return m.group(1)
 
 
+def stop(proc: subprocess.Popen[str], grace: float = 10.0) -> None:
+    """End a Nix process: SIGTERM first (Nix then stops its builders and releases its locks), then
+    SIGKILL if it is still there after `grace` seconds."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @dataclass(frozen=True)
 class _Cmd:
     """One Nix program, run with subprocess (plumbum cost ~60 ms of imports on every build)."""
@@ -350,6 +363,21 @@ class Nix:
         proc = self._cmd(program).popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
+        try:
+            return self._follow(proc, report, check, on_event, tag, on_traced)
+        except BaseException:  # SIGINT, SIGTERM (engine.cli), a bug: Nix does not outlive trace
+            stop(proc)
+            raise
+
+    def _follow(
+        self,
+        proc: subprocess.Popen[str],
+        report: RealiseReport,
+        check: bool,
+        on_event: Callable[[str, str], None] | None,
+        tag: str | None,
+        on_traced: Callable[[int, str], None] | None,
+    ) -> RealiseReport:
         assert proc.stderr is not None
         tail: list[str] = []
         for raw in proc.stderr:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,67 @@ def test_main_puts_the_sigterm_handler_back() -> None:
         main(["--version"])
     assert main(["schema", "candidate"]) == 0
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (read from /proc, no process names involved)."""
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                kids = {int(k) for k in task.read_text().split()}
+            except OSError:
+                continue
+            todo.extend(kids - out)
+            out |= kids
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.nix
+def test_sigterm_mid_build_ends_trace_and_its_nix_children(tmp_path: Path) -> None:
+    """A real build sleeping in the sandbox: SIGTERM to trace alone (not its process group) ends
+    nix-build and the builder too, trace exits 143, and the state directory is free again."""
+    from tests.enginekit import make_project
+
+    graph = make_project(
+        tmp_path,
+        f'[steps.slow]\nkind = "text"\nparams = {{ message = "{uuid.uuid4()}", sleep = 60 }}\n',
+    )
+    argv = [sys.executable, "-m", "engine.cli", "run", str(graph), "--root", str(tmp_path)]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    assert proc.stderr is not None
+    for line in proc.stderr:  # wait until nix-build is building
+        if "building" in line:
+            break
+    time.sleep(1)
+    below = _descendants(proc.pid)
+    assert below, "nix-build runs below trace"
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 143
+    assert rest.endswith("trace: terminated\n"), rest
+    assert time.monotonic() - started < 30  # not the builder's 60 s
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in below) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in below if _alive(p)]
+    plan = [sys.executable, "-m", "engine.cli", "plan", "--no-eval", str(graph), "--root",
+            str(tmp_path), "--wait", "0"]  # fmt: skip
+    again = subprocess.run(plan, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert again.returncode == 0, again.stderr  # the state directory's lock was released
+    assert "slow" in again.stdout and "dirty" in again.stdout
 
 
 def test_main_runs_in_a_worker_thread_too(capsys: pytest.CaptureFixture[str]) -> None:
