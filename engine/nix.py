@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import NixError
+from engine.machine import Machine, load_machine
 from engine.model import NixConfig
-from engine.remote.machine import Machine, load_machine
 
 _BUILDING = re.compile(r"^building '(/nix/store/[^']+\.drv)'(?: on '([^']+)')?")
 _COPYING = re.compile(r"^copying path '(/nix/store/[^']+)' from '([^']+)'")
@@ -42,7 +42,7 @@ BUILD_EXPR = (
 
 
 # Last on every call, so nothing overrides them: the sandbox on; a substituted path only with a
-# signature by a trusted key (engine/remote/machine.py says where caches and keys come from); and
+# signature by a trusted key (engine/machine.py says where caches and keys come from); and
 # a cache that fails (unreachable, or a NAR that does not match its signed hash) is never a
 # reason to fail: the step is built here instead (`fallback`).
 ENFORCED = (
@@ -200,7 +200,7 @@ class Nix:
         machine: Machine | None = None,
     ) -> None:
         """`substitute=False`: no binary cache at all (a replay must rebuild, not download);
-        `machine`: the machine config (default: the one in force, engine/remote/machine.py)."""
+        `machine`: the machine config (default: the one in force, engine/machine.py)."""
         self.settings = settings
         self.substitute = substitute
         self.machine = machine if machine is not None else load_machine()

@@ -296,7 +296,7 @@ def run_graph(
 
     `state` is a state directory (locked for the duration) or an Index the caller already holds.
     """
-    from engine.remote.machine import load_machine
+    from engine.machine import load_machine
 
     load_machine()  # a bad machine config is refused before anything is written
     report = reporter or _default_reporter(progress)

@@ -94,7 +94,7 @@ class NixSettings(FileModel):
 
 # Settings a pipeline may not pass as `[nix] options`: verdicts come only from sandboxed builds,
 # so the sandbox is trace's, not the pipeline's; binary caches, the keys that make their contents
-# acceptable and remote builders are the machine's (engine/remote/machine.py), never a pipeline's.
+# acceptable and remote builders are the machine's (engine/machine.py), never a pipeline's.
 FORBIDDEN_OPTIONS = frozenset(
     {
         "sandbox",

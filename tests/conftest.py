@@ -8,7 +8,7 @@ import tempfile
 import pytest
 
 # The suite runs on no binary cache, whatever the machine's configuration says: no trace machine
-# config (engine/remote/machine.py), and Nix's own substituters empty. Tests of caches and
+# config (engine/machine.py), and Nix's own substituters empty. Tests of caches and
 # builders pass their own settings explicitly (tests/test_scale_*.py).
 os.environ["TRACE_MACHINE_CONFIG"] = ""
 os.environ["NIX_CONFIG"] = os.environ.get("NIX_CONFIG", "") + "\nsubstituters =\n"

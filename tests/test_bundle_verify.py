@@ -26,7 +26,7 @@ from engine.evidence.statement import PAYLOAD_TYPE
 from engine.records import GateRecord
 from engine.signing.keymode import sign_with_key
 from engine.signing.keys import keygen, load_private_key, load_public_key
-from engine.verify.result import VerifyResult
+from engine.verify_result import VerifyResult
 from tests.sigstore_fake import TEST_ISSUER, FakeSigstore, reissue_with_bad_sct, shared
 from tests.test_policy_signing import CID, POLICY, TODAY, gates_doc, shipped_route, verify_doc
 

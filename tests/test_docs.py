@@ -157,7 +157,7 @@ def _candidates(data: dict[str, Any], base: dict[str, Any] | None) -> None:
 
 
 def _machine(block: str, tmp: Path) -> None:
-    from engine.remote.machine import load_machine
+    from engine.machine import load_machine
 
     path = tmp / "machine.toml"
     path.write_text(block)

@@ -33,7 +33,7 @@ from engine.evidence.redact import REDACTION_VERSION, redact_text
 from engine.evidence.replay import FilePin, ReplayRecord, StepPin
 from engine.records import GateRecord
 from engine.run import RunResult, StepResult
-from engine.verify.result import VerifyResult
+from engine.verify_result import VerifyResult
 
 SECRET_JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4eXoifQ.c2lnbmF0dXJlLWJ5dGVz"
 SECRET_GH = "ghp_" + "A1b2C3d4" * 5

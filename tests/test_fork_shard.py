@@ -25,7 +25,7 @@ from engine.fork.merge import merge
 from engine.fork.shard import MANIFEST, parse_spec, select, shard_of
 from engine.signing.keys import keygen
 from engine.verify.cached import evidence_view
-from engine.verify.result import VerifyResult
+from engine.verify_result import VerifyResult
 from tests.test_flake_fork import git
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "fork"

@@ -17,7 +17,7 @@ import pytest
 
 from engine.cli import main
 from engine.run import RunResult, StepResult
-from engine.verify.result import VerifyResult
+from engine.verify_result import VerifyResult
 from tests.test_policy_signing import POLICY, gates_doc, verify_doc
 from tests.waiverkit import make_key, write_maintainers
 

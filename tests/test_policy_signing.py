@@ -30,7 +30,7 @@ from engine.policy.signing import (
 )
 from engine.policy.waivers import NO_WAIVERS, WaiverSet
 from engine.records import GateRecord
-from engine.verify.result import VerifyResult
+from engine.verify_result import VerifyResult
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = REPO / "policy"
@@ -560,7 +560,7 @@ def test_every_code_the_engine_emits_is_catalogued(
     signing: tuple[SigningPolicy, Catalogue],
 ) -> None:
     from engine.gates.core.codes import CODES
-    from engine.verify.result import REASONS
+    from engine.verify_result import REASONS
 
     catalogue = signing[1]
     emitted = set(CODES) | (set(REASONS) - {"ok"})

@@ -30,9 +30,9 @@ import pytest
 from plumbum import local
 
 from engine.cli import main
+from engine.machine import Machine
 from engine.model import NixConfig
 from engine.nix import Nix, check_groups, store_uri
-from engine.remote.machine import Machine
 from tests.enginekit import make_project
 
 pytestmark = pytest.mark.nix
@@ -296,7 +296,7 @@ def test_a_verify_runs_on_the_builder_with_the_verdict_of_a_local_one(
     and the result, bundled, names the machines. Its outputs deleted here, the same candidate
     verified by this machine alone reaches the same verdict from the same derivations."""
     from engine.verify.cached import evidence_view
-    from engine.verify.result import VerifyResult
+    from engine.verify_result import VerifyResult
     from tests.storekit import delete_outputs
 
     uri, root = remote.machine("verify")

@@ -25,9 +25,9 @@ import pytest
 from engine.cli import main
 from engine.errors import InputError
 from engine.evidence import PAYLOAD_DIR
+from engine.machine import Machine, load_machine
 from engine.model import NixConfig
 from engine.nix import Nix
-from engine.remote.machine import Machine, load_machine
 from tests.enginekit import make_project
 from tests.storekit import delete_outputs, outputs
 
@@ -431,7 +431,7 @@ def test_machine_b_instantiates_the_same_derivations(machines: Machines) -> None
 @pytest.mark.nix
 def test_machine_b_reaches_the_same_verdict_and_bundle(machines: Machines) -> None:
     from engine.verify.cached import evidence_view
-    from engine.verify.result import VerifyResult
+    from engine.verify_result import VerifyResult
 
     a = VerifyResult.model_validate(machines.a_result)
     b = VerifyResult.model_validate(machines.b_result)

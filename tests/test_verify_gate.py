@@ -14,8 +14,8 @@ from engine.gates.core import expectation, oracle
 from engine.graph import load_graph
 from engine.run import RunResult, StepResult
 from engine.verify.pipeline import find_fork, project_root, verify_context
-from engine.verify.result import REASONS
 from engine.verify.verdict import judge, load_gate
+from engine.verify_result import REASONS
 
 ROOT = Path(__file__).resolve().parent.parent
 FORK = ROOT / "tests" / "fixtures" / "fork"

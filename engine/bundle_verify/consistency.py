@@ -77,7 +77,7 @@ class Bundled:
         from engine.policy.routing import RouteDecision
         from engine.policy.signing import Decision
         from engine.records import GateRecord
-        from engine.verify.result import VerifyResult
+        from engine.verify_result import VerifyResult
 
         self.payload = payload
         self.problems: list[str] = []

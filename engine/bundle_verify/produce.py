@@ -56,7 +56,7 @@ from engine.policy.signed_waiver import WaiverTrust, waiver_trust
 from engine.policy.signing import Decision
 from engine.roles.claims import candidate_review
 from engine.run import RunResult
-from engine.verify.result import VerifyResult
+from engine.verify_result import VerifyResult
 
 Signed = Literal["no", "key", "keyless"]
 

@@ -107,8 +107,8 @@ def _verdict_differences(recorded: dict[str, Any], replayed: dict[str, Any]) -> 
 
 
 def _judge_again(candidate: Any, graph: Any, run: RunResult, payload: Path) -> list[str]:
-    from engine.verify.result import VerifyResult
     from engine.verify.verdict import judge
+    from engine.verify_result import VerifyResult
 
     path = payload / VERIFY_RESULT_PATH
     if not path.is_file():
@@ -126,7 +126,7 @@ def _judge_again(candidate: Any, graph: Any, run: RunResult, payload: Path) -> l
 
 def _expected_failures(payload: Path) -> set[str]:
     """Steps the bundled verify result records as failed or skipped (a replay may fail them)."""
-    from engine.verify.result import VerifyResult
+    from engine.verify_result import VerifyResult
 
     path = payload / VERIFY_RESULT_PATH
     try:

@@ -1,5 +1,5 @@
 """`trace decide CANDIDATE`: may this candidate's evidence be signed? allow/deny with every reason
-code (the library: engine.evidence.decide)."""
+code (the library: engine.bundle_verify.decide)."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def _decision_text(d: Decision, out: Path) -> str:
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
-    from engine.evidence.decide import decide_candidate
+    from engine.bundle_verify.decide import decide_candidate
 
     decided = decide_candidate(
         args.candidate,

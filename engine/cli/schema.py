@@ -12,7 +12,7 @@ from engine.policy.registry import SCHEMAS as POLICY_SCHEMAS
 SCHEMAS: dict[str, str] = {
     "pipeline": "engine.spec:PipelineFile",
     "candidate": "engine.candidate:CandidateFile",
-    "machine": "engine.remote.machinefile:MachineConfig",
+    "machine": "engine.machinefile:MachineConfig",
     **POLICY_SCHEMAS,
     # model-drafted fixes (engine/roles, engine/models, engine/agent)
     "agent": "engine.roles.agentfile:AgentFileSpec",

@@ -18,7 +18,7 @@ from engine.verify.pipeline import build_verify, find_fork
 if TYPE_CHECKING:
     from engine.model import Graph
     from engine.run import RunResult
-    from engine.verify.result import VerifyResult
+    from engine.verify_result import VerifyResult
 
 
 def register(sub: Any) -> None:

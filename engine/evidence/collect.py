@@ -56,7 +56,7 @@ from engine.evidence.replay import ModelPin, RunHost, SourcePin
 from engine.policy.evidence import SourceRef
 from engine.records import GateRecord
 from engine.run import RunResult
-from engine.verify.result import VerifyResult
+from engine.verify_result import VerifyResult
 
 if TYPE_CHECKING:
     from engine.evidence.bundle import Assembled
@@ -193,7 +193,7 @@ def verify_entry(result: VerifyResult, root: Path) -> PayloadEntry:
     (engine.evidence.portable), so two machines' and two checkouts' bundles of one result are
     the same."""
     from engine.evidence.portable import portable_verify
-    from engine.verify.result import MACHINE_KEYS
+    from engine.verify_result import MACHINE_KEYS
 
     doc = portable_verify(result.model_dump(mode="json", by_alias=True), root)
     return json_entry(VERIFY_RESULT_PATH, "verify", _without(doc, MACHINE_KEYS))

@@ -30,7 +30,7 @@ from engine.policy.signed_waiver import WaiverTrust
 from engine.policy.signing import Decision
 from engine.policy.waivers import WaiverSet
 from engine.records import GateRecord
-from engine.verify.result import VerifyResult
+from engine.verify_result import VerifyResult
 
 PAYLOAD_PREFIX = "payload/"
 

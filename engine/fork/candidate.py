@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from engine.policy.signing import Decision
     from engine.policy.waivers import WaiverSet
     from engine.run import RunResult
-    from engine.verify.result import VerifyResult
+    from engine.verify_result import VerifyResult
 
 BUILDER_ID = "urn:trace:builder:fork"  # docs/evidence.md
 

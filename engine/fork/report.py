@@ -31,7 +31,7 @@ class Outcome:
     note: str = ""
     built: int = 0  # steps built now
     reused: int = 0  # steps evaluated, their output already in the store
-    substituted: int = 0  # steps fetched from a signed binary cache (engine/remote/machine.py)
+    substituted: int = 0  # steps fetched from a signed binary cache (engine/machine.py)
     cached: int = 0  # steps answered from the index (no evaluation)
     steps: list[str] = field(default_factory=list)  # step ids of the candidate's graph
     accuracy: str = ""  # a drafted candidate's comparison with the upstream fix (accuracy.json)

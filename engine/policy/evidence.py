@@ -1,6 +1,6 @@
 """What the signing policy reads: the records `trace verify` and the gates actually produced.
 
-The verify result (engine/verify/result.py, `trace.verify/v1`) carries the reproducer run
+The verify result (engine/verify_result.py, `trace.verify/v1`) carries the reproducer run
 records of both sides, the determinism check and the expectation gate's record; further gate
 records (scope, mutation, coverage: `trace.gate/v1` JSON) are collected beside it. Nothing here
 reads logs or summaries' prose: the signing policy re-derives what it can from the raw run
@@ -19,7 +19,7 @@ from engine.errors import InputError
 from engine.policy.review import ReviewEvidence
 from engine.policy.source import Strict
 from engine.records import GateRecord
-from engine.verify.result import VerifyResult
+from engine.verify_result import VerifyResult
 
 
 class SourceRef(Strict):

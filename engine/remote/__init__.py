@@ -1,3 +1,4 @@
-"""Beyond one machine, on Nix's own machinery: the machine's cache and builder settings
-(`machine`), and `trace push` (`push`, `command`). A thin layer over Nix settings and `nix copy`:
-no scheduler of trace's own."""
+"""Beyond one machine, on Nix's own machinery: `trace push` (`push`) and the determinism claims of
+results built elsewhere (`attest`). The machine's cache and builder settings are engine/machine.py
+(below engine/nix.py, which reads them); the command line is engine/cli/push.py. A thin layer over
+Nix settings and `nix copy`: no scheduler of trace's own."""

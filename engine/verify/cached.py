@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from engine.errors import InputError, TraceError
-from engine.verify.result import MACHINE_KEYS
+from engine.verify_result import MACHINE_KEYS
 
 if TYPE_CHECKING:
     from engine.cache import Index
     from engine.candidate import Candidate
     from engine.model import Graph
     from engine.run import Plan, RunResult
-    from engine.verify.result import VerifyResult
+    from engine.verify_result import VerifyResult
 
 SHOWN_STEPS = 6
 SHOWN_PER_REASON = 12
@@ -196,7 +196,7 @@ def _differences(a: Any, b: Any, where: str = "") -> list[str]:
 
 def check_result_file(path: Path, judged: VerifyResult) -> None:
     """Refuse a result file (`--result`) that differs from the result judged from the builds."""
-    from engine.verify.result import VerifyResult
+    from engine.verify_result import VerifyResult
 
     try:
         raw = path.read_bytes()

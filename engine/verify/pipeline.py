@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from engine.candidate import Candidate
     from engine.model import Graph
     from engine.run import RunResult
-    from engine.verify.result import VerifyResult
+    from engine.verify_result import VerifyResult
 
 STANDARD_GRAPH = "graphs/verify.toml"
 FORK_FILE = "trace.toml"

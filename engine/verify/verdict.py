@@ -25,7 +25,7 @@ from engine.model import Graph
 from engine.records import GateRecord, RunRecord, Side
 from engine.run import RunResult, StepResult
 from engine.verify.buildlog import build_failure_detail
-from engine.verify.result import ClaimVerdict, SideResult, StepRef, VerifyResult
+from engine.verify_result import ClaimVerdict, SideResult, StepRef, VerifyResult
 
 OK_STATUSES = ("built", "cached", "substituted", "reused")
 BUILD_STEP = {"pre": "pre-fix", "post": "post-fix"}

@@ -13,7 +13,7 @@ substituted path is accepted only with a signature by a key in `trusted-public-k
 config that turns signatures off or lists a cache without a trusted key is refused (exit 2).
 
 Lower layer: imports only engine.errors (engine/nix.py reads it); the file's pydantic model
-(engine/remote/machinefile.py) only when there is a file to read.
+(engine/machinefile.py) only when there is a file to read.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _URL = re.compile(r"^[a-z][a-z0-9+.-]*://\S*$")
 @dataclass(frozen=True, kw_only=True)
 class Machine:
     """The machine config in force, as plain data (no config file: all unset). What each key
-    means, and its validation: engine/remote/machinefile.py MachineConfig (`trace schema
+    means, and its validation: engine/machinefile.py MachineConfig (`trace schema
     machine`)."""
 
     substituters: list[str] | None = None
@@ -157,7 +157,7 @@ def load_machine(path: Path | None = None) -> Machine:
         raise InputError(f"cannot read the machine config: {exc}", file=path) from None
     from pydantic import ValidationError
 
-    from engine.remote.machinefile import MachineConfig
+    from engine.machinefile import MachineConfig
 
     try:
         cfg = MachineConfig.model_validate(data)

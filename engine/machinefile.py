@@ -1,5 +1,5 @@
 """The machine config file's model (`machine.toml`, `trace schema machine`): validated here,
-then used as engine/remote/machine.py's plain `Machine` (what `load_machine` returns)."""
+then used as engine/machine.py's plain `Machine` (what `load_machine` returns)."""
 
 from __future__ import annotations
 
