@@ -181,3 +181,30 @@ def test_the_template_ships_every_file_its_examples_name() -> None:
     assert named, "the template's steps.toml has an example kind"
     for rel in named:
         assert (trace_dir / rel).is_file(), rel
+
+
+@pytest.mark.nix
+def test_init_locks_with_the_override_inputs_given(
+    fork: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--override-input INPUT URL` (repeatable) reaches `nix flake lock` as given, in order; the
+    lock is staged. (`nix` is a shim that records its arguments and writes flake.lock.)"""
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    log = tmp_path / "nix-args"
+    (shims / "nix").write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$@" > {log}\necho "{{}}" > flake.lock\n'
+    )
+    (shims / "nix").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}:{os.environ['PATH']}")
+    argv = ["init", "--fork", str(fork), "--trace-url", URL]
+    argv += ["--override-input", "trace/nixpkgs", "path:/a", "--override-input", "trace", "path:/b"]
+    assert main(argv) == 0
+    assert log.read_text().splitlines() == [
+        "flake", "lock", "--override-input", "trace/nixpkgs", "path:/a",
+        "--override-input", "trace", "path:/b",
+    ]  # fmt: skip
+    out = capsys.readouterr().out
+    assert "trace init: locked the flake inputs (flake.lock)" in out
+    assert "trace init: staged (git add): flake.nix, flake.lock, .gitignore" in out
+    assert "flake.lock" in git(fork, "diff", "--cached", "--name-only").split()

@@ -45,88 +45,22 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=cmd_draft)
 
 
-def _skeleton(args: argparse.Namespace, fork: Path) -> tuple[Path, Path | None]:
-    """The skeleton to draft from, and its folder when this run creates it (removed again
-    when the draft ends with an error: nothing half-written)."""
-    from engine.advisory import load_advisory
-    from engine.agent.skeleton import skeleton_folder, write_skeleton
-    from engine.errors import UsageError
-
-    target: Path = args.target.resolve()
-    if target.suffix == ".toml":
-        return target, None
-    adv = load_advisory(target)
-    names = adv.packages
-    package = args.package or (names[0] if len(names) == 1 else None)
-    if package is None:
-        raise UsageError(
-            f"advisory {adv.id} names {len(names)} packages ({', '.join(names) or 'none'})",
-            hint="pass --package NAME (the attribute in the fork)",
-        )
-    folder = skeleton_folder(fork, adv, package)
-    created = None if folder.exists() else folder
-    return write_skeleton(fork, adv, target.read_bytes(), package, adv.upstream_fix), created
-
-
 def cmd_draft(args: argparse.Namespace) -> int:
-    import shutil
+    from engine.agent.target import DraftRequest, draft_target
 
-    from engine.errors import TraceError, UsageError
-    from engine.verify.pipeline import find_fork
-
-    fork = (args.fork or find_fork(args.target) or Path.cwd()).resolve()
-    if not (fork / "trace.toml").is_file() and not (fork / "default.nix").is_file():
-        raise UsageError(f"{fork} is not a fork (no trace.toml or default.nix)",
-                         hint="pass --fork")  # fmt: skip
-    skeleton, created = _skeleton(args, fork)
-    try:
-        return _draft(args, fork, skeleton)
-    except (TraceError, KeyboardInterrupt):
-        if created is not None:  # the skeleton this run wrote from the advisory goes too
-            shutil.rmtree(created, ignore_errors=True)
-        raise
-
-
-def _draft(args: argparse.Namespace, fork: Path, skeleton: Path) -> int:
-    from engine.agent.draft import run_draft
-    from engine.agent.options import DraftOptions
-    from engine.candidate import load_candidate
-    from engine.errors import UsageError
-    from engine.paths import data_dir
-    from engine.roles.agentfile import load_agent
-
-    agent_file = args.agent or (
-        fork / "trace" / "agent.toml"
-        if (fork / "trace" / "agent.toml").is_file()
-        else data_dir() / "graphs" / "agent.toml"
-    )
-    agent = load_agent(agent_file)
-    spec = load_candidate(skeleton, for_routing=True).spec
-    if spec.patches and not (skeleton.parent / "draft.json").is_file():
-        raise UsageError(
-            f"candidate '{spec.id}' already has patches and was not drafted by trace draft: "
-            "drafting would overwrite them",
-            hint="draft from its advisory JSON or a skeleton (trace scout writes them) instead",
-        )
-    state = (args.state_dir or fork / ".trace").resolve()
-    source = (args.source or fork / "pkgs" / spec.package / "src").resolve()
-    upstream = None
-    if spec.advisory.upstream_fix:
-        from engine.roles.resolver import resolve
-
-        upstream = resolve(
-            spec.advisory.upstream_fix, args.upstream_mirror, source, fetch=args.fetch_upstream
-        ).model_dump()
-    opts = DraftOptions(
-        fork=fork,
-        state=state,
-        source=source,
+    req = DraftRequest(
+        fork=args.fork,
+        agent=args.agent,
+        package=args.package,
+        source=args.source,
+        state_dir=args.state_dir,
         refresh=args.refresh,
-        jobs=args.jobs,
+        upstream_mirror=args.upstream_mirror,
+        fetch_upstream=args.fetch_upstream,
         signing_policy=args.signing_policy,
-        upstream=upstream,
+        jobs=args.jobs,
     )
-    rec = run_draft(skeleton, agent, opts)
+    rec, skeleton = draft_target(args.target, req)
     if args.json:
         print(json.dumps(rec.model_dump(mode="json", by_alias=True), indent=2, sort_keys=True))
     else:

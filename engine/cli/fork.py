@@ -1,23 +1,11 @@
-"""`trace fork`: the command line and the loop over candidates."""
+"""`trace fork`: the command line (the library: engine.fork.run; `--merge`: engine.fork.merge)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from engine.errors import TraceError, UsageError
-from engine.fork.candidate import Signer, verify_candidate
-from engine.fork.config import candidate_name, discover, make_config
-from engine.fork.entry import merged_policy, write_if_changed
-from engine.fork.once import RunOnce
-from engine.fork.report import ForkReport, Outcome, check_clean, print_table
-
-if TYPE_CHECKING:
-    from engine.fork.config import ForkConfig
-    from engine.fork.memo import Run
+from typing import Any
 
 
 def register(sub: Any) -> None:
@@ -109,106 +97,17 @@ def register(sub: Any) -> None:
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
-    from engine.errors import BusyError
-
     if args.merge is not None:
         from engine.fork.merge import cmd_merge
 
         return cmd_merge(args)
-    shard = _shard(args)
-    cfg = make_config(args)
-    dirty = check_clean(cfg, args.allow_dirty)
-    every = files = discover(cfg, args.candidates_)
-    if shard is not None:
-        from engine.fork.shard import select
+    from engine.fork.report import print_table
+    from engine.fork.run import run_fork
 
-        files = select(every, *shard)
-    policy = merged_policy(cfg)
-    signer = Signer(args)
-    once = RunOnce(cfg)  # git state, Nix version and system, package-set digest: once per run
-    memo = _memo(cfg, args, once, dirty, policy)
-    outcomes: list[Outcome] = []
-    for file in files:
-        known = memo.lookup(file, signer.can_sign_keyless) if memo is not None else None
-        if known is not None:  # authenticated, nothing it was made from changed (memo.py)
-            outcomes.append(known)
-            continue
-        try:
-            outcomes.append(
-                verify_candidate(
-                    cfg,
-                    file,
-                    policy,
-                    signer,
-                    once,
-                    dirty=dirty,
-                    jobs=args.jobs,
-                    progress=not args.quiet and not args.json,
-                    wait=args.wait,
-                    memo=memo,
-                )
-            )
-        except BusyError:
-            raise
-        except TraceError as exc:
-            if memo is not None:
-                memo.forget(file)
-            print(f"trace: error: {exc.render()}", file=sys.stderr)
-            name = candidate_name(file)  # its id is unknown: the candidate did not load
-            outcomes.append(Outcome(candidate=name, file=str(file), note=exc.message))
-    if memo is not None:
-        memo.commit()
-        if not args.quiet:  # why a candidate was not answered from the memo (stderr)
-            for missed, why in memo.misses.items():
-                name = candidate_name(Path(missed))
-                print(f"trace: {name}: verified in full: {why}", file=sys.stderr)
-    report = ForkReport(fork=str(cfg.root), commit=once.commit, dirty=dirty, candidates=outcomes)
-    write_if_changed(cfg.state / "fork" / "report.json", report.to_json().encode())
-    if shard is not None:
-        from engine.fork.shard import write_shard
-
-        i, n = shard
-        dest = args.shard_dir or cfg.state / "shards" / f"{i}-of-{n}"
-        done = write_shard(dest, cfg, report, policy, shard=shard, every=every, mine=files)
-        print(f"shard {i}/{n}: {done}", file=sys.stderr if args.json else sys.stdout)
-    if args.report is not None:
-        from engine.report.findings import fork_findings
-
-        page = fork_findings(args.report.resolve(), outcomes, policy, args.key)
-        print(f"findings: {page}", file=sys.stderr if args.json else sys.stdout)
+    out = sys.stderr if args.json else sys.stdout
+    run = run_fork(args, lambda line: print(line, file=out))
     if args.json:
-        print(report.to_json(), end="")
+        print(run.report.to_json(), end="")
     else:
-        print_table(report, cfg)
-    return report.exit_code
-
-
-def _memo(
-    cfg: ForkConfig, args: argparse.Namespace, once: RunOnce, dirty: bool, policy: Path
-) -> Run | None:
-    """The run's verdict memo (engine/fork/memo.py), or None without a usable key."""
-    from engine.fork.memo import KEY_ENV, Run, load_key, note, signing_identity
-
-    key, why = load_key(cfg)
-    if key is None:
-        if os.environ.get(KEY_ENV) != "":  # an empty $TRACE_MEMO_KEY turns it off quietly
-            note(why)
-        return None
-    return Run(
-        cfg,
-        key,
-        head=once.head,
-        dirty=dirty,
-        policy=policy,
-        signing=signing_identity(args),
-    )
-
-
-def _shard(args: argparse.Namespace) -> tuple[int, int] | None:
-    if args.shard is None:
-        if args.shard_dir is not None:
-            raise UsageError("--shard-dir goes with --shard I/N")
-        return None
-    from engine.fork.shard import parse_spec
-
-    return parse_spec(args.shard)
+        print_table(run.report, run.cfg)
+    return run.report.exit_code

@@ -45,8 +45,30 @@ def register(sub: Any) -> None:
 
 
 def _handler(args: argparse.Namespace) -> int:
-    pairs: list[list[str]] = args.nix_args
-    args.nix_args = [x for pair in pairs for x in ("--override-input", *pair)]
-    from engine.fork.init import cmd_init
+    from engine.fork.init import init_fork
 
-    return cmd_init(args)
+    done = init_fork(
+        args.fork,
+        config=args.config,
+        trace_url=args.trace_url,
+        print_lines=args.print_lines,
+        lock=not args.no_lock,
+        override_inputs=[(a, b) for a, b in args.nix_args],
+    )
+    for line in done.say:
+        print(f"trace init: {line}")
+    if done.lines is not None:
+        why = (
+            "as asked (--print)" if args.print_lines else "this flake.nix's shape does not allow it"
+        )
+        print(
+            f"\ntrace init: flake.nix NOT edited ({why}). Add these lines to it, inside the "
+            f"top-level {{ … }}, then run trace init again (it locks and stages):\n\n{done.lines}"
+        )
+        return 1
+    print(
+        "\nNext: put each fix candidate in "
+        f"{done.config}/candidates/<name>/candidate.toml (`nix run .#trace -- schema candidate`), "
+        "commit, then `nix run .#verify`.\nThe trace CLI in this fork: `nix run .#trace -- …`."
+    )
+    return 0

@@ -1,9 +1,5 @@
-"""`trace mutants CANDIDATE`: the mutants the mutation gate will build, as reviewer diffs.
-
-The same generator the sandbox runs (engine.gates.core.mutate), so what this prints is what the
-`mutant-run@N` steps build: mutant N here is step `mutant-run@N`. Which of them are stillborn or
-equivalent (TCE) is known only once they are built: `trace verify` reports it.
-"""
+"""`trace mutants CANDIDATE`: the mutants the mutation gate will build, as reviewer diffs (the
+library: engine.gates.mutants)."""
 
 from __future__ import annotations
 
@@ -26,22 +22,9 @@ def register(sub: Any) -> None:
 
 
 def cmd_mutants(args: argparse.Namespace) -> int:
-    from engine.candidate import load_candidate
-    from engine.errors import InputError
-    from engine.gates.core.diff import DiffError
-    from engine.gates.core.mutate import generate
+    from engine.gates.mutants import candidate_mutants
 
-    cand = load_candidate(args.candidate)
-    texts = [cand.file(p).read_text(encoding="utf-8") for p in cand.spec.patches]
-    try:
-        mutants = generate(texts)
-    except DiffError as exc:
-        raise InputError(
-            f"patch is not a unified diff: {exc}",
-            file=cand.path,
-            key="patches",
-            hint="write the patch with `git diff` or `diff -u`",
-        ) from None
+    cand, mutants = candidate_mutants(args.candidate)
     if args.json:
         print(json.dumps([m.summary() for m in mutants], indent=2))
         return 0

@@ -20,11 +20,12 @@ Run again at any time: every step is skipped when already done.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import InputError, TraceError, UsageError
@@ -170,16 +171,36 @@ def stage(root: Path, paths: list[str]) -> None:
         raise TraceError(f"git add failed in {root}: {proc.stderr.strip()}")
 
 
-def cmd_init(args: argparse.Namespace) -> int:
-    root = git_root((args.fork or Path.cwd()).resolve())
+@dataclass(frozen=True)
+class Initialized:
+    """What `trace init` did (`say`, in order), and the lines to add to flake.nix by hand when it
+    did not edit it (None: edited, written or already there)."""
+
+    say: list[str]
+    lines: str | None
+    config: str
+
+
+def init_fork(
+    fork: Path | None = None,
+    *,
+    config: str = "trace",
+    trace_url: str | None = None,
+    print_lines: bool = False,
+    lock: bool = True,
+    override_inputs: Sequence[tuple[str, str]] = (),
+) -> Initialized:
+    """Set the fork (default: the current directory's git work tree) up for `nix run .#verify`.
+    `print_lines`: never edit an existing flake.nix; `override_inputs`: passed to
+    `nix flake lock` as `--override-input INPUT URL`."""
+    root = git_root((fork or Path.cwd()).resolve())
     template = template_dir()
-    config: str = args.config
     if Path(config).is_absolute() or ".." in Path(config).parts:
         raise UsageError(f"--config {config!r} must be a folder name inside the fork")
     flake = root / "flake.nix"
     # decide (and check the URL) before anything is written
     state = "absent" if not flake.exists() else "done" if has_trace_input(root, flake) else "edit"
-    url = check_url(args.trace_url) if state != "done" else ""
+    url = check_url(trace_url) if state != "done" else ""
     say: list[str] = []
     added, kept = copy_template(template / "trace", root / config, root)
     # the CI workflow: a job matrix over `trace fork --shard`, a shared cache, one merge job
@@ -200,7 +221,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         say.append("flake.nix already has a trace input: left as it is")
     else:
         old = flake.read_text(encoding="utf-8")
-        edited = None if args.print_lines else edit_flake(old, url, config)
+        edited = None if print_lines else edit_flake(old, url, config)
         if edited is not None and parses(root, edited):
             flake.write_text(edited, encoding="utf-8")
             say.append("added the trace input and trace.lib.addApps to flake.nix")
@@ -211,8 +232,9 @@ def cmd_init(args: argparse.Namespace) -> int:
         say.append(f"added {IGNORE} to .gitignore")
     staged = ["flake.nix", ".gitignore", f"{config}/", *ci_added]
     stage(root, ["flake.nix", ".gitignore", config, *ci_added])
-    if lines is None and not args.no_lock:
-        proc = _nix(root, "nix", "flake", "lock", *args.nix_args)
+    if lines is None and lock:
+        pairs = [x for pair in override_inputs for x in ("--override-input", *pair)]
+        proc = _nix(root, "nix", "flake", "lock", *pairs)
         if proc.returncode != 0:
             raise TraceError(
                 f"`nix flake lock` failed in {root}:\n{proc.stderr.strip()[-2000:]}",
@@ -222,20 +244,4 @@ def cmd_init(args: argparse.Namespace) -> int:
         staged.insert(1, "flake.lock")
         say.append("locked the flake inputs (flake.lock)")
     say.append("staged (git add): " + ", ".join(staged))
-    for line in say:
-        print(f"trace init: {line}")
-    if lines is not None:
-        why = (
-            "as asked (--print)" if args.print_lines else "this flake.nix's shape does not allow it"
-        )
-        print(
-            f"\ntrace init: flake.nix NOT edited ({why}). Add these lines to it, inside the "
-            f"top-level {{ … }}, then run trace init again (it locks and stages):\n\n{lines}"
-        )
-        return 1
-    print(
-        "\nNext: put each fix candidate in "
-        f"{config}/candidates/<name>/candidate.toml (`nix run .#trace -- schema candidate`), "
-        "commit, then `nix run .#verify`.\nThe trace CLI in this fork: `nix run .#trace -- …`."
-    )
-    return 0
+    return Initialized(say=say, lines=lines, config=config)

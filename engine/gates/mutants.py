@@ -1,0 +1,36 @@
+"""The mutants of a candidate's patch, as the mutation gate will build them (`trace mutants`).
+
+The same generator the sandbox runs (engine.gates.core.mutate), so mutant N here is step
+`mutant-run@N`. Which of them are stillborn or equivalent (TCE) is known only once they are
+built: `trace verify` reports it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.candidate import Candidate
+    from engine.gates.core.mutate import Mutant
+
+
+def candidate_mutants(candidate_file: Path) -> tuple[Candidate, list[Mutant]]:
+    """The candidate and every mutant of the lines its patches add; bad input when a patch is not
+    a unified diff."""
+    from engine.candidate import load_candidate
+    from engine.errors import InputError
+    from engine.gates.core.diff import DiffError
+    from engine.gates.core.mutate import generate
+
+    cand = load_candidate(candidate_file)
+    texts = [cand.file(p).read_text(encoding="utf-8") for p in cand.spec.patches]
+    try:
+        return cand, generate(texts)
+    except DiffError as exc:
+        raise InputError(
+            f"patch is not a unified diff: {exc}",
+            file=cand.path,
+            key="patches",
+            hint="write the patch with `git diff` or `diff -u`",
+        ) from None
