@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import tomli
 from pydantic import ValidationError
 
 from engine.errors import InputError
 from engine.hashing import StatCache, digest_bytes, tree_digest
+from engine.loader import decode, parse_toml, read_bytes, read_text
 from engine.model import Graph, InputRef, Kind, NixConfig, Param, Step
 from engine.paths import PREFIX, key_source_paths, resolve_ref
 from engine.spec import (
@@ -111,33 +111,9 @@ class _File:
 
 
 def _read_file(path: Path) -> _File:
-    if path.is_dir():
-        raise InputError(
-            "is a directory, not a pipeline file", file=path, hint="name the .toml file itself"
-        )
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError("file not found", file=path, hint="check the path") from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", file=path) from None
-    text = _decode(data, path)
-    try:
-        raw = tomli.loads(text)
-    except tomli.TOMLDecodeError as exc:
-        msg = str(exc.msg) if hasattr(exc, "msg") else str(exc)
-        raise InputError(
-            f"TOML syntax error: {msg}",
-            file=path,
-            line=getattr(exc, "lineno", None),
-            hint="fix the TOML syntax at that line",
-        ) from None
-    except RecursionError:
-        raise InputError(
-            "TOML nested too deeply to read",
-            file=path,
-            hint="pipeline files need only a few levels of tables and arrays; flatten it",
-        ) from None
+    data = read_bytes(path, "pipeline file")
+    text = decode(data, path, "pipeline file")
+    raw = parse_toml(text, path, "pipeline file")
     try:
         spec = PipelineFile.model_validate(raw)
     except ValidationError as exc:
@@ -198,8 +174,8 @@ def _load_files(entry: Path) -> list[_File]:
         seen.add(path)
         f = _read_file(path)
         for inc in f.spec.include:
-            target = resolve_ref(inc, path.parent)
-            if not target.is_file():
+            target = _resolve(inc, f, "include")
+            if target.is_dir() or not target.exists():
                 is_dir = target.is_dir()
                 raise InputError(
                     f"included file '{inc}' "
@@ -220,6 +196,16 @@ def _load_files(entry: Path) -> list[_File]:
 
     visit(entry.resolve(), ())
     return files
+
+
+def _resolve(value: str, f: _File, *key: str) -> Path:
+    """`resolve_ref`, with a refused `trace:` reference located in the file that wrote it."""
+    try:
+        return resolve_ref(value, f.path.parent)
+    except InputError as exc:
+        raise InputError(
+            exc.message, file=f.path, key=".".join(key), line=f.line(*key), hint=exc.hint
+        ) from None
 
 
 def _lookup(context: Mapping[str, Any], dotted: str) -> Any:
@@ -262,7 +248,7 @@ class _Resolver:
         other file counts, git-ignored ones included: Nix imports the work tree as it is.
         """
         shipped = value.startswith(PREFIX)
-        target = resolve_ref(value, f.path.parent)
+        target = _resolve(value, f, *key)
         if not shipped and not target.is_relative_to(self.root):
             raise InputError(
                 f"path '{value}' escapes the project root {self.root}",
@@ -330,8 +316,9 @@ def _unrepresentable(value: Any) -> str | None:
             return f"is {v}, which Nix numbers cannot be"
         if isinstance(v, float) and v != 0 and abs(v) < sys.float_info.min:
             return f"is the subnormal float {v!r}, which Nix cannot read"
-        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
-            return "does not fit Nix's 64-bit integers"
+        # Nix reads `-9223372036854775808` as the negation of a literal one too large
+        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) < v < 2**63:
+            return "does not fit Nix's 64-bit integers (-(2^63 - 1) to 2^63 - 1)"
     return None
 
 
@@ -510,7 +497,7 @@ def _read_template(value: str, f: _File, kind: str) -> tuple[Path, str]:
     template changes the key of every step that uses it)."""
     from engine.templatelint import lint_template
 
-    tpath = resolve_ref(value, f.path.parent)
+    tpath = _resolve(value, f, "kinds", kind, "template")
     where = {"file": f.path, "key": f"kinds.{kind}.template", "line": f.line("kinds", kind)}
     if tpath.is_dir():
         raise InputError(
@@ -518,30 +505,15 @@ def _read_template(value: str, f: _File, kind: str) -> tuple[Path, str]:
             hint="name the template file itself (e.g. templates/step.nix.j2)",
             **where,  # type: ignore[arg-type]
         )
-    if not tpath.is_file():
+    if not tpath.exists():
         raise InputError(
             f"template '{value}' does not exist (looked for {tpath})",
             hint="create the template or fix the path (relative to this file)",
             **where,  # type: ignore[arg-type]
         )
-    text = _decode(tpath.read_bytes(), tpath)
+    text = read_text(tpath, "template")
     lint_template(text, tpath)
     return tpath, text
-
-
-def _decode(data: bytes, path: Path) -> str:
-    """UTF-8 text without a leading byte-order mark; bad bytes are an InputError with the line."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise InputError(
-            f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}",
-            file=path,
-            line=line,
-            hint="save the file as UTF-8",
-        ) from None
-    return text.removeprefix("\ufeff")
 
 
 def _collect_steps(

@@ -32,7 +32,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     from engine.gates.core.mutate import generate
 
     cand = load_candidate(args.candidate)
-    texts = [cand.file(p).read_text(encoding="utf-8") for p in cand.spec.patches]
+    texts = cand.patch_texts()
     try:
         mutants = generate(texts)
     except DiffError as exc:

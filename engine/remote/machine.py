@@ -21,11 +21,11 @@ from __future__ import annotations
 import base64
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import InputError
+from engine.loader import read_document
 
 ENV_VAR = "TRACE_MACHINE_CONFIG"
 SYSTEM_PATH = Path("/etc/trace/machine.toml")
@@ -145,16 +145,13 @@ def load_machine(path: Path | None = None) -> Machine:
     path = path if path is not None else config_path()
     if path is None:
         return Machine()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise InputError(
             "the machine config does not exist",
             file=path,
             hint=f"create it or unset {ENV_VAR}",
-        ) from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"cannot read the machine config: {exc}", file=path) from None
+        )
+    data = read_document(path, "machine config").data
     from pydantic import ValidationError
 
     from engine.remote.machinefile import MachineConfig
