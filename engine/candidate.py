@@ -61,7 +61,14 @@ from pydantic import (
 
 from engine.errors import InputError
 from engine.graph import find_line
-from engine.loader import Document, read_bytes, read_document, validate
+from engine.loader import (
+    Document,
+    check_regular,
+    read_bytes,
+    read_document,
+    resolve,
+    validate,
+)
 from engine.paths import cli
 
 SIGNALS = {
@@ -457,7 +464,8 @@ def load_candidate(path: Path, *, for_routing: Literal[True]) -> RoutingCandidat
 def load_candidate(path: Path, *, for_routing: bool = False) -> Candidate | RoutingCandidate:
     """The candidate, checked strictly; `for_routing=True`: only what routing reads (see the
     module docstring)."""
-    path = path.resolve()
+    check_regular(path, "candidate file")
+    path = resolve(path)
     if for_routing:
         return _load_for_routing(path)
     doc = _read(path)

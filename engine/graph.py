@@ -8,10 +8,11 @@ and what to do; nothing is built or written when loading fails.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import graphlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from pydantic import ValidationError
 
 from engine.errors import InputError
 from engine.hashing import StatCache, digest_bytes, tree_digest
-from engine.loader import decode, parse_toml, read_bytes, read_text
+from engine.loader import check_regular, decode, parse_toml, read_bytes, read_text, resolve
 from engine.model import Graph, InputRef, Kind, NixConfig, Param, Step
 from engine.paths import PREFIX, key_source_paths, resolve_ref
 from engine.spec import (
@@ -194,7 +195,7 @@ def _load_files(entry: Path) -> list[_File]:
             visit(target, (*stack, path))
         files.append(f)
 
-    visit(entry.resolve(), ())
+    visit(resolve(entry), ())
     return files
 
 
@@ -227,6 +228,24 @@ class _Resolver:
 
     def digested(self) -> list[Path]:
         return list(self._digests)
+
+    @contextlib.contextmanager
+    def blame(self, var: str | None, f: _File, *key: str) -> Iterator[None]:
+        """A value from a file in the context (`candidate.patches`: the candidate file) that is
+        refused is reported at that file and its key, not at the pipeline that uses it."""
+        try:
+            yield
+        except InputError as exc:
+            head, _, rest = (var or "").partition(".")
+            origin = self.context.get(head)
+            if not rest or not isinstance(origin, Mapping) or not origin.get("file"):
+                raise
+            raise InputError(
+                exc.message,
+                file=str(origin["file"]),
+                key=rest,
+                hint=f"{exc.hint or 'fix the value'} (used by {f.path}, key '{'.'.join(key)}')",
+            ) from None
 
     def var(self, ref: VarRef, f: _File, *key: str) -> Any:
         try:
@@ -339,49 +358,81 @@ def _resolve_params(
     for name, spec in kind.params.items():
         key = ("steps", step_id, "params", name)
         raw = step.params.get(name, spec.default)
-        if isinstance(raw, dict) and set(raw) == {"var"}:
-            raw = r.var(VarRef(var=raw["var"]), f, *key)
-        if raw is None:
-            if spec.required or name in step.params:
-                raise InputError(
-                    f"parameter '{name}' of kind '{kind_name}' is required",
-                    file=f.path,
-                    key=".".join(key[:2]),
-                    line=f.line("steps", step_id),
-                    hint=f"set params.{name} to {_TYPE_NAMES[spec.type]}",
-                )
-            params[name] = None
-            key_params[name] = None
-            continue
-        if not _check_type(raw, spec):
-            raise InputError(
-                f"parameter '{name}' must be {_TYPE_NAMES[spec.type]}, got {raw!r}",
-                file=f.path,
-                key=".".join(key),
-                line=f.line(*key) or f.line("steps", step_id),
-                hint=f"kind '{kind_name}' declares {name} as type '{spec.type}'",
+        var = raw.get("var") if isinstance(raw, dict) and set(raw) == {"var"} else None
+        if var is not None:
+            raw = r.var(_var_ref(var, f, *key), f, *key)
+        with r.blame(var, f, *key):
+            _resolve_param(
+                name, name in step.params, raw, spec, kind_name, step_id, f, r, params, key_params
             )
-        bad = _unrepresentable(raw)
-        if bad:
-            raise InputError(
-                f"parameter '{name}' {bad}",
-                file=f.path,
-                key=".".join(key),
-                line=f.line(*key) or f.line("steps", step_id),
-                hint="pass a value Nix can hold exactly (builds must see the value as written)",
-            )
-        if spec.type == "path":
-            ref = r.path(raw, f, *key)
-            params[name] = ref
-            key_params[name] = {"path": ref.rel, "digest": ref.digest}
-        elif spec.type == "paths":
-            refs = [r.path(v, f, *key) for v in raw]
-            params[name] = refs
-            key_params[name] = [{"path": x.rel, "digest": x.digest} for x in refs]
-        else:
-            params[name] = raw
-            key_params[name] = raw
     return params, key_params
+
+
+def _var_ref(var: Any, f: _File, *key: str) -> VarRef:
+    if not isinstance(var, str):
+        raise InputError(
+            f"`var` must be a string (a dotted context name), got {var!r}",
+            file=f.path,
+            key=".".join(key),
+            line=f.line(*key),
+            hint='write { var = "candidate.package" }',
+        )
+    return VarRef(var=var)
+
+
+def _resolve_param(
+    name: str,
+    given: bool,
+    raw: Any,
+    spec: Param,
+    kind_name: str,
+    step_id: str,
+    f: _File,
+    r: _Resolver,
+    params: dict[str, Any],
+    key_params: dict[str, Any],
+) -> None:
+    key = ("steps", step_id, "params", name)
+    if raw is None:
+        if spec.required or given:
+            raise InputError(
+                f"parameter '{name}' of kind '{kind_name}' is required",
+                file=f.path,
+                key=".".join(key[:2]),
+                line=f.line("steps", step_id),
+                hint=f"set params.{name} to {_TYPE_NAMES[spec.type]}",
+            )
+        params[name] = None
+        key_params[name] = None
+        return
+    if not _check_type(raw, spec):
+        raise InputError(
+            f"parameter '{name}' must be {_TYPE_NAMES[spec.type]}, got {raw!r}",
+            file=f.path,
+            key=".".join(key),
+            line=f.line(*key) or f.line("steps", step_id),
+            hint=f"kind '{kind_name}' declares {name} as type '{spec.type}'",
+        )
+    bad = _unrepresentable(raw)
+    if bad:
+        raise InputError(
+            f"parameter '{name}' {bad}",
+            file=f.path,
+            key=".".join(key),
+            line=f.line(*key) or f.line("steps", step_id),
+            hint="pass a value Nix can hold exactly (builds must see the value as written)",
+        )
+    if spec.type == "path":
+        ref = r.path(raw, f, *key)
+        params[name] = ref
+        key_params[name] = {"path": ref.rel, "digest": ref.digest}
+    elif spec.type == "paths":
+        refs = [r.path(v, f, *key) for v in raw]
+        params[name] = refs
+        key_params[name] = [{"path": x.rel, "digest": x.digest} for x in refs]
+    else:
+        params[name] = raw
+        key_params[name] = raw
 
 
 def _merge_nix(files: list[_File]) -> NixSettings:
@@ -424,7 +475,8 @@ def load_graph(
     `variant` names one instantiation of a shared pipeline (e.g. a candidate id), so the index
     keeps each one's latest keys apart (plan explanations, `trace gc`).
     """
-    entry = entry.resolve()
+    check_regular(entry, "pipeline file")
+    entry = resolve(entry)
     root = (root or Path.cwd()).resolve()
     files = _load_files(entry)
     r = _Resolver(root, context or {}, hasher or StatCache())
@@ -628,10 +680,11 @@ def _build_steps(
         params, key_params = _resolve_params(sid, ss, kind, ss.kind, f, r)
         inputs: dict[str, InputRef] = {}
         for iname, ival in ss.inputs.items():
-            value = (
-                r.var(ival, f, "steps", sid, "inputs", iname) if isinstance(ival, VarRef) else ival
-            )
-            inputs[iname] = r.path(str(value), f, "steps", sid, "inputs", iname)
+            key = ("steps", sid, "inputs", iname)
+            var = ival.var if isinstance(ival, VarRef) else None
+            value = r.var(ival, f, *key) if isinstance(ival, VarRef) else ival
+            with r.blame(var, f, *key):
+                inputs[iname] = r.path(str(value), f, *key)
         needs_base = {n: expansions[n] for n in ss.needs}
         needs = tuple(x for n in ss.needs for x in expansions[n])
         line = f.header_line("steps", sid)

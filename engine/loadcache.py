@@ -34,7 +34,7 @@ from typing import Any
 from engine import userkey
 from engine.errors import InputError
 from engine.hashing import StatCache, digest_bytes, tree_digest
-from engine.loader import read_bytes, read_text
+from engine.loader import read_bytes, read_text, resolve
 from engine.model import Graph, InputRef
 
 TABLE = "CREATE TABLE IF NOT EXISTS load_cache (name TEXT PRIMARY KEY, mac TEXT, payload BLOB)"
@@ -57,8 +57,8 @@ def name(entry: Path, root: Path, context: Mapping[str, Any] | None, variant: st
     ident = [
         FORMAT,
         engine_id(),
-        str(entry.resolve()),
-        str(root.resolve()),
+        str(resolve(entry)),
+        str(resolve(root)),
         variant,
         json.dumps(context or {}, sort_keys=True, default=str),
         os.environ.get("TRACE_DATA_DIR", ""),

@@ -93,21 +93,36 @@ def _refused_root(path: Path) -> bool:
     return any(real == r or real.startswith(r + "/") for r in _REFUSED_ROOTS)
 
 
-def read_bytes(
-    path: Path, what: str = "file", cap: int = MAX_BYTES, *, error: type[InputError] = InputError
-) -> bytes:
-    """The bytes of a regular file (at most `cap`), or an input error naming it."""
+def check_regular(path: Path, what: str = "file", *, error: type[InputError] = InputError) -> None:
+    """Refuse anything but a regular file (without opening it), naming `path` as given: call it
+    before resolving symlinks so the message names the user's own path."""
     try:
         kind = _kind(os.stat(path).st_mode)
-        if kind is None and _refused_root(path):
-            kind = "a kernel file (/proc, /sys)"
-        if kind is not None:
-            raise _not_regular(kind, path, what, error)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise _os_error(exc, path, what, error) from None
     except ValueError:  # an embedded NUL
         raise error("the path holds a NUL character", file=repr(str(path))) from None
+    if kind is None and _refused_root(path):
+        kind = "a kernel file (/proc, /sys)"
+    if kind is not None:
+        raise _not_regular(kind, path, what, error)
+
+
+def resolve(path: Path) -> Path:
+    """`path` made absolute with symlinks followed; a symlink loop stays as written (reading it
+    then fails with a clear error, where `Path.resolve` raises RuntimeError)."""
+    return Path(os.path.realpath(path))
+
+
+def read_bytes(
+    path: Path, what: str = "file", cap: int = MAX_BYTES, *, error: type[InputError] = InputError
+) -> bytes:
+    """The bytes of a regular file (at most `cap`), or an input error naming it."""
+    check_regular(path, what, error=error)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _os_error(exc, path, what, error) from None
     try:
         kind = _kind(os.fstat(fd).st_mode)
         if kind is not None:  # swapped after the stat

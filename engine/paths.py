@@ -28,14 +28,14 @@ def resolve_ref(value: str, base: Path) -> Path:
     names trace's own data and nothing else."""
     if value.startswith(PREFIX):
         root = data_dir()
-        target = (root / value[len(PREFIX) :]).resolve()
+        target = Path(os.path.realpath(root / value[len(PREFIX) :]))
         if not target.is_relative_to(root):
             raise InputError(
                 f"'{value}' escapes trace's data directory {root}",
                 hint="`trace:` names trace's shipped data (graphs/, templates/, policy/) only",
             )
         return target
-    return (base / value).resolve()
+    return Path(os.path.realpath(base / value))  # a symlink loop stays as written
 
 
 # The engine modules whose code shapes derivations and keys: their digest is part of every step

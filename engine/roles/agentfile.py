@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.errors import InputError
 from engine.graph import find_line
-from engine.loader import read_document
+from engine.loader import check_regular, read_document, resolve
 from engine.models.spec import ModelSpec
 from engine.paths import resolve_ref
 
@@ -89,7 +89,8 @@ def _fail(msg: str, path: Path, text: str, keys: list[str], hint: str) -> InputE
 
 
 def load_agent(path: Path) -> Agent:
-    path = path.resolve()
+    check_regular(path, "agent file")
+    path = resolve(path)
     doc = read_document(path, "agent file")
     text, data = doc.text, doc.data
     if "review" in data:
