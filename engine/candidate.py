@@ -63,6 +63,7 @@ from engine.errors import InputError
 from engine.graph import find_line
 from engine.loader import (
     Document,
+    check_path,
     check_regular,
     read_bytes,
     read_document,
@@ -88,6 +89,9 @@ SIGNALS = {
 }
 
 
+# A candidate id names files (STATE/verify/<id>.json, written through `.<name>.<hex>.tmp`) and
+# bundle folders: 128 characters keeps every such name well under the 255-byte limit.
+MAX_ID = 128
 GOLDEN_HEAD = 4000  # characters of a golden file the judge gets for its messages
 GOLDEN_MAX = 1 << 20  # the harness keeps 1 MiB of a stream's head: a longer golden never matches
 
@@ -256,7 +260,7 @@ REVIEW = "a FILE, path relative to the candidate file (e.g. review.md): an indep
 
 
 class CandidateFile(_Strict):
-    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=MAX_ID)
     package: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_'-]*(\.[A-Za-z_][A-Za-z0-9_'-]*)*$")
     patches: list[str] = Field(min_length=1)
     origin: Literal["model", "human", "upstream"] = "model"
@@ -276,7 +280,7 @@ class CandidateFile(_Strict):
 class RoutingCandidateFile(_Strict):
     """The candidate file as routing reads it: the same keys, only the pipeline's optional."""
 
-    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=MAX_ID)
     package: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_'-]*(\.[A-Za-z_][A-Za-z0-9_'-]*)*$")
     patches: list[str] = Field(default_factory=list, description="may not be written yet")
     origin: Literal["model", "human", "upstream"] = "model"
@@ -464,6 +468,7 @@ def load_candidate(path: Path, *, for_routing: Literal[True]) -> RoutingCandidat
 def load_candidate(path: Path, *, for_routing: bool = False) -> Candidate | RoutingCandidate:
     """The candidate, checked strictly; `for_routing=True`: only what routing reads (see the
     module docstring)."""
+    check_path(path, "candidate file")
     check_regular(path, "candidate file")
     path = resolve(path)
     if for_routing:

@@ -61,32 +61,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-class nothing_written_on_bad_input:
-    """Bad input exits 2 having written nothing: if this command created the state directory
-    (and its GC-root folder) and then fails with an exit-2 error, both are removed again."""
-
-    def __init__(self, state: Path) -> None:
-        self.state = state
-        self.existed = state.exists()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, t: Any, exc: BaseException | None, tb: Any) -> None:
-        from engine.errors import TraceError
-
-        if self.existed or not isinstance(exc, TraceError) or exc.exit_code != 2:
-            return
-        import shutil
-
-        from engine.cache import gcroot_folder
-
-        folder = gcroot_folder(self.state)
-        if folder.is_dir() and {p.name for p in folder.iterdir()} <= {".state-dir"}:
-            shutil.rmtree(folder, ignore_errors=True)
-        shutil.rmtree(self.state, ignore_errors=True)
-
-
 def register(sub: Any) -> None:
     p = sub.add_parser("run", help="build a graph; unchanged steps are answered from the cache")
     p.add_argument("graph", type=Path, help="pipeline TOML file")
@@ -170,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import time
 
     from engine import fastpath, loadcache
-    from engine.cache import Index
+    from engine.cache import Index, nothing_written_on_bad_input
     from engine.hashing import StatCache
     from engine.progress import Progress
     from engine.run import run_graph
@@ -244,7 +218,7 @@ def warnings(result: Any) -> list[str]:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from engine import loadcache
-    from engine.cache import Index
+    from engine.cache import Index, nothing_written_on_bad_input
     from engine.hashing import StatCache
     from engine.run import evaluate, known_drvs, plan, render_expression
 

@@ -20,7 +20,15 @@ from pydantic import ValidationError
 
 from engine.errors import InputError
 from engine.hashing import StatCache, digest_bytes, tree_digest
-from engine.loader import check_regular, decode, parse_toml, read_bytes, read_text, resolve
+from engine.loader import (
+    check_path,
+    check_regular,
+    decode,
+    parse_toml,
+    read_bytes,
+    read_text,
+    resolve,
+)
 from engine.model import Graph, InputRef, Kind, NixConfig, Param, Step
 from engine.paths import PREFIX, key_source_paths, resolve_ref
 from engine.spec import (
@@ -475,6 +483,7 @@ def load_graph(
     `variant` names one instantiation of a shared pipeline (e.g. a candidate id), so the index
     keeps each one's latest keys apart (plan explanations, `trace gc`).
     """
+    check_path(entry, "pipeline file")
     check_regular(entry, "pipeline file")
     entry = resolve(entry)
     root = (root or Path.cwd()).resolve()
@@ -563,7 +572,18 @@ def _read_template(value: str, f: _File, kind: str) -> tuple[Path, str]:
             hint="create the template or fix the path (relative to this file)",
             **where,  # type: ignore[arg-type]
         )
-    text = read_text(tpath, "template")
+    try:
+        text = read_text(tpath, "template")
+    except InputError as exc:
+        if exc.line is not None:  # in the template's text: the template's file and line
+            raise
+        raise InputError(
+            f"template '{value}' ({tpath}): {exc.message}",
+            file=f.path,
+            key=f"kinds.{kind}.template",
+            line=f.line("kinds", kind),
+            hint=exc.hint,
+        ) from None
     lint_template(text, tpath)
     return tpath, text
 

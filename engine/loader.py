@@ -108,6 +108,35 @@ def check_regular(path: Path, what: str = "file", *, error: type[InputError] = I
         raise _not_regular(kind, path, what, error)
 
 
+NAME_MAX = 255  # bytes in one path component (Linux)
+PATH_MAX = 4096  # bytes in a whole path
+
+
+def check_path(
+    path: Path, what: str, *, key: str | None = None, error: type[InputError] = InputError
+) -> None:
+    """Refuse up front a path trace could not record or use: not UTF-8 (it goes into JSON,
+    SQLite and Nix expressions), or longer than the file system allows."""
+    text = os.fspath(path)
+    shown = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise error(
+            f"the {what} path is not valid UTF-8",
+            file=shown,
+            key=key,
+            hint="rename it using UTF-8 characters: trace records paths in JSON, SQLite and Nix",
+        ) from None
+    if len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        raise error(
+            f"the {what} path is too long (at most {NAME_MAX} bytes a name, {PATH_MAX} in all)",
+            file=shown[:200] + "...",
+            key=key,
+            hint="use a shorter path",
+        )
+
+
 def resolve(path: Path) -> Path:
     """`path` made absolute with symlinks followed; a symlink loop stays as written (reading it
     then fails with a clear error, where `Path.resolve` raises RuntimeError)."""
@@ -118,6 +147,7 @@ def read_bytes(
     path: Path, what: str = "file", cap: int = MAX_BYTES, *, error: type[InputError] = InputError
 ) -> bytes:
     """The bytes of a regular file (at most `cap`), or an input error naming it."""
+    check_path(path, what, error=error)
     check_regular(path, what, error=error)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -331,19 +361,56 @@ def known_keys(model: type[BaseModel], loc: tuple[str | int, ...]) -> list[str]:
     return [f.alias or name for name, f in current.model_fields.items()]
 
 
+_TAGS = frozenset({"int", "str", "bool", "float", "list", "dict", "none"})
+
+
+def _is_tag(part: int | str) -> bool:
+    """A step pydantic adds to a location: a union member or a validator, not a key."""
+    text = str(part)
+    return "[" in text or text.startswith(("function-", "constrained-")) or text in _TAGS
+
+
+def _file_loc(loc: tuple[int | str, ...], data: Any) -> tuple[int | str, ...]:
+    """The parts of a pydantic location the file spells (union members and validators out)."""
+    keys: list[int | str] = []
+    cur = data
+    for part in loc:
+        if isinstance(cur, dict) and str(part) in cur:
+            cur = cur[str(part)]
+        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
+            cur = cur[part]
+        elif _is_tag(part) or (isinstance(part, str) and part[:1].isupper()):
+            continue
+        else:
+            cur = None  # a key the file lacks (missing) or has wrong (extra): the last one
+        keys.append(part)
+    return tuple(keys)
+
+
+def _union_pick(errors: list[Any], data: Any) -> Any:
+    """Of the errors at the first error's key (one per union member), the one that is not just
+    "wrong type" (`exit_code = []`: "at least 1 item", not "should be a valid integer")."""
+    first = _file_loc(errors[0]["loc"], data)
+    same = [e for e in errors if _file_loc(e["loc"], data) == first]
+    return next((e for e in same if not str(e["type"]).endswith("_type")), errors[0])
+
+
 def validation_error(
     exc: ValidationError,
     model: type[BaseModel],
     *,
     path: Path,
     text: str,
+    data: Any = None,
     hint: str,
     error: type[InputError] = InputError,
 ) -> InputError:
     """The first error of `exc` (a misspelt key before the "missing" it causes), located."""
     errors = exc.errors()
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = tuple(p for p in err["loc"] if isinstance(p, int) or not str(p).startswith("function-"))
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), None) or _union_pick(
+        errors, data
+    )
+    loc = _file_loc(err["loc"], data)
     msg = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "extra_forbidden" and loc:
         name = str(loc[-1])
@@ -373,6 +440,7 @@ def validate(
             model,
             path=doc.path,
             text=doc.text,
+            data=doc.data,
             hint=hint or f"see the {what} format in docs/",
             error=error,
         ) from None

@@ -71,6 +71,7 @@ def validate(model: type[M], data: dict[str, Any], *, path: Path, text: str, wha
             model,
             path=path,
             text=text,
+            data=data,
             hint=f"see `docs/policy.md` for the {what} format",
             error=PolicyError,
         ) from None
