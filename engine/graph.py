@@ -30,7 +30,7 @@ from engine.loader import (
     resolve,
 )
 from engine.model import Graph, InputRef, Kind, NixConfig, Param, Step
-from engine.paths import PREFIX, key_source_paths, resolve_ref
+from engine.paths import PREFIX, data_dir, key_source_paths, resolve_ref
 from engine.spec import (
     FORBIDDEN_OPTIONS,
     MAX_REPEAT,
@@ -217,6 +217,10 @@ def _resolve(value: str, f: _File, *key: str) -> Path:
         ) from None
 
 
+def _shipped(path: Path) -> bool:
+    return path.is_relative_to(data_dir())
+
+
 def _lookup(context: Mapping[str, Any], dotted: str) -> Any:
     cur: Any = context
     for part in dotted.split("."):
@@ -233,6 +237,7 @@ class _Resolver:
         self.context = context
         self.hasher = hasher
         self._digests: dict[Path, str] = {}
+        self.entry: Path | None = None  # the pipeline file the user named
 
     def digested(self) -> list[Path]:
         return list(self._digests)
@@ -260,6 +265,15 @@ class _Resolver:
             return _lookup(self.context, ref.var)
         except KeyError:
             known = ", ".join(sorted(_flatten(self.context))) or "none (no context given)"
+            if self.entry is not None and _shipped(f.path) and not _shipped(self.entry):
+                raise InputError(  # the user's include, not trace's pipeline, is the mistake
+                    f"the shipped pipeline {f.path.name} (included from here) needs "
+                    f"'{ref.var}', which this run does not provide",
+                    file=self.entry,
+                    key="include",
+                    hint="trace's verify pipeline runs for a candidate: use `trace verify "
+                    f"CANDIDATE`, not `trace run` (known variables: {known})",
+                ) from None
             raise InputError(
                 f"unknown variable '{ref.var}'",
                 file=f.path,
@@ -489,6 +503,7 @@ def load_graph(
     root = (root or Path.cwd()).resolve()
     files = _load_files(entry)
     r = _Resolver(root, context or {}, hasher or StatCache())
+    r.entry = entry
     kinds = _load_kinds(files)
     specs = _collect_steps(files, kinds, entry)
     expansions, repeated = _expand_repeats(specs, r)

@@ -203,6 +203,16 @@ CASES: dict[str, Case] = {
         "too long",
         "ggg",
     ),
+    "pipeline-17-mib": Case(
+        graph_file(lambda p: (p.write_bytes(b"#"), os.truncate(p, 17 << 20))),
+        "larger than",
+        "g.toml",
+    ),
+    "include-shipped-verify-without-a-candidate": Case(
+        graph_project('include = ["trace:graphs/verify.toml"]\n[nix]\npackage_set = "pkgs"\n'),
+        "needs 'gates.",
+        "graph.toml, key 'include'",
+    ),
     # --- strict types in the pipeline
     "version-true": Case(
         graph_project(KINDS.replace("version = 1", "version = true") + STEP),
