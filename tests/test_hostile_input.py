@@ -495,3 +495,62 @@ def test_a_latin1_patch_is_read_by_one_rule_everywhere(tmp_path: Path) -> None:
     cand = load_candidate(project / CAND / "candidate.toml")
     (text,) = cand.patch_texts()
     assert "\udce9" in text and text.encode("utf-8", "surrogateescape") == data
+
+
+# --- every other file format: the same classes through each format's own load function
+
+HOSTILE_FILES: dict[str, Callable[[Path], None]] = {
+    "fifo": fifo,
+    "dev-zero": to_dev_zero,
+    "directory": os.mkdir,
+    "symlink-loop": loop,
+    "through-a-file": through_a_file,
+    "latin1": lambda p: p.write_bytes(b"# caf\xe9\n"),
+    "utf16": lambda p: p.write_text("a = 1\n", encoding="utf-16"),
+    "nested-100000": nested(100_000),
+}
+
+
+def _loaders() -> dict[str, Callable[[Path], object]]:
+    from engine.advisory import load_advisory
+    from engine.policy.critical import load_critical
+    from engine.policy.reasons import load_catalogue
+    from engine.policy.routing import load_routing
+    from engine.policy.signing import load_signing
+    from engine.remote.machine import load_machine
+    from engine.roles.agentfile import load_agent
+
+    return {
+        "agent": load_agent,
+        "machine": load_machine,
+        "routing-policy": load_routing,
+        "signing-policy": load_signing,
+        "reason-catalogue": load_catalogue,
+        "critical-list": load_critical,
+        "advisory": load_advisory,
+        "candidate-for-routing": lambda p: load_candidate(p, for_routing=True),
+    }
+
+
+@pytest.mark.parametrize("fmt", list(_loaders()))
+@pytest.mark.parametrize("hostile", list(HOSTILE_FILES))
+def test_every_format_refuses_every_hostile_file_in_time(
+    fmt: str, hostile: str, tmp_path: Path
+) -> None:
+    import signal
+
+    path = tmp_path / ("sub/f.toml" if hostile == "through-a-file" else "f.toml")
+    HOSTILE_FILES[hostile](path)
+
+    def too_slow(*_: object) -> None:
+        raise TimeoutError(f"{fmt} hung on a {hostile}")
+
+    old = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(10)
+    try:
+        with pytest.raises(InputError) as info:
+            _loaders()[fmt](path)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert "f.toml" in info.value.render() or "sub" in info.value.render(), info.value
