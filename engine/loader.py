@@ -26,7 +26,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import tomli
 from pydantic import BaseModel, ValidationError
@@ -261,19 +261,32 @@ def parse_json(text: str, path: Path, what: str, error: type[InputError] = Input
 
 
 def read_document(
-    path: Path, what: str, *, error: type[InputError] = InputError, cap: int = MAX_BYTES
+    path: Path,
+    what: str,
+    *,
+    error: type[InputError] = InputError,
+    cap: int = MAX_BYTES,
+    fmt: Literal["toml", "json"] = "toml",
 ) -> Document:
-    """A TOML file (or JSON when the name ends in .json), parsed and depth-checked."""
+    """A TOML (or JSON) file, parsed and depth-checked."""
     raw = read_bytes(path, what, cap, error=error)
     text = decode(raw, path, what, error)
-    parse = parse_json if path.name.endswith(".json") else parse_toml
+    parse = parse_json if fmt == "json" else parse_toml
     return Document(path, text, parse(text, path, what, error), hashlib.sha256(raw).hexdigest())
 
 
-def load(path: Path, model: type[M], what: str, *, error: type[InputError] = InputError) -> M:
+def load(
+    path: Path,
+    model: type[M],
+    what: str,
+    *,
+    error: type[InputError] = InputError,
+    fmt: Literal["toml", "json"] = "toml",
+    hint: str | None = None,
+) -> M:
     """`path` read, parsed and validated as `model`, or an input error naming file and key."""
-    doc = read_document(path, what, error=error)
-    return validate(model, doc, what, error=error)
+    doc = read_document(path, what, error=error, fmt=fmt)
+    return validate(model, doc, what, hint=hint, error=error)
 
 
 # --- validation errors: the key as the file spells it, its line, and "did you mean"

@@ -554,3 +554,22 @@ def test_every_format_refuses_every_hostile_file_in_time(
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     assert "f.toml" in info.value.render() or "sub" in info.value.render(), info.value
+
+
+def test_load_validates_strictly_and_names_file_line_key_and_the_closest_key(
+    tmp_path: Path,
+) -> None:
+    from engine.loader import load
+    from engine.remote.machinefile import MachineConfig
+
+    path = tmp_path / "machine.toml"
+    path.write_text('\ufeff# a BOM, dropped\nmax-jobs = "2"\n')  # a string where an int goes
+    with pytest.raises(InputError) as info:
+        load(path, MachineConfig, "machine config")
+    assert (info.value.file, info.value.line, info.value.key) == (str(path), 2, "max-jobs")
+    path.write_text("max-job = 2\n")
+    with pytest.raises(InputError) as info:
+        load(path, MachineConfig, "machine config")
+    assert info.value.key == "max-job" and "did you mean 'max-jobs'" in (info.value.hint or "")
+    path.write_text("max-jobs = 2\n")
+    assert load(path, MachineConfig, "machine config").max_jobs == 2

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import InputError
-from engine.loader import read_document
+from engine.loader import load
 
 ENV_VAR = "TRACE_MACHINE_CONFIG"
 SYSTEM_PATH = Path("/etc/trace/machine.toml")
@@ -151,20 +151,12 @@ def load_machine(path: Path | None = None) -> Machine:
             file=path,
             hint=f"create it or unset {ENV_VAR}",
         )
-    data = read_document(path, "machine config").data
-    from pydantic import ValidationError
-
     from engine.remote.machinefile import MachineConfig
 
-    try:
-        cfg = MachineConfig.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        raise InputError(
-            f"{err['msg']}",
-            file=path,
-            key=key,
-            hint="see `trace schema machine` for the keys a machine config may hold",
-        ) from None
+    cfg = load(
+        path,
+        MachineConfig,
+        "machine config",
+        hint="see `trace schema machine` for the keys a machine config may hold",
+    )
     return _check(Machine(**cfg.model_dump()), path)
