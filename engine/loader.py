@@ -26,18 +26,20 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import tomli
-from pydantic import BaseModel, ValidationError
 
 from engine.errors import InputError
+
+if TYPE_CHECKING:  # pydantic is imported when validating: the load cache's hot path needs none
+    from pydantic import BaseModel, ValidationError
 
 MAX_BYTES = 16 << 20
 MAX_DEPTH = 64
 _REFUSED_ROOTS = ("/proc", "/sys")
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="BaseModel")
 
 
 @dataclass(frozen=True)
@@ -350,6 +352,8 @@ def closest(name: str, options: list[str]) -> str | None:
 
 def _submodel(ann: Any) -> type[BaseModel] | None:
     """The pydantic model inside an annotation (`X`, `list[X]`, `dict[str, X]`, `X | None`)."""
+    from pydantic import BaseModel
+
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return ann
     for arg in getattr(ann, "__args__", ()):
@@ -445,6 +449,8 @@ def validate(
     hint: str | None = None,
     error: type[InputError] = InputError,
 ) -> M:
+    from pydantic import ValidationError
+
     try:
         return model.model_validate(doc.data)
     except ValidationError as exc:
