@@ -10,7 +10,6 @@ The base score follows the CVSS v3.1 specification (section 7.1 formulas, Append
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +24,7 @@ from pydantic import (
 )
 
 from engine.errors import InputError
+from engine.loader import parse_json, read_text
 
 Level = Literal["none", "low", "medium", "high", "critical", "unknown"]
 LEVELS: tuple[Level, ...] = ("unknown", "none", "low", "medium", "high", "critical")
@@ -253,21 +253,7 @@ def _json_path(loc: tuple[int | str, ...]) -> str:
 
 def load_advisory(path: Path) -> OsvAdvisory:
     """Read and validate an OSV JSON file; errors name the file, the JSON path and the fix."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("advisory file not found", file=path, hint="check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read advisory: {exc}", file=path) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"invalid JSON: {exc.msg} (column {exc.colno})",
-            file=path,
-            line=exc.lineno,
-            hint="an OSV advisory is one JSON object; see https://ossf.github.io/osv-schema/",
-        ) from None
+    data = parse_json(read_text(path, "advisory file"), path, "advisory file")
     if not isinstance(data, dict):
         raise InputError(
             "an OSV advisory must be a JSON object", file=path, hint="wrap it in { ... }"

@@ -15,6 +15,7 @@ directory cannot be seen now (deleted, or only unmounted) only with `--prune-mis
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import getpass
 import hashlib
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import BusyError, InputError
+from engine.loader import check_path
 
 GCROOTS_BASE = Path("/nix/var/nix/gcroots/per-user")
 
@@ -64,8 +66,12 @@ _LATER_COLUMNS = ("built_on TEXT", "checked_on TEXT")
 class Index:
     def __init__(self, state_dir: Path, *, wait: float = 0) -> None:
         self.state_dir = state_dir
+        check_path(state_dir, "state directory", key="--state-dir")
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
+            if not os.access(state_dir, os.W_OK):
+                raise PermissionError(errno.EACCES, "not writable")
+            self._lock_fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise InputError(
                 f"cannot use {state_dir} as the state directory: {exc.strerror or exc}",
@@ -73,7 +79,6 @@ class Index:
                 hint="pass --state-dir a directory trace may create and write "
                 "(default ROOT/.trace)",
             ) from None
-        self._lock_fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         if not _flock(self._lock_fd, wait):
             os.close(self._lock_fd)
             raise BusyError(
@@ -276,7 +281,8 @@ class Index:
 
 def gcroot_folder(state_dir: Path) -> Path:
     """This user's GC-root folder of a state directory (one per resolved state path)."""
-    state_id = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:16]
+    # os.fsencode: a state dir whose name is not UTF-8 is refused, never a crash here
+    state_id = hashlib.sha256(os.fsencode(os.path.realpath(state_dir))).hexdigest()[:16]
     return GCROOTS_BASE / getpass.getuser() / "trace" / state_id
 
 
@@ -342,3 +348,27 @@ def sweep_orphans(base: Path | None = None) -> list[Path]:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
+
+
+class nothing_written_on_bad_input:
+    """Bad input exits 2 having written nothing: if this command created the state directory
+    (and its GC-root folder) and then fails with an exit-2 error, both are removed again."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.existed = state.exists()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, t: Any, exc: BaseException | None, tb: Any) -> None:
+        from engine.errors import TraceError
+
+        if self.existed or not isinstance(exc, TraceError) or exc.exit_code != 2:
+            return
+        import shutil
+
+        folder = gcroot_folder(self.state)
+        if folder.is_dir() and {p.name for p in folder.iterdir()} <= {".state-dir"}:
+            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(self.state, ignore_errors=True)

@@ -49,20 +49,27 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal, TypeVar, overload
+from typing import Annotated, Any, Literal, TypeVar, overload
 
-import tomli
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from engine.errors import InputError
 from engine.graph import find_line
+from engine.loader import (
+    Document,
+    check_path,
+    check_regular,
+    read_bytes,
+    read_document,
+    resolve,
+    validate,
+)
 from engine.paths import cli
 
 SIGNALS = {
@@ -82,12 +89,22 @@ SIGNALS = {
 }
 
 
+# A candidate id names files (STATE/verify/<id>.json, written through `.<name>.<hex>.tmp`) and
+# bundle folders: 128 characters keeps every such name well under the 255-byte limit.
+MAX_ID = 128
 GOLDEN_HEAD = 4000  # characters of a golden file the judge gets for its messages
 GOLDEN_MAX = 1 << 20  # the harness keeps 1 MiB of a stream's head: a longer golden never matches
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Unknown keys are errors and types strict: `runs = "3"` or `exit_code = "1"` are refused,
+    not converted."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+# An exit status as a process reports it (0-255); a signal is `signal`, not a code.
+ExitCode = Annotated[int, Field(ge=0, le=255)]
 
 
 class Advisory(_Strict):
@@ -121,7 +138,7 @@ class Oracle(_Strict):
     harness saw the target itself do (engine/gates/core/oracle.py), never on the reproducer's
     own exit or output."""
 
-    exit_code: int | list[int] | None = Field(
+    exit_code: ExitCode | Annotated[list[ExitCode], Field(min_length=1)] | None = Field(
         default=None,
         description="the target's exit status, or a list of accepted ones (a set), e.g. [1, 2]",
     )
@@ -193,6 +210,7 @@ class InvocationOracle(Oracle):
     index: int | None = Field(
         default=None,
         ge=1,
+        le=1_000_000,
         description="1-based position in the run record's canonical order (by program, then "
         "arguments)",
     )
@@ -242,7 +260,7 @@ REVIEW = "a FILE, path relative to the candidate file (e.g. review.md): an indep
 
 
 class CandidateFile(_Strict):
-    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=MAX_ID)
     package: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_'-]*(\.[A-Za-z_][A-Za-z0-9_'-]*)*$")
     patches: list[str] = Field(min_length=1)
     origin: Literal["model", "human", "upstream"] = "model"
@@ -262,7 +280,7 @@ class CandidateFile(_Strict):
 class RoutingCandidateFile(_Strict):
     """The candidate file as routing reads it: the same keys, only the pipeline's optional."""
 
-    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=MAX_ID)
     package: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_'-]*(\.[A-Za-z_][A-Za-z0-9_'-]*)*$")
     patches: list[str] = Field(default_factory=list, description="may not be written yet")
     origin: Literal["model", "human", "upstream"] = "model"
@@ -336,6 +354,27 @@ class Candidate(_Loaded):
             "accept": self._oracle_json(self.spec.accept, "accept"),
         }
 
+    def patch_bytes(self, rel: str, index: int, key: str = "patches") -> bytes:
+        """One patch's bytes (a regular file, size-capped), errors at `<key>.<index>`."""
+        try:
+            return read_bytes(self.file(rel), "patch")
+        except InputError as exc:
+            raise InputError(
+                f"patch '{rel}': {exc.message}",
+                file=self.path,
+                key=f"{key}.{index}",
+                hint=exc.hint,
+            ) from None
+
+    def patch_texts(self) -> list[str]:
+        """The patches as text, in order. The one rule everywhere: a patch is bytes, decoded as
+        UTF-8 with surrogateescape, so a Latin-1 patch that `patch` applies is read the same by
+        every gate (and `.encode("utf-8", "surrogateescape")` gives its bytes back)."""
+        return [
+            self.patch_bytes(rel, i).decode("utf-8", "surrogateescape")
+            for i, rel in enumerate(self.spec.patches)
+        ]
+
     def _oracle_json(self, o: Oracle, key: str) -> dict[str, Any]:
         out: dict[str, Any] = o.model_dump(exclude_none=True, exclude={"invocation"})
         if o.exit_code is not None:
@@ -343,7 +382,7 @@ class Candidate(_Loaded):
         for name in ("golden", "not_golden"):
             rel = getattr(o, name)
             if rel is not None:
-                data = self.file(rel).read_bytes()
+                data = read_bytes(self.file(rel), "golden file")
                 out[name] = {
                     "file": rel,
                     "sha256": hashlib.sha256(data).hexdigest(),
@@ -374,42 +413,29 @@ def _patch_problem(data: bytes) -> str | None:
     return None
 
 
-def _read(path: Path) -> tuple[str, dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("candidate file not found", file=path, hint="check the path") from None
-    try:
-        return text, tomli.loads(text)
-    except tomli.TOMLDecodeError as exc:
-        raise InputError(
-            f"TOML syntax error: {exc.msg}",
-            file=path,
-            line=exc.lineno,
-            hint="fix the TOML syntax at that line",
-        ) from None
+def _read(path: Path) -> Document:
+    return read_document(path, "candidate file")
 
 
 _Spec = TypeVar("_Spec", CandidateFile, RoutingCandidateFile)
 
 
-def _validate(model: type[_Spec], data: dict[str, Any], path: Path, text: str) -> _Spec:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        keys = [str(p) for p in err["loc"]]
-        raise InputError(
-            err["msg"],
-            file=path,
-            key=".".join(keys),
-            line=find_line(text, keys),
-            hint=f"see `{cli('schema candidate')}` for the accepted keys",
-        ) from None
+def _validate(model: type[_Spec], doc: Document) -> _Spec:
+    return validate(
+        model, doc, "candidate file", hint=f"see `{cli('schema candidate')}` for the accepted keys"
+    )
 
 
 def _require_file(cand: Candidate | RoutingCandidate, key: str, rel: str, text: str) -> None:
     target = cand.file(rel)
+    if target.exists() and not target.is_file():
+        raise InputError(
+            f"'{rel}' is not a regular file ({target})",
+            file=cand.path,
+            key=key,
+            line=find_line(text, key.split(".")),
+            hint="name a file (not a directory, FIFO or device), relative to the candidate file",
+        )
     if not target.is_file():
         raise InputError(
             f"'{rel}' does not exist (looked for {target})",
@@ -424,10 +450,10 @@ def _require_file(cand: Candidate | RoutingCandidate, key: str, rel: str, text: 
 
 
 def _load_for_routing(path: Path) -> RoutingCandidate:
-    text, data = _read(path)
-    spec = _validate(RoutingCandidateFile, data, path, text)
+    doc = _read(path)
+    spec = _validate(RoutingCandidateFile, doc)
     cand = RoutingCandidate(path=path, spec=spec)
-    _require_file(cand, "advisory.osv", spec.advisory.osv, text)
+    _require_file(cand, "advisory.osv", spec.advisory.osv, doc.text)
     return cand
 
 
@@ -442,11 +468,14 @@ def load_candidate(path: Path, *, for_routing: Literal[True]) -> RoutingCandidat
 def load_candidate(path: Path, *, for_routing: bool = False) -> Candidate | RoutingCandidate:
     """The candidate, checked strictly; `for_routing=True`: only what routing reads (see the
     module docstring)."""
-    path = path.resolve()
+    check_path(path, "candidate file")
+    check_regular(path, "candidate file")
+    path = resolve(path)
     if for_routing:
         return _load_for_routing(path)
-    text, data = _read(path)
-    spec = _validate(CandidateFile, data, path, text)
+    doc = _read(path)
+    text = doc.text
+    spec = _validate(CandidateFile, doc)
     cand = Candidate(path=path, spec=spec)
     files = [("patches", p) for p in spec.patches]
     files += [("advisory.upstream_patches", p) for p in spec.advisory.upstream_patches]
@@ -463,7 +492,7 @@ def load_candidate(path: Path, *, for_routing: bool = False) -> Candidate | Rout
     ups = spec.advisory.upstream_patches
     named += [("advisory.upstream_patches", i, rel) for i, rel in enumerate(ups)]
     for key, i, rel in named:
-        problem = _patch_problem(cand.file(rel).read_bytes())
+        problem = _patch_problem(cand.patch_bytes(rel, i, key))
         if problem:
             raise InputError(
                 f"patch '{rel}' {problem}",

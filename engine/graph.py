@@ -8,20 +8,29 @@ and what to do; nothing is built or written when loading fails.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import graphlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import tomli
 from pydantic import ValidationError
 
 from engine.errors import InputError
 from engine.hashing import StatCache, digest_bytes, tree_digest
+from engine.loader import (
+    check_path,
+    check_regular,
+    decode,
+    parse_toml,
+    read_bytes,
+    read_text,
+    resolve,
+)
 from engine.model import Graph, InputRef, Kind, NixConfig, Param, Step
-from engine.paths import PREFIX, key_source_paths, resolve_ref
+from engine.paths import PREFIX, data_dir, key_source_paths, resolve_ref
 from engine.spec import (
     FORBIDDEN_OPTIONS,
     MAX_REPEAT,
@@ -111,33 +120,9 @@ class _File:
 
 
 def _read_file(path: Path) -> _File:
-    if path.is_dir():
-        raise InputError(
-            "is a directory, not a pipeline file", file=path, hint="name the .toml file itself"
-        )
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError("file not found", file=path, hint="check the path") from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", file=path) from None
-    text = _decode(data, path)
-    try:
-        raw = tomli.loads(text)
-    except tomli.TOMLDecodeError as exc:
-        msg = str(exc.msg) if hasattr(exc, "msg") else str(exc)
-        raise InputError(
-            f"TOML syntax error: {msg}",
-            file=path,
-            line=getattr(exc, "lineno", None),
-            hint="fix the TOML syntax at that line",
-        ) from None
-    except RecursionError:
-        raise InputError(
-            "TOML nested too deeply to read",
-            file=path,
-            hint="pipeline files need only a few levels of tables and arrays; flatten it",
-        ) from None
+    data = read_bytes(path, "pipeline file")
+    text = decode(data, path, "pipeline file")
+    raw = parse_toml(text, path, "pipeline file")
     try:
         spec = PipelineFile.model_validate(raw)
     except ValidationError as exc:
@@ -198,8 +183,8 @@ def _load_files(entry: Path) -> list[_File]:
         seen.add(path)
         f = _read_file(path)
         for inc in f.spec.include:
-            target = resolve_ref(inc, path.parent)
-            if not target.is_file():
+            target = _resolve(inc, f, "include")
+            if target.is_dir() or not target.exists():
                 is_dir = target.is_dir()
                 raise InputError(
                     f"included file '{inc}' "
@@ -218,8 +203,22 @@ def _load_files(entry: Path) -> list[_File]:
             visit(target, (*stack, path))
         files.append(f)
 
-    visit(entry.resolve(), ())
+    visit(resolve(entry), ())
     return files
+
+
+def _resolve(value: str, f: _File, *key: str) -> Path:
+    """`resolve_ref`, with a refused `trace:` reference located in the file that wrote it."""
+    try:
+        return resolve_ref(value, f.path.parent)
+    except InputError as exc:
+        raise InputError(
+            exc.message, file=f.path, key=".".join(key), line=f.line(*key), hint=exc.hint
+        ) from None
+
+
+def _shipped(path: Path) -> bool:
+    return path.is_relative_to(data_dir())
 
 
 def _lookup(context: Mapping[str, Any], dotted: str) -> Any:
@@ -238,15 +237,43 @@ class _Resolver:
         self.context = context
         self.hasher = hasher
         self._digests: dict[Path, str] = {}
+        self.entry: Path | None = None  # the pipeline file the user named
 
     def digested(self) -> list[Path]:
         return list(self._digests)
+
+    @contextlib.contextmanager
+    def blame(self, var: str | None, f: _File, *key: str) -> Iterator[None]:
+        """A value from a file in the context (`candidate.patches`: the candidate file) that is
+        refused is reported at that file and its key, not at the pipeline that uses it."""
+        try:
+            yield
+        except InputError as exc:
+            head, _, rest = (var or "").partition(".")
+            origin = self.context.get(head)
+            if not rest or not isinstance(origin, Mapping) or not origin.get("file"):
+                raise
+            raise InputError(
+                exc.message,
+                file=str(origin["file"]),
+                key=rest,
+                hint=f"{exc.hint or 'fix the value'} (used by {f.path}, key '{'.'.join(key)}')",
+            ) from None
 
     def var(self, ref: VarRef, f: _File, *key: str) -> Any:
         try:
             return _lookup(self.context, ref.var)
         except KeyError:
             known = ", ".join(sorted(_flatten(self.context))) or "none (no context given)"
+            if self.entry is not None and _shipped(f.path) and not _shipped(self.entry):
+                raise InputError(  # the user's include, not trace's pipeline, is the mistake
+                    f"the shipped pipeline {f.path.name} (included from here) needs "
+                    f"'{ref.var}', which this run does not provide",
+                    file=self.entry,
+                    key="include",
+                    hint="trace's verify pipeline runs for a candidate: use `trace verify "
+                    f"CANDIDATE`, not `trace run` (known variables: {known})",
+                ) from None
             raise InputError(
                 f"unknown variable '{ref.var}'",
                 file=f.path,
@@ -262,7 +289,7 @@ class _Resolver:
         other file counts, git-ignored ones included: Nix imports the work tree as it is.
         """
         shipped = value.startswith(PREFIX)
-        target = resolve_ref(value, f.path.parent)
+        target = _resolve(value, f, *key)
         if not shipped and not target.is_relative_to(self.root):
             raise InputError(
                 f"path '{value}' escapes the project root {self.root}",
@@ -330,8 +357,9 @@ def _unrepresentable(value: Any) -> str | None:
             return f"is {v}, which Nix numbers cannot be"
         if isinstance(v, float) and v != 0 and abs(v) < sys.float_info.min:
             return f"is the subnormal float {v!r}, which Nix cannot read"
-        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
-            return "does not fit Nix's 64-bit integers"
+        # Nix reads `-9223372036854775808` as the negation of a literal one too large
+        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) < v < 2**63:
+            return "does not fit Nix's 64-bit integers (-(2^63 - 1) to 2^63 - 1)"
     return None
 
 
@@ -352,49 +380,81 @@ def _resolve_params(
     for name, spec in kind.params.items():
         key = ("steps", step_id, "params", name)
         raw = step.params.get(name, spec.default)
-        if isinstance(raw, dict) and set(raw) == {"var"}:
-            raw = r.var(VarRef(var=raw["var"]), f, *key)
-        if raw is None:
-            if spec.required or name in step.params:
-                raise InputError(
-                    f"parameter '{name}' of kind '{kind_name}' is required",
-                    file=f.path,
-                    key=".".join(key[:2]),
-                    line=f.line("steps", step_id),
-                    hint=f"set params.{name} to {_TYPE_NAMES[spec.type]}",
-                )
-            params[name] = None
-            key_params[name] = None
-            continue
-        if not _check_type(raw, spec):
-            raise InputError(
-                f"parameter '{name}' must be {_TYPE_NAMES[spec.type]}, got {raw!r}",
-                file=f.path,
-                key=".".join(key),
-                line=f.line(*key) or f.line("steps", step_id),
-                hint=f"kind '{kind_name}' declares {name} as type '{spec.type}'",
+        var = raw.get("var") if isinstance(raw, dict) and set(raw) == {"var"} else None
+        if var is not None:
+            raw = r.var(_var_ref(var, f, *key), f, *key)
+        with r.blame(var, f, *key):
+            _resolve_param(
+                name, name in step.params, raw, spec, kind_name, step_id, f, r, params, key_params
             )
-        bad = _unrepresentable(raw)
-        if bad:
-            raise InputError(
-                f"parameter '{name}' {bad}",
-                file=f.path,
-                key=".".join(key),
-                line=f.line(*key) or f.line("steps", step_id),
-                hint="pass a value Nix can hold exactly (builds must see the value as written)",
-            )
-        if spec.type == "path":
-            ref = r.path(raw, f, *key)
-            params[name] = ref
-            key_params[name] = {"path": ref.rel, "digest": ref.digest}
-        elif spec.type == "paths":
-            refs = [r.path(v, f, *key) for v in raw]
-            params[name] = refs
-            key_params[name] = [{"path": x.rel, "digest": x.digest} for x in refs]
-        else:
-            params[name] = raw
-            key_params[name] = raw
     return params, key_params
+
+
+def _var_ref(var: Any, f: _File, *key: str) -> VarRef:
+    if not isinstance(var, str):
+        raise InputError(
+            f"`var` must be a string (a dotted context name), got {var!r}",
+            file=f.path,
+            key=".".join(key),
+            line=f.line(*key),
+            hint='write { var = "candidate.package" }',
+        )
+    return VarRef(var=var)
+
+
+def _resolve_param(
+    name: str,
+    given: bool,
+    raw: Any,
+    spec: Param,
+    kind_name: str,
+    step_id: str,
+    f: _File,
+    r: _Resolver,
+    params: dict[str, Any],
+    key_params: dict[str, Any],
+) -> None:
+    key = ("steps", step_id, "params", name)
+    if raw is None:
+        if spec.required or given:
+            raise InputError(
+                f"parameter '{name}' of kind '{kind_name}' is required",
+                file=f.path,
+                key=".".join(key[:2]),
+                line=f.line("steps", step_id),
+                hint=f"set params.{name} to {_TYPE_NAMES[spec.type]}",
+            )
+        params[name] = None
+        key_params[name] = None
+        return
+    if not _check_type(raw, spec):
+        raise InputError(
+            f"parameter '{name}' must be {_TYPE_NAMES[spec.type]}, got {raw!r}",
+            file=f.path,
+            key=".".join(key),
+            line=f.line(*key) or f.line("steps", step_id),
+            hint=f"kind '{kind_name}' declares {name} as type '{spec.type}'",
+        )
+    bad = _unrepresentable(raw)
+    if bad:
+        raise InputError(
+            f"parameter '{name}' {bad}",
+            file=f.path,
+            key=".".join(key),
+            line=f.line(*key) or f.line("steps", step_id),
+            hint="pass a value Nix can hold exactly (builds must see the value as written)",
+        )
+    if spec.type == "path":
+        ref = r.path(raw, f, *key)
+        params[name] = ref
+        key_params[name] = {"path": ref.rel, "digest": ref.digest}
+    elif spec.type == "paths":
+        refs = [r.path(v, f, *key) for v in raw]
+        params[name] = refs
+        key_params[name] = [{"path": x.rel, "digest": x.digest} for x in refs]
+    else:
+        params[name] = raw
+        key_params[name] = raw
 
 
 def _merge_nix(files: list[_File]) -> NixSettings:
@@ -437,10 +497,13 @@ def load_graph(
     `variant` names one instantiation of a shared pipeline (e.g. a candidate id), so the index
     keeps each one's latest keys apart (plan explanations, `trace gc`).
     """
-    entry = entry.resolve()
+    check_path(entry, "pipeline file")
+    check_regular(entry, "pipeline file")
+    entry = resolve(entry)
     root = (root or Path.cwd()).resolve()
     files = _load_files(entry)
     r = _Resolver(root, context or {}, hasher or StatCache())
+    r.entry = entry
     kinds = _load_kinds(files)
     specs = _collect_steps(files, kinds, entry)
     expansions, repeated = _expand_repeats(specs, r)
@@ -510,7 +573,7 @@ def _read_template(value: str, f: _File, kind: str) -> tuple[Path, str]:
     template changes the key of every step that uses it)."""
     from engine.templatelint import lint_template
 
-    tpath = resolve_ref(value, f.path.parent)
+    tpath = _resolve(value, f, "kinds", kind, "template")
     where = {"file": f.path, "key": f"kinds.{kind}.template", "line": f.line("kinds", kind)}
     if tpath.is_dir():
         raise InputError(
@@ -518,30 +581,26 @@ def _read_template(value: str, f: _File, kind: str) -> tuple[Path, str]:
             hint="name the template file itself (e.g. templates/step.nix.j2)",
             **where,  # type: ignore[arg-type]
         )
-    if not tpath.is_file():
+    if not tpath.exists():
         raise InputError(
             f"template '{value}' does not exist (looked for {tpath})",
             hint="create the template or fix the path (relative to this file)",
             **where,  # type: ignore[arg-type]
         )
-    text = _decode(tpath.read_bytes(), tpath)
+    try:
+        text = read_text(tpath, "template")
+    except InputError as exc:
+        if exc.line is not None:  # in the template's text: the template's file and line
+            raise
+        raise InputError(
+            f"template '{value}' ({tpath}): {exc.message}",
+            file=f.path,
+            key=f"kinds.{kind}.template",
+            line=f.line("kinds", kind),
+            hint=exc.hint,
+        ) from None
     lint_template(text, tpath)
     return tpath, text
-
-
-def _decode(data: bytes, path: Path) -> str:
-    """UTF-8 text without a leading byte-order mark; bad bytes are an InputError with the line."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise InputError(
-            f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}",
-            file=path,
-            line=line,
-            hint="save the file as UTF-8",
-        ) from None
-    return text.removeprefix("\ufeff")
 
 
 def _collect_steps(
@@ -656,10 +715,11 @@ def _build_steps(
         params, key_params = _resolve_params(sid, ss, kind, ss.kind, f, r)
         inputs: dict[str, InputRef] = {}
         for iname, ival in ss.inputs.items():
-            value = (
-                r.var(ival, f, "steps", sid, "inputs", iname) if isinstance(ival, VarRef) else ival
-            )
-            inputs[iname] = r.path(str(value), f, "steps", sid, "inputs", iname)
+            key = ("steps", sid, "inputs", iname)
+            var = ival.var if isinstance(ival, VarRef) else None
+            value = r.var(ival, f, *key) if isinstance(ival, VarRef) else ival
+            with r.blame(var, f, *key):
+                inputs[iname] = r.path(str(value), f, *key)
         needs_base = {n: expansions[n] for n in ss.needs}
         needs = tuple(x for n in ss.needs for x in expansions[n])
         line = f.header_line("steps", sid)

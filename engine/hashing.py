@@ -19,6 +19,8 @@ from typing import Any
 
 import rfc8785
 
+from engine.errors import InputError
+
 # Names never part of a hashed tree: version-control and trace's own state.
 SKIP_NAMES = frozenset({".git", ".trace", "__pycache__", ".hypothesis"})
 _CHUNK = 1 << 20
@@ -151,6 +153,17 @@ def _walk(
             yield from _walk(root, relpath, exclude)
 
 
+def _special(path: Path, mode: int) -> InputError:
+    """A FIFO, device or socket in what Nix would copy: reading it could block forever, and
+    Nix refuses it too."""
+    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    return InputError(
+        f"is {kind}, not a regular file or directory: trace cannot hash it, nor Nix copy it",
+        file=path,
+        hint="remove it, or move it out of the inputs and the package set",
+    )
+
+
 def tree_digest(root: Path, cache: StatCache, exclude: list[str] | None = None) -> str:
     """Digest of a directory tree (or a single file) as Nix would copy it into the store.
 
@@ -159,6 +172,8 @@ def tree_digest(root: Path, cache: StatCache, exclude: list[str] | None = None) 
     st = root.lstat()
     if stat.S_ISREG(st.st_mode):
         return "file:" + cache.file_digest(root, st)
+    if not (stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        raise _special(root, st.st_mode)
     skip = frozenset(p.strip("/") for p in exclude or [])
     memo = (str(root), skip)
     if cache.trees is not None and memo in cache.trees:
@@ -171,6 +186,8 @@ def tree_digest(root: Path, cache: StatCache, exclude: list[str] | None = None) 
             h.update(f"d {relpath}\0".encode())
         else:
             est = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(est.st_mode):
+                raise _special(Path(entry.path), est.st_mode)
             exe = "x" if est.st_mode & 0o111 else "-"
             h.update(f"f{exe} {relpath}\0{cache.file_digest(entry.path, est)}\0".encode())
     digest = "tree:" + h.hexdigest()

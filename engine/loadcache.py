@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from engine import userkey
+from engine.errors import InputError
 from engine.hashing import StatCache, digest_bytes, tree_digest
+from engine.loader import read_bytes, read_text, resolve
 from engine.model import Graph, InputRef
 
 TABLE = "CREATE TABLE IF NOT EXISTS load_cache (name TEXT PRIMARY KEY, mac TEXT, payload BLOB)"
@@ -55,8 +57,8 @@ def name(entry: Path, root: Path, context: Mapping[str, Any] | None, variant: st
     ident = [
         FORMAT,
         engine_id(),
-        str(entry.resolve()),
-        str(root.resolve()),
+        str(resolve(entry)),
+        str(resolve(root)),
         variant,
         json.dumps(context or {}, sort_keys=True, default=str),
         os.environ.get("TRACE_DATA_DIR", ""),
@@ -95,10 +97,18 @@ def _unique_trees(graph: Graph) -> list[Tree]:
     return [(path, exclude, digest) for (path, exclude), digest in found.items()]
 
 
+def _digest_or_none(path: Path) -> str | None:
+    """sha256 of a regular file's bytes (engine/loader.py's rules), None when it cannot be read
+    as one (then the cache misses and loading reports why)."""
+    try:
+        return digest_bytes(read_bytes(path))
+    except InputError:
+        return None
+
+
 def _sources_valid(sources: tuple[tuple[Path, str], ...]) -> bool:
     return all(
-        _same_real_path(path) and digest_bytes(path.read_bytes()) == digest
-        for path, digest in sources
+        _same_real_path(path) and _digest_or_none(path) == digest for path, digest in sources
     )
 
 
@@ -108,7 +118,10 @@ def _still_valid(graph: Graph, trees: list[Tree], hasher: StatCache) -> bool:
         path = kind.template_path
         if not _same_real_path(path):
             return False
-        text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
+        try:
+            text = read_text(path)
+        except InputError:
+            return False
         if digest_bytes(text.encode()) != kind.template_digest:
             return False
     for path, exclude, recorded in trees:

@@ -21,11 +21,11 @@ from __future__ import annotations
 import base64
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import InputError
+from engine.loader import load
 
 ENV_VAR = "TRACE_MACHINE_CONFIG"
 SYSTEM_PATH = Path("/etc/trace/machine.toml")
@@ -145,29 +145,18 @@ def load_machine(path: Path | None = None) -> Machine:
     path = path if path is not None else config_path()
     if path is None:
         return Machine()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise InputError(
             "the machine config does not exist",
             file=path,
             hint=f"create it or unset {ENV_VAR}",
-        ) from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"cannot read the machine config: {exc}", file=path) from None
-    from pydantic import ValidationError
-
+        )
     from engine.machinefile import MachineConfig
 
-    try:
-        cfg = MachineConfig.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        raise InputError(
-            f"{err['msg']}",
-            file=path,
-            key=key,
-            hint="see `trace schema machine` for the keys a machine config may hold",
-        ) from None
+    cfg = load(
+        path,
+        MachineConfig,
+        "machine config",
+        hint="see `trace schema machine` for the keys a machine config may hold",
+    )
     return _check(Machine(**cfg.model_dump()), path)

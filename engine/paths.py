@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from engine.errors import InputError
+
 PREFIX = "trace:"
 
 
@@ -20,10 +22,20 @@ def data_dir() -> Path:
 
 
 def resolve_ref(value: str, base: Path) -> Path:
-    """`trace:graphs/verify.toml` -> inside the data dir; anything else relative to `base`."""
+    """`trace:graphs/verify.toml` -> inside the data dir; anything else relative to `base`.
+
+    A `trace:` reference that leaves the data dir (`trace:../../etc/hostname`) is refused: it
+    names trace's own data and nothing else."""
     if value.startswith(PREFIX):
-        return (data_dir() / value[len(PREFIX) :]).resolve()
-    return (base / value).resolve()
+        root = data_dir()
+        target = Path(os.path.realpath(root / value[len(PREFIX) :]))
+        if not target.is_relative_to(root):
+            raise InputError(
+                f"'{value}' escapes trace's data directory {root}",
+                hint="`trace:` names trace's shipped data (graphs/, templates/, policy/) only",
+            )
+        return target
+    return Path(os.path.realpath(base / value))  # a symlink loop stays as written
 
 
 # The engine modules whose code shapes derivations and keys: their digest is part of every step

@@ -70,7 +70,7 @@ class StepSpec(FileModel):
 
 
 class NixSettings(FileModel):
-    package_set: str | VarRef | None = Field(
+    package_set: Annotated[str, Field(min_length=1)] | VarRef | None = Field(
         default=None,
         description="Directory (or .nix file) of the package set; templates get "
         "`pkgs = import <package_set> {}`. In a nixpkgs fork: its root.",
@@ -90,6 +90,27 @@ class NixSettings(FileModel):
     jobs: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="Parallel builds (`-j`), 1 or more; unset: one per core."
     )
+
+    @field_validator("options")
+    @classmethod
+    def _numeric_options(cls, value: dict[str, str]) -> dict[str, str]:
+        """`cores` is a count (0: every core), `max-jobs` 1 or more or `auto` (0 would leave
+        every build to remote builders, which are the machine's, never a pipeline's)."""
+        for name, least in NUMERIC_OPTIONS.items():
+            text = value.get(name)
+            if text is None or (name == "max-jobs" and text == "auto"):
+                continue
+            if not text.isascii() or not text.isdigit() or int(text) < least:
+                raise ValueError(
+                    f"option '{name}' must be a whole number of {least} or more"
+                    + (" or 'auto'" if name == "max-jobs" else "")
+                    + f", not {text!r}"
+                )
+        return value
+
+
+# Options Nix reads as numbers: a pipeline's value is checked on load, not by Nix mid-run.
+NUMERIC_OPTIONS = {"cores": 0, "max-jobs": 1}
 
 
 # Settings a pipeline may not pass as `[nix] options`: verdicts come only from sandboxed builds,
@@ -123,6 +144,15 @@ class PipelineFile(FileModel):
     """One TOML file as written."""
 
     version: Literal[1] = 1
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _integer_version(cls, value: Any) -> Any:
+        # Literal[1] alone takes true and 1.0 (both == 1): the version is the integer 1
+        if type(value) is not int:
+            raise ValueError("version must be the integer 1 (not a boolean, float or string)")
+        return value
+
     include: list[str] = Field(default_factory=list, description="Other pipeline files.")
     nix: NixSettings | None = None
     kinds: dict[str, KindSpec] = Field(default_factory=dict)

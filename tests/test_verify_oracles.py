@@ -182,7 +182,7 @@ def _write(cand: Path, extra: str) -> Path:
 
 SEL = '\n[[accept.invocation]]\nargs = "x"\n'
 BAD = [
-    (SEL + "exitcode = 2\n", "accept.invocation.2.exitcode", "Extra"),
+    (SEL + "exitcode = 2\n", "accept.invocation.2.exitcode", "unknown key 'exitcode'"),
     ('\n[[accept.invocation]]\nargs = "([a-z"\n', "accept.invocation.2.args", "regular expression"),
     (SEL + 'golden = "nope.out"\n', "accept.invocation.2.golden", "does not exist"),
     ("\n[[accept.invocation]]\nexit_code = 2\n", "accept.invocation.2", "needs a selector"),

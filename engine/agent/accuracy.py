@@ -62,7 +62,7 @@ def accuracy(
         jobs=opts.jobs,
         signing_policy=opts.signing_policy,
     )
-    model_patch = "".join(model_cand.file(p).read_text("utf-8") for p in model_cand.spec.patches)
+    model_patch = "".join(model_cand.patch_texts())
     cmp = compare(model_patch, upstream_patch, model_ok, result.passed)
     doc = cmp.model_dump(mode="json", by_alias=True)
     folder.write("accuracy.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")

@@ -10,7 +10,6 @@ import base64
 import hashlib
 import os
 import stat
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -28,10 +27,12 @@ from engine.bundle_verify.safefs import (
     walk,
 )
 from engine.bundle_verify.signature import Check, verify_signature
+from engine.errors import InputError
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
 from engine.evidence.bundle import REPLAY_PATH, ROOT_FILES
 from engine.evidence.redact import REDACTION_VERSION, rules_digest
 from engine.evidence.statement import PAYLOAD_TYPE, Statement
+from engine.loader import decode, parse_toml, read_bytes
 from engine.signing.deadline import DEFAULT_SECONDS
 
 ReplayFn = Callable[[Statement, Path], list[Check]]
@@ -151,10 +152,11 @@ def known_policy_files(directory: Path) -> dict[str, dict[str, set[str]]]:
 
     for f in policy_files(directory):
         try:
-            raw = f.read_bytes()
-            header = tomllib.loads(raw.decode("utf-8")).get("policy", {})
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            raw = read_bytes(f, "policy file")
+            data = parse_toml(decode(raw, f, "policy file"), f, "policy file")
+        except InputError:
             continue  # the policy's own loader reports broken files
+        header = data.get("policy", {})
         if isinstance(header, dict) and "name" in header and "version" in header:
             versions = known.setdefault(str(header["name"]), {})
             versions.setdefault(str(header["version"]), set()).add(hashlib.sha256(raw).hexdigest())

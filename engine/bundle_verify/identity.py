@@ -21,12 +21,12 @@ import json
 from pathlib import Path
 from typing import Literal
 
-import tomli
 from cryptography.hazmat.primitives.asymmetric import ec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engine.errors import PolicyError, SigningError
+from engine.errors import InputError, PolicyError, SigningError
 from engine.evidence.redact import REDACTION_VERSION
+from engine.loader import read_document
 from engine.signing.keys import key_hint, load_public_key
 
 
@@ -70,9 +70,10 @@ def _policy_headers(directory: Path) -> dict[str, set[str]]:
     known: dict[str, set[str]] = {}
     for f in policy_files(directory):
         try:
-            header = tomli.loads(f.read_text(encoding="utf-8")).get("policy", {})
-        except (OSError, tomli.TOMLDecodeError):
+            data = read_document(f, "policy file").data
+        except InputError:
             continue  # the policy's own loader reports broken files
+        header = data.get("policy", {})
         if isinstance(header, dict) and "name" in header and "version" in header:
             known.setdefault(str(header["name"]), set()).add(str(header["version"]))
     return known

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.hashing import StatCache
@@ -42,32 +42,6 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
     return value
-
-
-class nothing_written_on_bad_input:
-    """Bad input exits 2 having written nothing: if this command created the state directory
-    (and its GC-root folder) and then fails with an exit-2 error, both are removed again."""
-
-    def __init__(self, state: Path) -> None:
-        self.state = state
-        self.existed = state.exists()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, t: Any, exc: BaseException | None, tb: Any) -> None:
-        from engine.errors import TraceError
-
-        if self.existed or not isinstance(exc, TraceError) or exc.exit_code != 2:
-            return
-        import shutil
-
-        from engine.cache import gcroot_folder
-
-        folder = gcroot_folder(self.state)
-        if folder.is_dir() and {p.name for p in folder.iterdir()} <= {".state-dir"}:
-            shutil.rmtree(folder, ignore_errors=True)
-        shutil.rmtree(self.state, ignore_errors=True)
 
 
 def root(args: argparse.Namespace) -> Path:

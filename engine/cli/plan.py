@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from engine.cache import nothing_written_on_bad_input
 from engine.cli.args import (
     add_state_args,
     load_graph_of,
-    nothing_written_on_bad_input,
     root,
     state_dir,
 )

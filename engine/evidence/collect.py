@@ -96,9 +96,9 @@ def candidate_entries(candidate: Candidate) -> list[PayloadEntry]:
         out.append(
             json_entry("upstream.json", "upstream", {"upstream_fix": s.advisory.upstream_fix})
         )
-    for i, rel in enumerate(s.patches, 1):
+    for i, rel in enumerate(s.patches):
         out.append(
-            diff_entry(f"patches/{i:02d}-{Path(rel).name}", candidate.file(rel).read_bytes())
+            diff_entry(f"patches/{i + 1:02d}-{Path(rel).name}", candidate.patch_bytes(rel, i))
         )
     if s.rationale:
         out.append(_file_entry("rationale.md", "rationale", candidate.file(s.rationale)))

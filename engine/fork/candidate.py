@@ -379,5 +379,5 @@ def _accuracy(candidate: Candidate) -> str:
         doc = json.loads(path.read_bytes())
     except (json.JSONDecodeError, UnicodeDecodeError):
         return "unreadable accuracy.json"
-    patch = "".join(candidate.file(p).read_text("utf-8") for p in candidate.spec.patches)
+    patch = "".join(candidate.patch_texts())
     return "\n".join(recorded_summary(doc, patch))

@@ -35,14 +35,16 @@ def swap_dir(fresh: Path, dest: Path) -> None:
 
 
 def _declared_excludes(files: list[Path]) -> list[str]:
-    import tomli
+    from engine.loader import read_document
 
     found: list[str] = []
     for f in files:
         try:
-            nix = tomli.loads(f.read_text(encoding="utf-8")).get("nix", {})
-        except (OSError, tomli.TOMLDecodeError):
+            nix = read_document(f, "pipeline file").data.get("nix", {})
+        except InputError:
             continue  # the graph loader reports it, with its location
+        if not isinstance(nix, dict):
+            continue
         found += [str(x) for x in nix.get("package_set_exclude", []) if isinstance(x, str)]
     return found
 
@@ -132,13 +134,10 @@ SHIPPED_MARK = "# ---- the shipped catalogue's codes, merged in by `trace fork` 
 
 
 def _codes(path: Path) -> tuple[str, list[str]]:
-    import tomli
+    from engine.loader import read_document
 
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = tomli.loads(text)
-    except tomli.TOMLDecodeError as exc:
-        raise InputError(f"not valid TOML: {exc}", file=path) from None
+    doc = read_document(path, "reason catalogue")
+    text, data = doc.text, doc.data
     return text, [str(r.get("code")) for r in data.get("reasons", []) if isinstance(r, dict)]
 
 

@@ -30,10 +30,7 @@ GATES = ("scope", "mutation", "coverage", "variants", "regression", "fault-site"
 
 
 def mutant_count(candidate: Candidate) -> int:
-    texts: list[str] = []
-    for rel in candidate.spec.patches:
-        path = candidate.file(rel)
-        texts.append(path.read_text(encoding="utf-8", errors="surrogateescape"))
+    texts = candidate.patch_texts()
     try:
         return len(generate(texts))
     except DiffError as exc:

@@ -24,7 +24,7 @@ def candidate_mutants(candidate_file: Path) -> tuple[Candidate, list[Mutant]]:
     from engine.gates.core.mutate import generate
 
     cand = load_candidate(candidate_file)
-    texts = [cand.file(p).read_text(encoding="utf-8") for p in cand.spec.patches]
+    texts = cand.patch_texts()
     try:
         return cand, generate(texts)
     except DiffError as exc:

@@ -10,12 +10,12 @@ records and reads gate verdicts only as the typed records the gates wrote.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 from pydantic import Field, ValidationError
 
 from engine.errors import InputError
+from engine.loader import decode, parse_json, read_bytes
 from engine.policy.review import ReviewEvidence
 from engine.policy.source import Strict
 from engine.records import GateRecord
@@ -40,22 +40,8 @@ class Evidence(Strict):
 
 
 def _read_json(path: Path, what: str) -> tuple[object, SourceRef]:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(
-            f"{what} not found", file=path, hint="run `trace verify` first or pass the right file"
-        ) from None
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        line = exc.lineno if isinstance(exc, json.JSONDecodeError) else None
-        raise InputError(
-            f"{what} is not valid JSON: {exc}",
-            file=path,
-            line=line,
-            hint="rerun the step that writes it",
-        ) from None
+    raw = read_bytes(path, what)
+    data = parse_json(decode(raw, path, what), path, what)
     return data, SourceRef(path=str(path), sha256=hashlib.sha256(raw).hexdigest())
 
 

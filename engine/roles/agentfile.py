@@ -25,13 +25,13 @@ the loader refuses it (exit 2), and the template sees only what its step needs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import tomli
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.errors import InputError
 from engine.graph import find_line
+from engine.loader import check_regular, read_document, resolve
 from engine.models.spec import ModelSpec
 from engine.paths import resolve_ref
 
@@ -47,7 +47,7 @@ HIDDEN_FROM_REVIEWER = ("prompt", "transcript", "rationale")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class StepSpec(_Strict):
@@ -89,14 +89,10 @@ def _fail(msg: str, path: Path, text: str, keys: list[str], hint: str) -> InputE
 
 
 def load_agent(path: Path) -> Agent:
-    path = path.resolve()
-    try:
-        text = path.read_text(encoding="utf-8")
-        data: dict[str, Any] = tomli.loads(text)
-    except FileNotFoundError:
-        raise InputError("agent file not found", file=path, hint="check the path") from None
-    except tomli.TOMLDecodeError as exc:
-        raise InputError(f"TOML syntax error: {exc.msg}", file=path, line=exc.lineno) from None
+    check_regular(path, "agent file")
+    path = resolve(path)
+    doc = read_document(path, "agent file")
+    text, data = doc.text, doc.data
     if "review" in data:
         raise _fail(
             "[review] moved to the signing policy: `trace decide` applies it to every drafted "

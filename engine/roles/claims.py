@@ -161,7 +161,7 @@ def candidate_review(candidate: Any) -> ReviewEvidence | None:
     doc = _load(path)
     if doc is None:
         return None
-    patches = [candidate.file(p).read_text("utf-8") for p in candidate.spec.patches]
+    patches = candidate.patch_texts()
     return review_evidence(doc, _reader(candidate.dir), patches, str(path), exact=True)
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from engine.errors import InputError
 from engine.graph import find_line
+from engine.loader import read_text
 from engine.paths import cli
 
 if TYPE_CHECKING:
@@ -29,8 +30,8 @@ def blame_candidate(exc: InputError, candidate: Candidate) -> InputError:
     if not any(name in parts for name in missing):
         return exc
     try:
-        text = candidate.path.read_text(encoding="utf-8")
-    except OSError:
+        text = read_text(candidate.path, "candidate file")
+    except InputError:
         text = ""
     return InputError(
         f"the package set has no attribute '{package}' (Nix: attribute '{missing[0]}' missing)",

@@ -7,6 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from engine.errors import InputError
+from engine.loader import read_bytes
+
 HUNK = re.compile(r"Hunk #?(\d+) FAILED")
 APPLYING = re.compile(r"applying patch (\S+)")
 PATCHING = re.compile(r"patching file (\S+)")
@@ -19,9 +22,9 @@ def _strip(path: str) -> str:
 
 def hunk_header(patch: Path, file: str, n: int) -> str | None:
     """The `@@ … @@` line of the n-th hunk for `file` in `patch` (None when not found)."""
-    try:
-        lines = patch.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+    try:  # the one patch rule (Candidate.patch_texts): UTF-8 with surrogateescape
+        lines = read_bytes(patch, "patch").decode("utf-8", "surrogateescape").splitlines()
+    except InputError:
         return None
     current: str | None = None
     seen = 0

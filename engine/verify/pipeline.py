@@ -115,7 +115,7 @@ def build_verify(
     `signing_policy`: whose thresholds the gates apply (None: the default by location). Steps
     answered from the index are checked against and re-read from the store (`from_store`);
     `recheck`: their determinism is measured again too (for a bundle)."""
-    from engine.cache import Index
+    from engine.cache import Index, nothing_written_on_bad_input
     from engine.candidate import load_candidate
     from engine.errors import InputError, UsageError
     from engine.progress import Progress
@@ -131,7 +131,7 @@ def build_verify(
     if not fork.is_dir():
         raise UsageError(f"--fork {fork} is not a directory", hint="pass the package set's root")
     state = (state_dir or fork / ".trace").resolve()
-    with Index(state, wait=wait) as index:
+    with nothing_written_on_bad_input(state), Index(state, wait=wait) as index:
         graph = load_verify_graph(candidate, fork, index, signing_policy)
         with Progress(enabled=progress) as reporter:
             try:
