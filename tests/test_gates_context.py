@@ -32,7 +32,8 @@ def applied(ctx: dict[str, Any], gate: str) -> dict[str, Any]:
 
 def test_the_shipped_policy_by_default() -> None:
     ctx = gate_context(load_candidate(PTR))
-    assert ctx["mutation"]["mutants"] == 5 and ctx["mutation"]["steps"] == 5
+    # six mutants: the constant operator also turns the patch's `return 0` into -1 (issue 25)
+    assert ctx["mutation"]["mutants"] == 6 and ctx["mutation"]["steps"] == 6
     assert applied(ctx, "scope") == {
         "name": "trace-signing",
         "version": "1.3.0",

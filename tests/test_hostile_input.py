@@ -512,7 +512,7 @@ HOSTILE_FILES: dict[str, Callable[[Path], None]] = {
 
 
 def _loaders() -> dict[str, Callable[[Path], object]]:
-    from engine.remote.machine import load_machine
+    from engine.machine import load_machine
 
     from engine.advisory import load_advisory
     from engine.policy.critical import load_critical
@@ -560,7 +560,7 @@ def test_every_format_refuses_every_hostile_file_in_time(
 def test_load_validates_strictly_and_names_file_line_key_and_the_closest_key(
     tmp_path: Path,
 ) -> None:
-    from engine.remote.machinefile import MachineConfig
+    from engine.machinefile import MachineConfig
 
     from engine.loader import load
 
