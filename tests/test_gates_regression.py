@@ -63,8 +63,8 @@ def test_a_test_passing_before_and_failing_after_is_a_regression(tmp_path: Path)
     assert (record["passed"], record["measurable"]) == (False, True)
     assert record["reasons"] == ["regression-introduced"]
     assert record["details"]["regressions"] == [
-        {"test": "checkPhase", "post": "fail"},
-        {"test": "checkPhase: prints", "post": "fail"},
+        {"test": "checkPhase", "post": "fail", "side": "post-fix, patched tests"},
+        {"test": "checkPhase: prints", "post": "fail", "side": "post-fix, patched tests"},
     ]
     assert record["details"]["failing_both"] == ["checkPhase: escapes"]  # context, not a regression
     assert record["score"] == round(1 / 3, 6)  # of 3 passing units, 1 still passes

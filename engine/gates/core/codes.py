@@ -219,6 +219,20 @@ RULES: dict[str, tuple[str, str, str]] = {
         "a test of the package's own suite passes pre-fix and fails post-fix",
         "change the patch so the package keeps its behaviour (see details.regressions)",
     ),
+    "regression.tests-weakened": (
+        "tests-weakened",
+        "the patch removes or weakens a test of the package's own suite (a deleted test file, "
+        "test or assertion, a loosened comparison, `|| true`, a skip marker, an edited "
+        "expected value or golden file)",
+        "restore the tests; fix the code so the unpatched tests pass (details.tests_weakened "
+        "holds the hunks)",
+    ),
+    "regression.flaky-test": (
+        "flaky-test",
+        "a test of the package's own suite failed and then passed when run again",
+        "make the test deterministic; a reviewer who reads the named test and its logs may "
+        "waive this for this candidate",
+    ),
     "regression.no-tests": (
         "regression-not-measurable",
         "the package has no tests trace can run (no checkPhase/doCheck, installCheckPhase/"
