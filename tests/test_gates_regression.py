@@ -167,7 +167,8 @@ def test_the_base_tests_judge_the_post_fix_build_whatever_the_patched_ones_say(
     finding = {"file": "tests/run.sh", "line": 3, "kind": "or-empty", "message": "m", "hunk": "@@"}
     filt = tmp_path / "filter"
     filt.mkdir()
-    (filt / "tests.json").write_text(json.dumps({"named": [], "dropped": [], "weakened": [finding]}))
+    doc = {"named": [], "dropped": [], "weakened": [finding]}
+    (filt / "tests.json").write_text(json.dumps(doc))
     cfg = {
         "policy": POLICY,
         "pre": _runs(tmp_path, "pre", [(LOG, 0)]),

@@ -1,5 +1,6 @@
 """Which files are the package's tests, the patch without them, and how a patch weakens them
-(engine/gates/core/testfiles.py; issue 25). The real builds: tests/test_gates_tests_weakened_nix.py."""
+(engine/gates/core/testfiles.py; issue 25). Real builds: the calibration table's rows
+roster-loosened-test and pager-flaky-test (tests/test_gates_calibration.py)."""
 
 from __future__ import annotations
 
