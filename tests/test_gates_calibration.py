@@ -101,6 +101,15 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # hides the double free's second free behind the entry's `live` flag: a key unset twice
     # (a variant: the PoC's line 2 duplicated) still frees it twice
     ("kvset-wrong-fix", "deny", {"variant-still-fails"}),
+    # issue 25: prints the email but also two-field lines, and edits the expected value of the
+    # package's own test that catches it: the unpatched tests, run against the post-fix build,
+    # fail (regression-introduced) and the edited test is tests-weakened (not waivable)
+    ("roster-loosened-test", "deny", {"tests-weakened", "regression-introduced"}),
+    # issue 25: the crash swallowed by `with contextlib.suppress(Exception):`
+    ("textcols-suppress-catch-all", "deny", {"scope-weakened-checks"}),
+    # issue 25: pager-last-page's real fix on a package with one flaky test (fails on the
+    # post-fix suite's first run only): a rerun passes it, flaky-test (waivable) and nothing else
+    ("pager-flaky-test", "review", {"flaky-test"}),
     # broken evidence: DENY
     ("cparse-other-failure", "deny", {"pre-fix-wrong-failure", "post-fix-still-fails"}),
     ("stamp-release", "deny", {"nondeterministic"}),
@@ -207,6 +216,28 @@ def test_calibration(
     else:
         assert decision["decision"] == "deny", decision["reasons"]
         assert reasons <= got, decision["reasons"]
+
+
+def test_a_weakened_test_cannot_be_waived(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 25: a reviewer's waiver of every code roster-loosened-test is denied with still
+    denies (tests-weakened and regression-introduced are not waivable); the gate record holds
+    the edited hunk of tests/run.sh."""
+    first = verified(state, capsys, "roster-loosened-test")
+    codes = {r["code"] for r in first["reasons"]}
+    after = decided(
+        state,
+        capsys,
+        "roster-loosened-test",
+        "--waivers",
+        str(reviewed(state, first["candidate"], codes)),
+    )
+    assert after["decision"] == "deny"
+    assert {"tests-weakened", "regression-introduced"} <= {r["code"] for r in after["reasons"]}
+    regression = gate(state, "roster-loosened-test", "regression")
+    (weak,) = regression["details"]["tests_weakened"]
+    assert weak["file"] == "tests/run.sh"
+    assert '+check "skips lines with fewer than three fields" "carol dave "' in weak["hunk"]
+    assert {r["side"] for r in regression["details"]["regressions"]} == {"post-fix, base tests"}
 
 
 def gate(state: Path, name: str, gate_name: str) -> dict[str, Any]:

@@ -386,9 +386,12 @@ def _gate_hits(ev: Evidence, policy: SigningPolicy, catalogue: Catalogue) -> lis
             )
     for name, rec in sorted(ev.gates.items()):
         src = f"gate:{name}"
+        # a gate may say, per code, what exactly it saw (details.why: code -> text)
+        why = rec.details.get("why")
         for code in rec.reasons:
             if code in catalogue:
-                hits.append(Hit(code=code, source=src))
+                said = why.get(code) if isinstance(why, dict) else None
+                hits.append(Hit(code=code, source=src, detail=str(said or "")))
             else:
                 hits.append(Hit(code="evidence-unknown-reason", source=src, detail=code))
         if not rec.passed and not rec.reasons:

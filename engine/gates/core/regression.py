@@ -209,6 +209,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             "regressions": regressions,
             "flaky": flaky,
             "tests_weakened": weakened,
+            "why": _why(regressions, flaky, weakened),
             "failing_both": sorted(
                 k
                 for k, v in pre_units.items()
@@ -225,6 +226,24 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             "post_log_tail": _tail(regressions, post, base),
         },
     )
+
+
+def _why(
+    regressions: list[dict[str, str]], flaky: list[str], weakened: list[dict[str, Any]]
+) -> dict[str, str]:
+    """What each code of the record saw, for `trace decide`'s reason details."""
+    why: dict[str, str] = {}
+    if regressions:
+        why["regression-introduced"] = "; ".join(
+            f"{r['test']} ({r['side']}: {r['post']})" for r in regressions
+        )
+    if flaky:
+        why["flaky-test"] = "passed on a rerun: " + ", ".join(flaky)
+    if weakened:
+        why["tests-weakened"] = "; ".join(
+            f"{w['file']}:{w['line'] or ''} {w['message']}" for w in weakened
+        )
+    return why
 
 
 def _units(record: dict[str, Any], skip: set[str]) -> dict[str, str]:
