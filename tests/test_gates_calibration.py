@@ -219,20 +219,21 @@ def test_calibration(
 
 
 def test_a_weakened_test_cannot_be_waived(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 25: a reviewer's waiver of every code roster-loosened-test is denied with still
-    denies (tests-weakened and regression-introduced are not waivable); the gate record holds
-    the edited hunk of tests/run.sh."""
+    """Issue 25: with a reviewer's waivers of every waivable code roster-loosened-test is denied
+    with, it is still denied (tests-weakened and regression-introduced), and a waiver naming
+    tests-weakened is refused; the gate record holds the edited hunk of tests/run.sh."""
     first = verified(state, capsys, "roster-loosened-test")
     codes = {r["code"] for r in first["reasons"]}
-    after = decided(
-        state,
-        capsys,
-        "roster-loosened-test",
-        "--waivers",
-        str(reviewed(state, first["candidate"], codes)),
-    )
+    can = {c for c in codes if waivable()[c]}
+    waivers = reviewed(state, first["candidate"], can)
+    after = decided(state, capsys, "roster-loosened-test", "--waivers", str(waivers))
     assert after["decision"] == "deny"
-    assert {"tests-weakened", "regression-introduced"} <= {r["code"] for r in after["reasons"]}
+    assert {r["code"] for r in after["reasons"]} == {"tests-weakened", "regression-introduced"}
+    refused = reviewed(state, first["candidate"], {"tests-weakened"})
+    cand = str(CANDIDATES / "roster-loosened-test" / "candidate.toml")
+    args = ("--state-dir", str(state), "--waivers", str(refused))
+    code, _, err = trace(capsys, "decide", cand, *args)
+    assert code == 2 and "'tests-weakened' cannot be waived" in err, err
     regression = gate(state, "roster-loosened-test", "regression")
     (weak,) = regression["details"]["tests_weakened"]
     assert weak["file"] == "tests/run.sh"
