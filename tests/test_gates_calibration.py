@@ -370,9 +370,15 @@ DISCRIMINATION: dict[str, tuple[str, list[str]]] = {
         "ledger-negative-amounts",
         ["ledger-poc-amount"],
     ),
+    # ... and roster-loosened-test: a wrong fix hidden by an edited test (tests-weakened)
     "roster: prints the phone where the email belongs": (
         "roster-wrong-field",
-        ["roster-special-case"],
+        ["roster-special-case", "roster-loosened-test"],
+    ),
+    # issue 25: a crash swallowed by contextlib.suppress
+    "textcols: a zero width divides by zero": (
+        "textcols-zero-width",
+        ["textcols-suppress-catch-all"],
     ),
     # issue 26: a lifetime bug; the wrong fix hides the second free behind the PoC's condition
     "kvset: an unset key's value is freed twice": ("kvset-double-free", ["kvset-wrong-fix"]),
@@ -384,8 +390,8 @@ OTHER_ROWS = {
     "cparse-alloc-fix",
     "cparse-reject-long-key",
     "cparse-other-failure",
-    "textcols-zero-width",
     "pager-last-page",
+    "pager-flaky-test",  # the real pager fix on a package with a flaky test (its own test below)
     "cjson-cve-2023-53154",
     "stamp-release",
     "racy-lost-update",
@@ -399,6 +405,20 @@ def test_every_calibration_row_has_its_place_in_the_discrimination_column() -> N
     placed += [w for _, wrongs in DISCRIMINATION.values() for w in wrongs]
     placed += sorted(OTHER_ROWS)
     assert sorted(placed) == sorted(name for name, _, _ in CALIBRATION)
+
+
+def test_a_flaky_test_adds_only_flaky_test_to_the_real_fix_s_verdict(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 25: the same real fix, on the package with one flaky test, is not a hard deny: its
+    reasons are the real fix's plus flaky-test (waivable), naming the test."""
+    real = verified(state, capsys, "pager-last-page")
+    flaky = verified(state, capsys, "pager-flaky-test")
+    codes = {r["code"] for r in flaky["reasons"]}
+    assert codes == {r["code"] for r in real["reasons"]} | {"flaky-test"}
+    (reason,) = [r for r in flaky["reasons"] if r["code"] == "flaky-test"]
+    assert any("pages 10000 items within 50 ms" in d for d in reason["details"]), reason
+    assert gate(state, "pager-flaky-test", "regression")["details"]["regressions"] == []
 
 
 def weaker_or_equal(wrong: dict[str, Any], real: dict[str, Any]) -> bool:
