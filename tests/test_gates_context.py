@@ -32,7 +32,7 @@ def applied(ctx: dict[str, Any], gate: str) -> dict[str, Any]:
 
 def test_the_shipped_policy_by_default() -> None:
     ctx = gate_context(load_candidate(PTR))
-    assert ctx["mutation"]["mutants"] == 5 and ctx["mutation"]["steps"] == 5
+    assert ctx["mutation"]["mutants"] == 6 and ctx["mutation"]["steps"] == 6
     assert applied(ctx, "scope") == {
         "name": "trace-signing",
         "version": "1.3.0",
@@ -40,6 +40,9 @@ def test_the_shipped_policy_by_default() -> None:
     }
     assert applied(ctx, "mutation")["thresholds"] == {"min_score": 0.8}
     assert applied(ctx, "coverage")["thresholds"] == {"min_score": 0.8}
+    # [gates.regression] reruns: in the gate's applied policy, and as the test steps' count
+    assert applied(ctx, "regression")["thresholds"] == {"reruns": 2}
+    assert ctx["regression"]["reruns"] == 2
 
 
 @pytest.fixture

@@ -153,7 +153,7 @@ def load_signing_rules(path: Path) -> tuple[SigningPolicy, str, str]:
     owned = (
         (SIZE_BOUNDS, SIZE_GATE, "max_files, max_hunks and max_lines bound", "size bound "),
         (VARIANT_KEYS, VARIANT_GATE, "budget and seed set", ""),
-        (("reruns",), "regression", "reruns set", ""),
+        (("reruns",), "regression", "reruns apply to", ""),
     )
     for name, rule in spec.gates.items():
         for keys, gate, what, prefix in owned:
