@@ -219,22 +219,26 @@ def test_calibration(
 
 
 def test_a_weakened_test_cannot_be_waived(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 25: with a reviewer's waivers of every waivable code roster-loosened-test is denied
-    with, it is still denied (tests-weakened and regression-introduced), and a waiver naming
-    tests-weakened is refused; the gate record holds the edited hunk of tests/run.sh."""
-    first = verified(state, capsys, "roster-loosened-test")
+    """Issue 25: with a maintainer's signed waivers of every waivable code roster-loosened-test
+    is denied with, it is still denied (tests-weakened and regression-introduced), and `trace
+    waive` refuses tests-weakened; the gate record holds the edited hunk of tests/run.sh."""
+    name = "roster-loosened-test"
+    first = verified(state, capsys, name)
     codes = {r["code"] for r in first["reasons"]}
     can = {c for c in codes if waivable()[c]}
-    waivers = reviewed(state, first["candidate"], can)
-    after = decided(state, capsys, "roster-loosened-test", "--waivers", str(waivers))
+    after = decided(state, capsys, name, *reviewed(state, capsys, name, can))
     assert after["decision"] == "deny"
     assert {r["code"] for r in after["reasons"]} == {"tests-weakened", "regression-introduced"}
-    refused = reviewed(state, first["candidate"], {"tests-weakened"})
-    cand = str(CANDIDATES / "roster-loosened-test" / "candidate.toml")
-    args = ("--state-dir", str(state), "--waivers", str(refused))
-    code, _, err = trace(capsys, "decide", cand, *args)
-    assert code == 2 and "'tests-weakened' cannot be waived" in err, err
-    regression = gate(state, "roster-loosened-test", "regression")
+    from tests.waiverkit import make_key, write_maintainers
+
+    folder = state / "refused-tests-weakened"
+    key = make_key(folder, "maintainer")
+    maintainers = write_maintainers(folder / "maintainers.toml", {"calibration": key})
+    cand = str(CANDIDATES / name / "candidate.toml")
+    args = ["--justification", "j", "--key", str(key), "--maintainers", str(maintainers)]
+    rc, _, err = trace(capsys, "waive", cand, "tests-weakened", *args)
+    assert rc != 0 and "'tests-weakened' cannot be waived" in err, err
+    regression = gate(state, name, "regression")
     (weak,) = regression["details"]["tests_weakened"]
     assert weak["file"] == "tests/run.sh"
     assert '+check "skips lines with fewer than three fields" "carol dave "' in weak["hunk"]
