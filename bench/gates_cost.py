@@ -90,7 +90,10 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("", ("gate-variants",)),
     ("mutation (mutant builds + runs, gate)", ("patched-source", "mutant-run", "gate-mutation")),
     ("coverage (build + run, gate)", ("coverage-run", "gate-coverage")),
-    ("regression (2 test builds, gate)", ("tests-pre", "tests-post", "gate-regression")),
+    (
+        "regression (3 test builds: post-fix also with the base tests, gate)",
+        ("tests-pre", "tests-post", "tests-post-base", "gate-regression"),
+    ),
 )
 
 

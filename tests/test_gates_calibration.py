@@ -101,6 +101,15 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # hides the double free's second free behind the entry's `live` flag: a key unset twice
     # (a variant: the PoC's line 2 duplicated) still frees it twice
     ("kvset-wrong-fix", "deny", {"variant-still-fails"}),
+    # issue 25: prints the email but also two-field lines, and edits the expected value of the
+    # package's own test that catches it: the unpatched tests, run against the post-fix build,
+    # fail (regression-introduced) and the edited test is tests-weakened (not waivable)
+    ("roster-loosened-test", "deny", {"tests-weakened", "regression-introduced"}),
+    # issue 25: the crash swallowed by `with contextlib.suppress(Exception):`
+    ("textcols-suppress-catch-all", "deny", {"scope-weakened-checks"}),
+    # issue 25: pager-last-page's real fix on a package with one flaky test (fails on the
+    # post-fix suite's first run only): a rerun passes it, flaky-test (waivable) and nothing else
+    ("pager-flaky-test", "review", {"flaky-test"}),
     # broken evidence: DENY
     ("cparse-other-failure", "deny", {"pre-fix-wrong-failure", "post-fix-still-fails"}),
     ("stamp-release", "deny", {"nondeterministic"}),
@@ -207,6 +216,33 @@ def test_calibration(
     else:
         assert decision["decision"] == "deny", decision["reasons"]
         assert reasons <= got, decision["reasons"]
+
+
+def test_a_weakened_test_cannot_be_waived(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 25: with a maintainer's signed waivers of every waivable code roster-loosened-test
+    is denied with, it is still denied (tests-weakened and regression-introduced), and `trace
+    waive` refuses tests-weakened; the gate record holds the edited hunk of tests/run.sh."""
+    name = "roster-loosened-test"
+    first = verified(state, capsys, name)
+    codes = {r["code"] for r in first["reasons"]}
+    can = {c for c in codes if waivable()[c]}
+    after = decided(state, capsys, name, *reviewed(state, capsys, name, can))
+    assert after["decision"] == "deny"
+    assert {r["code"] for r in after["reasons"]} == {"tests-weakened", "regression-introduced"}
+    from tests.waiverkit import make_key, write_maintainers
+
+    folder = state / "refused-tests-weakened"
+    key = make_key(folder, "maintainer")
+    maintainers = write_maintainers(folder / "maintainers.toml", {"calibration": key})
+    cand = str(CANDIDATES / name / "candidate.toml")
+    args = ["--justification", "j", "--key", str(key), "--maintainers", str(maintainers)]
+    rc, _, err = trace(capsys, "waive", cand, "tests-weakened", *args)
+    assert rc != 0 and "'tests-weakened' cannot be waived" in err, err
+    regression = gate(state, name, "regression")
+    (weak,) = regression["details"]["tests_weakened"]
+    assert weak["file"] == "tests/run.sh"
+    assert '+check "skips lines with fewer than three fields" "carol dave "' in weak["hunk"]
+    assert {r["side"] for r in regression["details"]["regressions"]} == {"post-fix, base tests"}
 
 
 def gate(state: Path, name: str, gate_name: str) -> dict[str, Any]:
@@ -338,9 +374,15 @@ DISCRIMINATION: dict[str, tuple[str, list[str]]] = {
         "ledger-negative-amounts",
         ["ledger-poc-amount"],
     ),
+    # ... and roster-loosened-test: a wrong fix hidden by an edited test (tests-weakened)
     "roster: prints the phone where the email belongs": (
         "roster-wrong-field",
-        ["roster-special-case"],
+        ["roster-special-case", "roster-loosened-test"],
+    ),
+    # issue 25: a crash swallowed by contextlib.suppress
+    "textcols: a zero width divides by zero": (
+        "textcols-zero-width",
+        ["textcols-suppress-catch-all"],
     ),
     # issue 26: a lifetime bug; the wrong fix hides the second free behind the PoC's condition
     "kvset: an unset key's value is freed twice": ("kvset-double-free", ["kvset-wrong-fix"]),
@@ -352,8 +394,8 @@ OTHER_ROWS = {
     "cparse-alloc-fix",
     "cparse-reject-long-key",
     "cparse-other-failure",
-    "textcols-zero-width",
     "pager-last-page",
+    "pager-flaky-test",  # the real pager fix on a package with a flaky test (its own test below)
     "cjson-cve-2023-53154",
     "stamp-release",
     "racy-lost-update",
@@ -367,6 +409,20 @@ def test_every_calibration_row_has_its_place_in_the_discrimination_column() -> N
     placed += [w for _, wrongs in DISCRIMINATION.values() for w in wrongs]
     placed += sorted(OTHER_ROWS)
     assert sorted(placed) == sorted(name for name, _, _ in CALIBRATION)
+
+
+def test_a_flaky_test_adds_only_flaky_test_to_the_real_fix_s_verdict(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 25: the same real fix, on the package with one flaky test, is not a hard deny: its
+    reasons are the real fix's plus flaky-test (waivable), naming the test."""
+    real = verified(state, capsys, "pager-last-page")
+    flaky = verified(state, capsys, "pager-flaky-test")
+    codes = {r["code"] for r in flaky["reasons"]}
+    assert codes == {r["code"] for r in real["reasons"]} | {"flaky-test"}
+    (reason,) = [r for r in flaky["reasons"] if r["code"] == "flaky-test"]
+    assert any("pages 10000 items within 50 ms" in d for d in reason["details"]), reason
+    assert gate(state, "pager-flaky-test", "regression")["details"]["regressions"] == []
 
 
 def weaker_or_equal(wrong: dict[str, Any], real: dict[str, Any]) -> bool:

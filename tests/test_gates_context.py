@@ -41,6 +41,9 @@ def test_the_shipped_policy_by_default() -> None:
     }
     assert applied(ctx, "mutation")["thresholds"] == {"min_score": 0.8}
     assert applied(ctx, "coverage")["thresholds"] == {"min_score": 0.8}
+    # [gates.regression] reruns: in the gate's applied policy, and as the test steps' count
+    assert applied(ctx, "regression")["thresholds"] == {"reruns": 2}
+    assert ctx["regression"]["reruns"] == 2
 
 
 @pytest.fixture

@@ -63,8 +63,8 @@ def test_a_test_passing_before_and_failing_after_is_a_regression(tmp_path: Path)
     assert (record["passed"], record["measurable"]) == (False, True)
     assert record["reasons"] == ["regression-introduced"]
     assert record["details"]["regressions"] == [
-        {"test": "checkPhase", "post": "fail"},
-        {"test": "checkPhase: prints", "post": "fail"},
+        {"test": "checkPhase", "post": "fail", "side": "post-fix, patched tests"},
+        {"test": "checkPhase: prints", "post": "fail", "side": "post-fix, patched tests"},
     ]
     assert record["details"]["failing_both"] == ["checkPhase: escapes"]  # context, not a regression
     assert record["score"] == round(1 / 3, 6)  # of 3 passing units, 1 still passes
@@ -116,3 +116,69 @@ def test_a_passthru_test_that_ignores_the_patch_is_not_compared(tmp_path: Path) 
     record = evaluate({"policy": POLICY, **sides})
     assert record["details"]["passthru_not_depending_on_the_patch"] == ["same"]
     assert record["details"]["rules"] == ["regression.no-tests"]
+
+
+# ---- reruns, the base tests, tests-weakened (issue 25) ----
+
+
+def _runs(tmp: Path, name: str, runs: list[tuple[str, int] | None], **extra: Any) -> str:
+    """A side whose suite ran len(runs) times (None: a rerun that was not needed)."""
+    dirs = []
+    for i, run in enumerate(runs):
+        d = tmp / f"{name}-run{i}"
+        d.mkdir()
+        if run is None:
+            (d / "skipped").write_text("skipped\n")
+            (d / "status").write_text("0\n")
+            (d / "log").write_text("")
+        else:
+            (d / "log").write_text(run[0])
+            (d / "status").write_text(f"{run[1]}\n")
+        dirs.append(str(d))
+    cfg = {"suite": dirs[0], "reruns": dirs[1:], "has": CHECK, "passthru": {}, **extra}
+    out = tmp / name
+    out.mkdir()
+    (out / "outcome.json").write_text(json.dumps(side_record(cfg)))
+    return str(out)
+
+
+def test_a_test_that_passes_on_a_rerun_is_flaky_never_a_regression(tmp_path: Path) -> None:
+    post = _runs(tmp_path, "post", [(POST_FAILS, 1), (LOG, 0), None])
+    record = evaluate({"policy": POLICY, "pre": _runs(tmp_path, "pre", [(LOG, 0)]), "post": post})
+    assert record["reasons"] == ["flaky-test"]
+    assert record["details"]["flaky"] == ["checkPhase", "checkPhase: prints"]
+    assert record["details"]["regressions"] == []
+    assert json.loads((Path(post) / "outcome.json").read_text())["runs"] == 2
+
+
+def test_a_test_failing_on_every_rerun_stays_a_regression(tmp_path: Path) -> None:
+    post = _runs(tmp_path, "post", [(POST_FAILS, 1), (POST_FAILS, 1), (POST_FAILS, 1)])
+    record = evaluate({"policy": POLICY, "pre": _runs(tmp_path, "pre", [(LOG, 0)]), "post": post})
+    assert record["reasons"] == ["regression-introduced"]
+    assert "checkPhase: prints" in [r["test"] for r in record["details"]["regressions"]]
+    assert record["details"]["flaky"] == []
+
+
+def test_the_base_tests_judge_the_post_fix_build_whatever_the_patched_ones_say(
+    tmp_path: Path,
+) -> None:
+    """The patched suite passes (the patch loosened it); the unpatched suite, run against the
+    same post-fix build, fails: regression-introduced, and the weakening is tests-weakened."""
+    finding = {"file": "tests/run.sh", "line": 3, "kind": "or-empty", "message": "m", "hunk": "@@"}
+    filt = tmp_path / "filter"
+    filt.mkdir()
+    doc = {"named": [], "dropped": [], "weakened": [finding]}
+    (filt / "tests.json").write_text(json.dumps(doc))
+    cfg = {
+        "policy": POLICY,
+        "pre": _runs(tmp_path, "pre", [(LOG, 0)]),
+        "post": _runs(tmp_path, "post", [(LOG, 0)]),
+        "post_base": _runs(tmp_path, "base", [(POST_FAILS, 1)] * 3, filter=str(filt)),
+    }
+    record = evaluate(cfg)
+    assert record["reasons"] == ["regression-introduced", "tests-weakened"]
+    assert {r["side"] for r in record["details"]["regressions"]} == {"post-fix, base tests"}
+    assert record["details"]["tests_weakened"] == [finding]
+    # without the base side, the loosened suite would have passed
+    del cfg["post_base"]
+    assert evaluate(cfg)["reasons"] == []

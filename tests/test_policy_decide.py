@@ -273,5 +273,6 @@ def test_decide_on_a_real_verify_result(tmp_path: Path, capsys: pytest.CaptureFi
     code, out, err = trace(capsys, "decide", str(PAGER), *args)
     assert code == 2 and out == "", out
     assert "verified under another signing policy" in err, err
-    assert "gate-coverage, gate-fault-site, gate-mutation, gate-scope" in err
+    # gate-regression too: [gates.regression] reruns is one of its thresholds
+    assert "gate-coverage, gate-fault-site, gate-mutation, gate-regression, gate-scope" in err
     assert "(same name and version, other thresholds)" in err

@@ -509,6 +509,9 @@ BAD_SIGNING = [
     ('[gates.coverage]\nrequired = true', '[gates.coverage]\nrequired = true\nmax_lines = 9',
      "gates.coverage.max_lines", "size bound 'max_lines' on gate 'coverage'"),
     ("max_hunks = 10", "max_hunks = 0", "gates.scope.max_hunks", "greater than or equal to 1"),
+    ('[gates.coverage]\nrequired = true', '[gates.coverage]\nrequired = true\nreruns = 2',
+     "gates.coverage.reruns", "'reruns' on gate 'coverage'"),
+    ("reruns = 2", "reruns = 9", "gates.regression.reruns", "less than or equal to 5"),
 ]  # fmt: skip
 
 

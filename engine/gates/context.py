@@ -65,6 +65,12 @@ def gate_policies(signing_policy: Path) -> dict[str, str]:
     }
 
 
+def reruns(applied: str) -> int:
+    """[gates.regression] reruns from the regression gate's applied policy (absent: none)."""
+    value = json.loads(applied).get("thresholds", {}).get("reruns", 0)
+    return int(value)
+
+
 def gate_context(
     candidate: Candidate, signing_policy: Path | None = None, *, fork: Path | None = None
 ) -> dict[str, Any]:
@@ -79,7 +85,8 @@ def gate_context(
         "scope": {"policy": applied["scope"]},
         # the variants run in one derivation per side: the budget is the plan's, not a step count
         "variants": {"policy": applied["variants"]},
-        "regression": {"policy": applied["regression"]},
+        # how many times a failing suite runs again: one derivation per rerun and side
+        "regression": {"policy": applied["regression"], "reruns": reruns(applied["regression"])},
         "fault_site": {"policy": applied["fault-site"]},
         "detector": {"policy": applied["detector"]},
     }

@@ -72,6 +72,13 @@ class GateRule(Strict):
         description="fault-site gate only: K, how many innermost frames of the pre-fix failing "
         "stack (the package's own code) the patch must touch one of",
     )
+    reruns: int | None = Field(
+        default=None,
+        ge=0,
+        le=5,
+        description="regression gate only: how many times a failing test suite runs again (a "
+        "test that passes on a rerun is flaky-test, never regression-introduced)",
+    )
 
     def thresholds(self) -> dict[str, float | int]:
         """The thresholds the gate step applies itself (absent: no bound)."""
@@ -79,7 +86,16 @@ class GateRule(Strict):
         return {k: v for k, v in values.items() if v is not None}
 
 
-THRESHOLD_KEYS = ("min_score", "max_files", "max_hunks", "max_lines", "budget", "seed", "frames")
+THRESHOLD_KEYS = (
+    "min_score",
+    "max_files",
+    "max_hunks",
+    "max_lines",
+    "budget",
+    "seed",
+    "frames",
+    "reruns",
+)
 SIZE_BOUNDS = ("max_files", "max_hunks", "max_lines")
 SIZE_GATE = "scope"
 VARIANT_KEYS = ("budget", "seed")
@@ -137,6 +153,7 @@ def load_signing_rules(path: Path) -> tuple[SigningPolicy, str, str]:
     owned = (
         (SIZE_BOUNDS, SIZE_GATE, "max_files, max_hunks and max_lines bound", "size bound "),
         (VARIANT_KEYS, VARIANT_GATE, "budget and seed set", ""),
+        (("reruns",), "regression", "reruns apply to", ""),
     )
     for name, rule in spec.gates.items():
         for keys, gate, what, prefix in owned:
@@ -369,9 +386,12 @@ def _gate_hits(ev: Evidence, policy: SigningPolicy, catalogue: Catalogue) -> lis
             )
     for name, rec in sorted(ev.gates.items()):
         src = f"gate:{name}"
+        # a gate may say, per code, what exactly it saw (details.why: code -> text)
+        why = rec.details.get("why")
         for code in rec.reasons:
             if code in catalogue:
-                hits.append(Hit(code=code, source=src))
+                said = why.get(code) if isinstance(why, dict) else None
+                hits.append(Hit(code=code, source=src, detail=str(said or "")))
             else:
                 hits.append(Hit(code="evidence-unknown-reason", source=src, detail=code))
         if not rec.passed and not rec.reasons:

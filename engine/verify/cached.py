@@ -44,6 +44,7 @@ SHOWN_PER_REASON = 12
 RUN_ONLY_KEYS = frozenset({"status", "log_tail"}) | MACHINE_KEYS
 TOP_ONLY_KEYS = frozenset({"candidate_file", "graph"})
 POLICY_CHANGED = "param 'policy' changed"  # engine.run's reason for a gate step's policy param
+POLICY_PARAMS = {POLICY_CHANGED, "param 'reruns' changed"}  # reruns: [gates.regression]
 
 
 def _dirty_lines(planned: Plan) -> list[str]:
@@ -92,8 +93,10 @@ def _policy_refusal(
     """The refusal when the only change is the gate steps' policy: the candidate was verified,
     with these inputs, under another signing policy than the one given here."""
     own = _own_reasons(planned)
-    gates = sorted(sid for sid, reasons in own.items() if reasons == [POLICY_CHANGED])
-    if not gates or any(reasons and reasons != [POLICY_CHANGED] for reasons in own.values()):
+    # the regression gate's test steps carry [gates.regression] reruns, a policy value too
+    policy_only = [sid for sid, reasons in own.items() if reasons and set(reasons) <= POLICY_PARAMS]
+    gates = sorted(sid for sid in policy_only if own[sid] == [POLICY_CHANGED])
+    if not gates or any(reasons and sid not in policy_only for sid, reasons in own.items()):
         return None
     before = _applied(index.last_components(planned.graph, gates[0]))
     now = _applied(planned.steps[gates[0]].components)

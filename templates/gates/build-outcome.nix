@@ -7,7 +7,10 @@
 # Nothing is read from the environment: the builder, the tools and the outputs (placeholders,
 # which Nix rewrites in `args`) are in the script itself, so packages with
 # `__structuredAttrs = true` (whose attributes are not environment variables) work too.
-{ pkgs, drv, suffix, keepLog ? false }:
+# after (keepLog only): an earlier run of the same suite; this run is a rerun, made only when that
+# one failed (its status is not 0); otherwise it records `skipped` and runs nothing, so a rerun
+# of a passing suite costs no build.
+{ pkgs, drv, suffix, keepLog ? false, after ? null }:
 let
   a = drv.drvAttrs;
   tools = "${pkgs.busybox}/bin";
@@ -24,13 +27,23 @@ let
       ${tools}/cp "$NIX_BUILD_TOP/.trace-build.log" "${out}/log"
       echo "$rc" > "${out}/status"''
     else ''echo "$rc" > "${out}/.trace-build-failed"'';
+  resets = builtins.concatStringsSep "" (map reset (a.outputs or [ "out" ]));
+  guard = if after == null then "" else ''
+    if [ "$(${tools}/cat "${after}/status")" = 0 ]; then
+      ${resets}
+      echo skipped > "${out}/skipped"
+      echo 0 > "${out}/status"
+      : > "${out}/log"
+      exit 0
+    fi
+  '';
 in
 derivation (a // {
   name = "${a.name}-${suffix}";
-  args = [ "-c" ''
+  args = [ "-c" (guard + ''
     ${run}
     rc=$?
-    ${builtins.concatStringsSep "" (map reset (a.outputs or [ "out" ]))}
+    ${resets}
     ${record}
-  '' "trace-build-wrapper" ] ++ (a.args or [ ]);
+  '') "trace-build-wrapper" ] ++ (a.args or [ ]);
 })

@@ -57,7 +57,8 @@ RULES: dict[str, tuple[str, str, str]] = {
     ),
     "scope.weakened.catch-all-added": (
         "scope-weakened-checks",
-        "the patch adds a catch-all handler (bare except, except Exception, catch (...))",
+        "the patch adds a catch-all handler (bare except, except Exception/BaseException, "
+        "contextlib.suppress(Exception), catch (...))",
         "catch the specific error the fix is about",
     ),
     "scope.weakened.error-suppressed": (
@@ -65,9 +66,15 @@ RULES: dict[str, tuple[str, str, str]] = {
         "the patch suppresses errors (`|| true`, `2>/dev/null`, `set +e`)",
         "let the error surface",
     ),
+    "scope.weakened.except-returns-default": (
+        "scope-weakened-checks",
+        "the patch adds an `except ...: return <default>`: an error becomes an ordinary value",
+        "let the error surface, or handle the specific error the fix is about",
+    ),
     "scope.weakened.return-code-ignored": (
         "scope-weakened-checks",
-        "the patch ignores a return code ((void) cast, check=False)",
+        "the patch ignores a return code ((void) cast, check=False, a call whose result was "
+        "checked now a bare statement)",
         "handle the result",
     ),
     "scope.weakened.test-disabled": (
@@ -218,6 +225,20 @@ RULES: dict[str, tuple[str, str, str]] = {
         "regression-introduced",
         "a test of the package's own suite passes pre-fix and fails post-fix",
         "change the patch so the package keeps its behaviour (see details.regressions)",
+    ),
+    "regression.tests-weakened": (
+        "tests-weakened",
+        "the patch removes or weakens a test of the package's own suite (a deleted test file, "
+        "test or assertion, a loosened comparison, `|| true`, a skip marker, an edited "
+        "expected value or golden file)",
+        "restore the tests; fix the code so the unpatched tests pass (details.tests_weakened "
+        "holds the hunks)",
+    ),
+    "regression.flaky-test": (
+        "flaky-test",
+        "a test of the package's own suite failed and then passed when run again",
+        "make the test deterministic; a reviewer who reads the named test and its logs may "
+        "waive this for this candidate",
     ),
     "regression.no-tests": (
         "regression-not-measurable",

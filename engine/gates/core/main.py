@@ -8,7 +8,8 @@ for a mutant the reproducer did not kill the PoC's variants (mutant_variants.py)
 `python3 -S -B -m trace_gates.main coverage-run` is the coverage variant's reproducer run,
 `python3 -S -B -m trace_gates.main variant-plan OUTDIR` writes the variants gate's plan,
 `... variant-runs PLAN OUTDIR` runs every variant of it against one build (variant_runs.py), and
-`python3 -S -B -m trace_gates.main tests-record OUT` one side's package-test record.
+`python3 -S -B -m trace_gates.main tests-record OUT` one side's package-test record, and
+`... base-test-patches OUTDIR` the patches without their test files' sections (testfiles.py).
 
 `-S`: the gates are stdlib only, so the interpreter's site (its site-packages and their `.pth`
 files, which can run code at start-up) is never loaded into a gate. `-B`: the store is
@@ -156,6 +157,11 @@ def main(argv: list[str]) -> int:
         from .regression import tests_record
 
         write_json(argv[1], tests_record(json.loads(os.environ["TRACE_GATE_CONFIG"])))
+        return 0
+    if len(argv) == 2 and argv[0] == "base-test-patches":
+        from .testfiles import write_base_test_patches
+
+        write_base_test_patches(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
         return 0
     if len(argv) == 3 and argv[0] == "patched-source":
         from .landing import write_patched_source

@@ -62,49 +62,96 @@ def parse_log(log: str, status: int) -> dict[str, Any]:
     return {"status": status, "phases": phase_status, "tests": tests}
 
 
-def tests_record(cfg: dict[str, Any]) -> dict[str, Any]:
-    """cfg: suite (the wrapped test build: `log`, `status`), has (check, installCheck),
-    passthru (name -> {drv, out})."""
-    suite = cfg["suite"]
-    status = int(_read(os.path.join(suite, "status")).strip() or "1")
-    log = _read(os.path.join(suite, "log"))
-    parsed = parse_log(log, status)
+def _run_units(parsed: dict[str, Any], has: dict[str, Any]) -> dict[str, str]:
+    """One run's units: each declared check phase (pass, fail, not-run) and each TAP test."""
     units: dict[str, str] = {}
-    has = cfg.get("has") or {}
     for phase, key in zip(CHECK_PHASES, ("check", "installCheck"), strict=True):
         if not has.get(key):
             continue
-        if phase in parsed["phases"]:
-            units[phase] = parsed["phases"][phase]
-        else:
-            units[phase] = "not-run"  # an earlier phase failed
+        # absent: an earlier phase failed
+        units[phase] = parsed["phases"].get(phase, "not-run")
     for name, state in parsed["tests"].items():
         if has.get("check" if name.startswith("checkPhase") else "installCheck"):
             units[name] = state
+    return units
+
+
+def merge_runs(runs: list[dict[str, str]]) -> dict[str, str]:
+    """The units over a suite's runs (the first, then each rerun made): `pass` when the first run
+    passed it, `flaky` when it failed (or did not run) there and passed on a rerun, else its first
+    state."""
+    merged: dict[str, str] = {}
+    for name in dict.fromkeys(n for run in runs for n in run):
+        states = [run[name] for run in runs if name in run]
+        if runs[0].get(name) == "pass":
+            merged[name] = "pass"
+        elif "pass" in states:
+            merged[name] = "flaky"
+        else:
+            merged[name] = states[0]
+    return merged
+
+
+def _suite_run(path: str) -> tuple[int, str] | None:
+    """(status, log) of one run of the suite; None for a rerun that was not needed."""
+    if os.path.exists(os.path.join(path, "skipped")):
+        return None
+    return int(_read(os.path.join(path, "status")).strip() or "1"), _read(os.path.join(path, "log"))
+
+
+def tests_record(cfg: dict[str, Any]) -> dict[str, Any]:
+    """cfg: suite (the wrapped test build: `log`, `status`), reruns (its reruns' builds, each
+    made only when the one before failed), has (check, installCheck), passthru (name -> {drv,
+    out}), filter (base_tests side: the base-test-patches output, its tests.json)."""
+    runs = [r for r in map(_suite_run, [cfg["suite"], *(cfg.get("reruns") or [])]) if r]
+    status, log = runs[0]
+    parsed = parse_log(log, status)
+    has = cfg.get("has") or {}
+    units = merge_runs([_run_units(parse_log(lg, st), has) for st, lg in runs])
     passthru: dict[str, dict[str, str]] = {}
     for name, t in sorted((cfg.get("passthru") or {}).items()):
         failed = os.path.exists(os.path.join(t["out"], ".trace-build-failed"))
         passthru[name] = {"drv": os.path.basename(t["drv"]), "status": "fail" if failed else "pass"}
         units[f"passthru.tests.{name}"] = passthru[name]["status"]
-    return {
+    record = {
         "schema": "trace.tests/v1",
         "has": {"check": bool(has.get("check")), "installCheck": bool(has.get("installCheck"))},
         "status": status,
         "phases": parsed["phases"],
+        "runs": len(runs),
         "units": dict(sorted(units.items())),
         "passthru": passthru,
         "log_tail": log[-TAIL:],
     }
+    if cfg.get("filter"):
+        record["base_tests"] = load_json_object(os.path.join(cfg["filter"], "tests.json"))
+    return record
 
 
 def _load(path: str) -> dict[str, Any]:
     return load_json_object(os.path.join(path, "outcome.json"))
 
 
+PASSED = ("pass", "flaky")
+
+
+def _regressions(passing: list[str], sides: dict[str, dict[str, str]]) -> list[dict[str, str]]:
+    """Each unit passing pre-fix that fails on a post-fix side every time it ran there."""
+    out: list[dict[str, str]] = []
+    for k in passing:
+        for side, units in sides.items():
+            if units.get(k) not in PASSED:
+                out.append({"test": k, "post": units.get(k, "absent"), "side": side})
+                break
+    return out
+
+
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
-    """cfg: pre and post (tests step dirs), policy."""
+    """cfg: pre, post and post_base (tests step dirs; post_base: the post-fix build with the
+    unpatched tree's tests), policy."""
     policy = applied_policy(cfg)
     pre, post = _load(cfg["pre"]), _load(cfg["post"])
+    base = _load(cfg["post_base"]) if cfg.get("post_base") else None
     # a passthru test that is the same derivation on both sides does not test the patched build
     same = sorted(
         n
@@ -114,12 +161,16 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     skip = {f"passthru.tests.{n}" for n in same}
     pre_units = {k: v for k, v in pre["units"].items() if k not in skip}
     post_units = {k: v for k, v in post["units"].items() if k not in skip}
-    passing = sorted(k for k, v in pre_units.items() if v == "pass")
-    regressions = [
-        {"test": k, "post": post_units.get(k, "absent")}
-        for k in passing
-        if post_units.get(k) != "pass"
-    ]
+    sides = {"post-fix, base tests": _units(base, skip)} if base is not None else {}
+    sides["post-fix, patched tests"] = post_units
+    passing = sorted(k for k, v in pre_units.items() if v in PASSED)
+    regressions = _regressions(passing, sides)
+    regressed = {r["test"] for r in regressions}
+    flaky = sorted(
+        {k for units in (pre_units, *sides.values()) for k, v in units.items() if v == "flaky"}
+        - regressed
+    )
+    weakened = (base or {}).get("base_tests", {}).get("weakened", [])
     rules: list[str] = []
     if not pre_units:
         rules.append("regression.no-tests")
@@ -127,12 +178,23 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         rules.append("regression.none-pass-pre-fix")
     elif regressions:
         rules.append("regression.introduced")
-    measurable = not rules or rules == ["regression.introduced"]
+    if flaky:
+        rules.append("regression.flaky-test")
+    if weakened:
+        rules.append("regression.tests-weakened")
+    measurable = not {"regression.no-tests", "regression.none-pass-pre-fix"} & set(rules)
     kept = len(passing) - len(regressions)
     score = round(kept / len(passing), 6) if passing and measurable else None
     summary = (
         f"{len(pre_units)} tests; {len(passing)} pass pre-fix, {len(regressions)} of them fail "
-        "post-fix" + (f" ({regressions[0]['test']})" if regressions else "")
+        "post-fix"
+        + (f" ({regressions[0]['test']}, {regressions[0]['side']})" if regressions else "")
+        + (f"; flaky (passed on a rerun): {', '.join(flaky)}" if flaky else "")
+        + (
+            f"; the patch weakens the package's tests ({len(weakened)} finding(s))"
+            if weakened
+            else ""
+        )
     )
     return gate_record(
         "regression",
@@ -145,15 +207,59 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             "tests": len(pre_units),
             "passing_pre_fix": len(passing),
             "regressions": regressions,
+            "flaky": flaky,
+            "tests_weakened": weakened,
+            "why": _why(regressions, flaky, weakened),
             "failing_both": sorted(
-                k for k, v in pre_units.items() if v != "pass" and post_units.get(k) != "pass"
+                k
+                for k, v in pre_units.items()
+                if v not in PASSED and post_units.get(k) not in PASSED
             ),
             "fixed": sorted(
-                k for k, v in pre_units.items() if v != "pass" and post_units.get(k) == "pass"
+                k for k, v in pre_units.items() if v not in PASSED and post_units.get(k) in PASSED
             ),
+            "new_tests": sorted(set(post_units) - set(pre_units)),
             "passthru_not_depending_on_the_patch": same,
-            "pre": {"has": pre["has"], "phases": pre["phases"], "status": pre["status"]},
-            "post": {"has": post["has"], "phases": post["phases"], "status": post["status"]},
-            "post_log_tail": post["log_tail"] if regressions else "",
+            "pre": _side_summary(pre),
+            "post": _side_summary(post),
+            **({"post_base": _side_summary(base)} if base is not None else {}),
+            "post_log_tail": _tail(regressions, post, base),
         },
     )
+
+
+def _why(
+    regressions: list[dict[str, str]], flaky: list[str], weakened: list[dict[str, Any]]
+) -> dict[str, str]:
+    """What each code of the record saw, for `trace decide`'s reason details."""
+    why: dict[str, str] = {}
+    if regressions:
+        why["regression-introduced"] = "; ".join(
+            f"{r['test']} ({r['side']}: {r['post']})" for r in regressions
+        )
+    if flaky:
+        why["flaky-test"] = "passed on a rerun: " + ", ".join(flaky)
+    if weakened:
+        why["tests-weakened"] = "; ".join(
+            f"{w['file']}:{w['line'] or ''} {w['message']}" for w in weakened
+        )
+    return why
+
+
+def _units(record: dict[str, Any], skip: set[str]) -> dict[str, str]:
+    return {k: v for k, v in record["units"].items() if k not in skip}
+
+
+def _side_summary(record: dict[str, Any]) -> dict[str, Any]:
+    keys = ("has", "phases", "status", "runs")
+    return {k: record[k] for k in keys if k in record}
+
+
+def _tail(
+    regressions: list[dict[str, str]], post: dict[str, Any], base: dict[str, Any] | None
+) -> str:
+    if not regressions:
+        return ""
+    if regressions[0]["side"] == "post-fix, base tests" and base is not None:
+        return str(base["log_tail"])
+    return str(post["log_tail"])

@@ -16,11 +16,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .checks import removed_checks, statements
+from .checks import runs as statement_runs
 from .codes import CODES, code_of
 from .diff import FileDiff, Patch, canonical, parse_series
 from .lang import Lang, is_header, is_test_path, language
 from .poc import PocFacts
 from .poc import findings as poc_findings
+from .weakrules import ROWS, Row, join_except, was_checked
 
 # Source files of the common languages, and nix expressions; not build-system, CI or docs files.
 DEFAULT_SCOPE: tuple[str, ...] = (
@@ -226,21 +228,6 @@ def _check_interface(f: FileDiff, ctx: _Ctx) -> None:
 
 # ---- weakened checks ----
 
-_CATCH_ALL = {
-    "c": re.compile(r"\bcatch\s*\(\s*\.\.\.\s*\)"),
-    "python": re.compile(r"^except\s*:|^except\s*\(?\s*(?:Exception|BaseException)\b"),
-}
-_SUPPRESS = re.compile(
-    r"\|\|\s*(?:true|:)(?:\s|;|$|\))|2>\s*/dev/null|&>\s*/dev/null|\bset\s+\+e\b"
-)
-_IGNORED_RC = {
-    "c": re.compile(r"^\(\s*void\s*\)\s*\w+\s*\("),
-    "python": re.compile(r"\bcheck\s*=\s*False\b|\berrors\s*=\s*['\"]ignore['\"]"),
-}
-_SKIP_TEST = re.compile(
-    r"@pytest\.mark\.(?:skip|xfail)|@unittest\.skip|\bpytest\.skip\s*\(|\.skipTest\s*\(|"
-    r"^\s*#\s*if\s+0\b|\bexit\s+77\b|\breturn\s+77\s*;"
-)
 _TEST_DEF = re.compile(
     r"^(?:async\s+)?def\s+test\w*\s*\(|^class\s+Test\w*|"
     r"^(?:START_TEST|TEST|TEST_F|TEST_P)\s*\(|^(?:static\s+)?void\s+test_\w+\s*\("
@@ -277,8 +264,34 @@ def _count_rule(
         ctx.add(code, f, ln, f"{what}: {c[:120]}")
 
 
-def _matcher(rx: re.Pattern[str]) -> Callable[[str], bool]:
-    return lambda c: rx.search(c) is not None
+def _stmts(f: FileDiff, kind: str) -> list[Sig]:
+    """One side's statements; Python's `except ...:` joined with the statement after it."""
+    lang = language(f.path)
+    runs = [r for h in f.hunks for r in statement_runs(h.lines, kind, lang)]
+    if lang == "python":
+        runs = [join_except(r) for r in runs]
+    return [s for r in runs for s in r]
+
+
+def _check_row(f: FileDiff, ctx: _Ctx, row: Row) -> None:
+    """One row of the weakened-handling table (weakrules.ROWS) on one file."""
+    if row.lang == "any":
+        added = [ln for ln in f.added if row.pattern.search(ln.text)]
+        removed = [ln.text for ln in f.removed if row.pattern.search(ln.text)]
+        for ln in added[len(removed) :]:
+            ctx.add(row.rule, f, ln.new_no, f"{row.means}: {ln.text.strip()[:120]}")
+        return
+    plus, minus = _stmts(f, "+"), _stmts(f, "-")
+    if row.how == "was-checked":
+        for no, c in was_checked(row, minus, plus):
+            ctx.add(row.rule, f, no, f"{row.means}: {c[:120]}")
+        return
+    hits = [(no, c) for no, c in plus if row.pattern.search(c)]
+    others = [c for _, c in minus if row.pattern.search(c)]
+    extra = len(hits) - len(others)
+    unmatched = [(no, c) for no, c in hits if c not in others] or hits
+    for no, c in unmatched[: max(extra, 0)]:
+        ctx.add(row.rule, f, no, f"{row.means}: {c[:120]}")
 
 
 def _check_weakened(f: FileDiff, ctx: _Ctx) -> None:
@@ -292,11 +305,6 @@ def _check_weakened(f: FileDiff, ctx: _Ctx) -> None:
             rule, what = _REMOVED[check.kind]
             tested = ", ".join(sorted(check.subject)) or "?"
             ctx.add(rule, f, check.line, f"{what} (it tested {tested}): {check.text[:120]}")
-        for rule, rx, what in (
-            ("scope.weakened.catch-all-added", _CATCH_ALL[lang], "catch-all added"),
-            ("scope.weakened.return-code-ignored", _IGNORED_RC[lang], "return code ignored"),
-        ):
-            _count_rule(f, ctx, rule, _matcher(rx), weaker_side="+", what=what)
     if lang in ("c", "python"):
         _count_rule(
             f,
@@ -306,15 +314,9 @@ def _check_weakened(f: FileDiff, ctx: _Ctx) -> None:
             weaker_side="-",
             what="test removed",
         )
-    # raw text, any language: shell in Makefiles, .nix, scripts, strings passed to system()
-    for code, rx, what in (
-        ("scope.weakened.error-suppressed", _SUPPRESS, "error suppressed"),
-        ("scope.weakened.test-disabled", _SKIP_TEST, "test disabled"),
-    ):
-        added = [ln for ln in f.added if rx.search(ln.text)]
-        removed = [ln.text for ln in f.removed if rx.search(ln.text)]
-        for ln in added[len(removed) :]:
-            ctx.add(code, f, ln.new_no, f"{what}: {ln.text.strip()[:120]}")
+    for row in ROWS:
+        if row.lang in (lang, "any") and (row.tests_too or not test_file):
+            _check_row(f, ctx, row)
 
 
 # ---- the gate ----
