@@ -512,9 +512,8 @@ HOSTILE_FILES: dict[str, Callable[[Path], None]] = {
 
 
 def _loaders() -> dict[str, Callable[[Path], object]]:
-    from engine.machine import load_machine
-
     from engine.advisory import load_advisory
+    from engine.machine import load_machine
     from engine.policy.critical import load_critical
     from engine.policy.reasons import load_catalogue
     from engine.policy.routing import load_routing
@@ -560,9 +559,8 @@ def test_every_format_refuses_every_hostile_file_in_time(
 def test_load_validates_strictly_and_names_file_line_key_and_the_closest_key(
     tmp_path: Path,
 ) -> None:
-    from engine.machinefile import MachineConfig
-
     from engine.loader import load
+    from engine.machinefile import MachineConfig
 
     path = tmp_path / "machine.toml"
     path.write_text('\ufeff# a BOM, dropped\nmax-jobs = "2"\n')  # a string where an int goes
