@@ -175,7 +175,7 @@ def test_the_bundle_holds_every_claim_link_by_link(world: World) -> None:
     assert versions == {
         "redaction": "trace.redaction/2",
         "trace-critical-packages": "1.0.0",
-        "trace-reasons": "1.0.0",
+        "trace-reasons": "1.1.0",
         "trace-routing": "1.0.0",
         "trace-signing": "1.3.0",
     }

@@ -42,7 +42,8 @@ def wrap(inner: st.SearchStrategy[tuple[str, str]]) -> st.SearchStrategy[tuple[s
     def one(e: tuple[str, str], how: str, noise: str) -> tuple[str, str]:
         text, ctx = e
         forms = {
-            "list": f'[ "x{noise}" {text} ]',
+            # parenthesised: a `let ... in` is not a list element without them (Nix syntax)
+            "list": f'[ "x{noise}" ({text}) ]',
             "attrs": f"{{ a = ''{noise}''; b = {text}; }}",
             "dstring-antiquote": f'"p${{ builtins.toJSON ({text}) }}{noise}q"',
             "istring-antiquote": f"''p ${{ builtins.toJSON ({text}) }} {noise} q''",

@@ -114,6 +114,9 @@ def payload(bundle: Path, state: Path) -> dict[str, Any]:
         if not f.is_file() or rel == "payload/replay.json":
             continue
         text = f.read_text(encoding="utf-8").replace(str(state), "STATE")
+        # payload paths are relative to the fork now (engine/evidence/portable.py): the state dir
+        # inside it is named `.trace/<its name>`
+        text = text.replace(f'"{state.parent.name}/{state.name}/', '"STATE/')
         if rel == "payload/verify-result.json":
             # a step's status (built here, or reused: another state dir built it first) is the
             # run's history, not evidence: compare what the verdict rests on

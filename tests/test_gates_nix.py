@@ -183,6 +183,9 @@ def test_a_changed_reproducer_reruns_the_mutants_and_not_the_builds(tmp_path: Pa
     rebuilt = sorted(s for s, r in second.steps.items() if r.status != "cached")
     variants = ["gate-variants", "variant-plan"]  # the PoC's runs changed: so may its variants
     variants += ["variant-post", "variant-pre"]  # one step per side runs every variant
+    # the differential oracle's third side: no upstream fix named, so its derivations are the
+    # pre-fix side's own (re-keyed, never built twice) and its gate says not measurable
+    variants += ["gate-differential", "upstream-fix-run@1", "variant-upstream"]
     assert rebuilt == sorted(
         [
             "coverage-run",
@@ -197,9 +200,10 @@ def test_a_changed_reproducer_reruns_the_mutants_and_not_the_builds(tmp_path: Pa
             "mutant-run@3",
             "mutant-run@4",
             "mutant-run@5",
+            "mutant-run@6",  # the constant operator's 0 -> -1 (issue 25)
             "post-fix-run@1",
             "pre-fix-run@1",
             *variants,
         ]
     )  # not the builds, nor the package's own tests (tests-pre, tests-post)
-    assert gate(second, "gate-mutation")["score"] == 0.75
+    assert gate(second, "gate-mutation")["score"] == 0.8  # the sixth mutant (0 -> -1) is killed (issue 25)

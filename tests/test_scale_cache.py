@@ -127,7 +127,7 @@ def test_the_config_is_found_by_env_then_xdg(
         ),
         ('substituters = ["/srv/c"]\ntrusted-public-keys = []\n', "substituters.1", "store URL"),
         ('builders = ["ssh-ng://a ; ssh-ng://b"]\n', "builders.1", "one builder"),
-        ("sandbox = false\n", "sandbox", "Extra inputs"),
+        ("sandbox = false\n", "sandbox", "unknown key"),
         ('substituters = "file:///srv/c"\n', "substituters", "valid list"),
         ("max-jobs = 0\n", "max-jobs", "no builders are listed"),
         ("max-jobs = -1\n", "max-jobs", "greater than or equal to 0"),
