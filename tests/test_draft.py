@@ -294,6 +294,29 @@ def test_land_makes_a_local_branch_only(world: World, capsys: pytest.CaptureFixt
     assert git("remote") == ""  # nothing to push to, and nothing pushed
     # a second landing of the same candidate does not overwrite the branch
     assert main(land) == 2
+    # issue 27: the folder's patch swapped for a wrong one after signing (and a forged draft
+    # record saying allow beside it): land refuses, naming the line that differs, and makes no
+    # branch; the signed bytes are what would land, never the folder's
+    fix = fork / CAND / "fix.patch"
+    good = fix.read_bytes()
+    wrong = (answers.WRONG / "fix.patch").read_bytes()
+    draft = fork / CAND / "draft.json"
+    honest = draft.read_bytes()
+    forged = json.loads(honest)
+    forged["decision"] = {"decision": "allow", "reasons": [], "signing": "allow",
+                          "routing": "auto-merge-eligible"}  # fmt: skip
+    try:
+        fix.write_bytes(wrong)
+        draft.write_text(json.dumps(forged))
+        rc = main([*land, "--branch", "trace/swapped"])
+        out = capsys.readouterr().out
+        assert rc == 1, out
+        assert "land-patch-differs: fix.patch is not the signed 01-fix.patch" in out, out
+        assert "KEY_MAX" in out, out
+        assert git("branch", "--list", "trace/swapped") == ""
+    finally:
+        fix.write_bytes(good)
+        draft.write_bytes(honest)
 
 
 def test_a_signed_approval_its_transcript_does_not_bear_out_is_refused(
@@ -519,3 +542,27 @@ def test_a_200_reply_that_is_not_json_is_exit_2_and_keeps_the_previous_draft(
     assert rc == 2, err
     assert "model-output-unparseable" in err and "Traceback" not in err
     assert _folder_bytes(cand) == before
+
+
+def test_a_deleted_draft_record_does_not_make_a_drafted_candidate_hand_written(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27: provenance comes from the Patcher's recorded transcript, not from a file's
+    presence: with draft.json removed, decide finds the answer that drafted this very patch and
+    denies with review-missing (it allowed the drafted candidate with its review)."""
+    cand = world.fork / CAND / "candidate.toml"
+    assert world.draft("--refresh")[0] == 0
+    decide = ["decide", str(cand), "--fork", str(world.fork), "--json"]
+    assert main(decide) == 0
+    capsys.readouterr()
+    record = world.fork / CAND / "draft.json"
+    kept = record.read_bytes()
+    record.unlink()
+    try:
+        rc = main(decide)
+        doc = json.loads(capsys.readouterr().out)
+    finally:
+        record.write_bytes(kept)
+    assert rc == 1 and doc["decision"] == "deny"
+    (missing,) = [r for r in doc["reasons"] if r["code"] == "review-missing"]
+    assert "no draft record" in json.dumps(missing)

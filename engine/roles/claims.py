@@ -155,12 +155,15 @@ def _reader(root: Path) -> Reader:
     return read
 
 
-def candidate_review(candidate: Any) -> ReviewEvidence | None:
-    """The review evidence of a candidate folder (None: no draft record, not drafted)."""
+def candidate_review(candidate: Any, transcripts: Path | None = None) -> ReviewEvidence | None:
+    """The review evidence of a candidate folder (None: not drafted by a model). Without a draft
+    record, `transcripts` (the state's transcript store) is searched for a Patcher's answer whose
+    diff is the candidate's patch: a model-drafted candidate whose draft record was deleted is
+    still model-drafted, and gets review-missing, not the treatment of a hand-written one."""
     path = candidate.dir / DRAFT
     doc = _load(path)
     if doc is None:
-        return None
+        return drafted_without_record(candidate, transcripts)
     patches = candidate.patch_texts()
     return review_evidence(doc, _reader(candidate.dir), patches, str(path), exact=True)
 
@@ -179,3 +182,31 @@ def payload_review(payload: Path) -> ReviewEvidence | None:
         return inner(Path(rel).name)
 
     return review_evidence(doc, read, None, "payload/agent/draft.json", exact=False)
+
+
+def drafted_without_record(candidate: Any, transcripts: Path | None) -> ReviewEvidence | None:
+    """Review evidence with no review, when a recorded Patcher answer drafted this very patch
+    (compared in canonical diff form) and the candidate folder has no draft record."""
+    if transcripts is None or not transcripts.is_dir():
+        return None
+    from engine.evidence.payload import canonical_diff
+    from engine.models.transcript import Transcript
+    from engine.roles.outcome import RoleFailure
+    from engine.roles.patcher import parse_patch
+
+    wanted = b"".join(canonical_diff(t) for t in candidate.patch_texts())
+    for f in sorted(transcripts.glob("*.json")):
+        try:
+            t = Transcript.model_validate_json(f.read_bytes())
+        except (OSError, ValidationError):
+            continue
+        got = parse_patch(t.response)
+        if isinstance(got, RoleFailure) or canonical_diff(got.diff) != wanted:
+            continue
+        return ReviewEvidence(
+            source=f"{f} (a Patcher's answer; the candidate has no draft record)",
+            patcher_families=[t.family],
+            reviews=[],
+            problems=[],
+        )
+    return None
