@@ -566,3 +566,38 @@ def test_a_deleted_draft_record_does_not_make_a_drafted_candidate_hand_written(
     assert rc == 1 and doc["decision"] == "deny"
     (missing,) = [r for r in doc["reasons"] if r["code"] == "review-missing"]
     assert "no draft record" in json.dumps(missing)
+
+
+def test_a_review_transcript_rewritten_in_the_folder_is_caught_by_the_store(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27: a Reviewer's request-changes rewritten to approve in the candidate folder, with
+    draft.json's digest updated to match: the transcript key digests the question, so the state's
+    store still holds the answer the model gave under that key, and decide reports
+    review-claim-forged (not waivable)."""
+    import hashlib
+
+    world.script["Reviewer"] = answers.REQUEST_CHANGES
+    try:
+        rc, rec = world.draft("--refresh")
+    finally:
+        world.script["Reviewer"] = answers.APPROVE
+    assert rc == 1 and "review-not-approved" in rec["decision"]["reasons"]
+    cand = world.fork / CAND
+    (step,) = [s for s in rec["steps"] if s["role"] == "reviewer"]
+    t = json.loads((cand / step["transcript"]).read_bytes())
+    t["response"] = answers.APPROVE
+    raw = json.dumps(t, indent=2, sort_keys=True).encode() + b"\n"
+    (cand / step["transcript"]).write_bytes(raw)
+    step["transcript_sha256"] = hashlib.sha256(raw).hexdigest()
+    for claim in rec["reviews"]:
+        claim["verdict"] = "approve"
+    rec["decision"] = {"decision": "allow", "reasons": [], "signing": "allow",
+                       "routing": "human-review-required"}  # fmt: skip
+    (cand / "draft.json").write_text(json.dumps(rec, indent=2, sort_keys=True) + "\n")
+    rc = main(["decide", str(cand / "candidate.toml"), "--fork", str(world.fork), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1 and doc["decision"] == "deny"
+    forged = [r for r in doc["reasons"] if r["code"] == "review-claim-forged"]
+    assert forged and "rewritten after the model was asked" in json.dumps(forged)
+    assert world.draft("--refresh")[0] == 0  # an honest draft again for later tests

@@ -165,7 +165,33 @@ def candidate_review(candidate: Any, transcripts: Path | None = None) -> ReviewE
     if doc is None:
         return drafted_without_record(candidate, transcripts)
     patches = candidate.patch_texts()
-    return review_evidence(doc, _reader(candidate.dir), patches, str(path), exact=True)
+    read = _reader(candidate.dir)
+    evidence = review_evidence(doc, read, patches, str(path), exact=True)
+    rewritten = _rewritten(doc, read, transcripts)
+    if not rewritten:
+        return evidence
+    return evidence.model_copy(update={"problems": [*evidence.problems, *rewritten]})
+
+
+def _rewritten(doc: dict[str, Any], read: Reader, transcripts: Path | None) -> list[str]:
+    """Transcripts of the folder that are not the answer the state's store recorded under the
+    same key (the key digests the question, not the answer): a response rewritten after it was
+    asked, with draft.json's digest updated to match, is caught where the store is at hand."""
+    if transcripts is None or not transcripts.is_dir():
+        return []
+    out = []
+    for step in doc.get("steps", []):
+        if not isinstance(step, dict):
+            continue
+        key, rel = str(step.get("transcript_key", "")), str(step.get("transcript", ""))
+        stored = transcripts / f"{key}.json"
+        mine = read(rel)
+        if key and mine is not None and stored.is_file() and stored.read_bytes() != mine:
+            out.append(
+                f"transcript {rel} is not the answer recorded for its key in the transcript "
+                f"store ({stored.name}): rewritten after the model was asked"
+            )
+    return out
 
 
 def payload_review(payload: Path) -> ReviewEvidence | None:
