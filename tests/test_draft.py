@@ -120,7 +120,10 @@ def test_draft_a_real_fix_end_to_end(world: World, capsys: pytest.CaptureFixture
     # the Patcher saw the grounded upstream fix; the accuracy comparison verified it too
     assert UPSTREAM_COMMIT.encode() in patchers[0].body
     acc = json.loads((cand / "accuracy.json").read_text())
-    assert "accuracy vs upstream: model passes, upstream passes; identical changes" in out
+    assert (
+        "accuracy vs upstream: model passes, upstream passes; identical post-fix trees; "
+        "behaviour: the candidate behaves as the upstream fix on all" in out
+    ), out
     assert acc["model_verdict"] is True and acc["upstream_verdict"] is True
     assert acc["identical"] is True and acc["line_overlap"] == 1.0
     assert acc["model"]["lines"] == acc["upstream"]["lines"] == {"cparse.c": [15]}
@@ -173,12 +176,15 @@ def test_the_drafted_candidate_bundles_and_verifies(
                "--fork", str(world.fork)])  # fmt: skip
     assert rc == 0, capsys.readouterr()
     page = (pages / "index.html").read_text()
-    assert "model passes, upstream passes; identical changes; model: cparse.c:15" in page
+    assert "model passes, upstream passes; identical post-fix trees; behaviour:" in page
+    assert "model: cparse.c:15" in page
     from engine.candidate import load_candidate
     from engine.fork.candidate import _accuracy
 
+    acc_line = json.loads((cand.parent / "accuracy.json").read_text())["summary"]
+    assert acc_line.startswith("model passes, upstream passes; identical post-fix trees")
     assert _accuracy(load_candidate(cand)).splitlines() == [
-        "model passes, upstream passes; identical changes",
+        acc_line,
         "model: cparse.c:15",
         "upstream: cparse.c:15",
     ]
@@ -482,6 +488,11 @@ def test_a_wrong_fix_is_denied(world: World, capsys: pytest.CaptureFixture[str])
     assert acc["upstream_verdict"] is True and acc["identical"] is False
     assert acc["line_overlap"] == 0.0 and acc["same_files"] is True
     assert "-#define KEY_MAX 16" in acc["diff"]
+    # issue 27: the line says what the gates said (not "model passes"), and how the patch
+    # behaved against the upstream fix input by input (the differential gate)
+    assert acc["model_verdict"] is False and acc["model_reasons"], acc
+    assert acc["summary"].startswith("model fails ("), acc["summary"]
+    assert "behaviour:" in acc["summary"] and acc["behaviour"], acc
 
 
 def _folder_bytes(cand: Path) -> dict[str, bytes]:
