@@ -120,7 +120,10 @@ def test_draft_a_real_fix_end_to_end(world: World, capsys: pytest.CaptureFixture
     # the Patcher saw the grounded upstream fix; the accuracy comparison verified it too
     assert UPSTREAM_COMMIT.encode() in patchers[0].body
     acc = json.loads((cand / "accuracy.json").read_text())
-    assert "accuracy vs upstream: model passes, upstream passes; identical changes" in out
+    assert (
+        "accuracy vs upstream: model passes, upstream passes; identical post-fix trees; "
+        "behaviour: the candidate behaves as the upstream fix on all" in out
+    ), out
     assert acc["model_verdict"] is True and acc["upstream_verdict"] is True
     assert acc["identical"] is True and acc["line_overlap"] == 1.0
     assert acc["model"]["lines"] == acc["upstream"]["lines"] == {"cparse.c": [15]}
@@ -173,12 +176,15 @@ def test_the_drafted_candidate_bundles_and_verifies(
                "--fork", str(world.fork)])  # fmt: skip
     assert rc == 0, capsys.readouterr()
     page = (pages / "index.html").read_text()
-    assert "model passes, upstream passes; identical changes; model: cparse.c:15" in page
+    assert "model passes, upstream passes; identical post-fix trees; behaviour:" in page
+    assert "model: cparse.c:15" in page
     from engine.candidate import load_candidate
     from engine.fork.candidate import _accuracy
 
+    acc_line = json.loads((cand.parent / "accuracy.json").read_text())["summary"]
+    assert acc_line.startswith("model passes, upstream passes; identical post-fix trees")
     assert _accuracy(load_candidate(cand)).splitlines() == [
-        "model passes, upstream passes; identical changes",
+        acc_line,
         "model: cparse.c:15",
         "upstream: cparse.c:15",
     ]
@@ -294,6 +300,29 @@ def test_land_makes_a_local_branch_only(world: World, capsys: pytest.CaptureFixt
     assert git("remote") == ""  # nothing to push to, and nothing pushed
     # a second landing of the same candidate does not overwrite the branch
     assert main(land) == 2
+    # issue 27: the folder's patch swapped for a wrong one after signing (and a forged draft
+    # record saying allow beside it): land refuses, naming the line that differs, and makes no
+    # branch; the signed bytes are what would land, never the folder's
+    fix = fork / CAND / "fix.patch"
+    good = fix.read_bytes()
+    wrong = (answers.WRONG / "fix.patch").read_bytes()
+    draft = fork / CAND / "draft.json"
+    honest = draft.read_bytes()
+    forged = json.loads(honest)
+    forged["decision"] = {"decision": "allow", "reasons": [], "signing": "allow",
+                          "routing": "auto-merge-eligible"}  # fmt: skip
+    try:
+        fix.write_bytes(wrong)
+        draft.write_text(json.dumps(forged))
+        rc = main([*land, "--branch", "trace/swapped"])
+        out = capsys.readouterr().out
+        assert rc == 1, out
+        assert "land-patch-differs: fix.patch is not the signed 01-fix.patch" in out, out
+        assert "KEY_MAX" in out, out
+        assert git("branch", "--list", "trace/swapped") == ""
+    finally:
+        fix.write_bytes(good)
+        draft.write_bytes(honest)
 
 
 def test_a_signed_approval_its_transcript_does_not_bear_out_is_refused(
@@ -459,6 +488,11 @@ def test_a_wrong_fix_is_denied(world: World, capsys: pytest.CaptureFixture[str])
     assert acc["upstream_verdict"] is True and acc["identical"] is False
     assert acc["line_overlap"] == 0.0 and acc["same_files"] is True
     assert "-#define KEY_MAX 16" in acc["diff"]
+    # issue 27: the line says what the gates said (not "model passes"), and how the patch
+    # behaved against the upstream fix input by input (the differential gate)
+    assert acc["model_verdict"] is False and acc["model_reasons"], acc
+    assert acc["summary"].startswith("model fails ("), acc["summary"]
+    assert "behaviour:" in acc["summary"] and acc["behaviour"], acc
 
 
 def _folder_bytes(cand: Path) -> dict[str, bytes]:
@@ -519,3 +553,62 @@ def test_a_200_reply_that_is_not_json_is_exit_2_and_keeps_the_previous_draft(
     assert rc == 2, err
     assert "model-output-unparseable" in err and "Traceback" not in err
     assert _folder_bytes(cand) == before
+
+
+def test_a_deleted_draft_record_does_not_make_a_drafted_candidate_hand_written(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27: provenance comes from the Patcher's recorded transcript, not from a file's
+    presence: with draft.json removed, decide finds the answer that drafted this very patch and
+    denies with review-missing (it allowed the drafted candidate with its review)."""
+    cand = world.fork / CAND / "candidate.toml"
+    assert world.draft("--refresh")[0] == 0
+    decide = ["decide", str(cand), "--fork", str(world.fork), "--json"]
+    assert main(decide) == 0
+    capsys.readouterr()
+    record = world.fork / CAND / "draft.json"
+    kept = record.read_bytes()
+    record.unlink()
+    try:
+        rc = main(decide)
+        doc = json.loads(capsys.readouterr().out)
+    finally:
+        record.write_bytes(kept)
+    assert rc == 1 and doc["decision"] == "deny"
+    (missing,) = [r for r in doc["reasons"] if r["code"] == "review-missing"]
+    assert "no draft record" in json.dumps(missing)
+
+
+def test_a_review_transcript_rewritten_in_the_folder_is_caught_by_the_store(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27: a Reviewer's request-changes rewritten to approve in the candidate folder, with
+    draft.json's digest updated to match: the transcript key digests the question, so the state's
+    store still holds the answer the model gave under that key, and decide reports
+    review-claim-forged (not waivable)."""
+    import hashlib
+
+    world.script["Reviewer"] = answers.REQUEST_CHANGES
+    try:
+        rc, rec = world.draft("--refresh")
+    finally:
+        world.script["Reviewer"] = answers.APPROVE
+    assert rc == 1 and "review-not-approved" in rec["decision"]["reasons"]
+    cand = world.fork / CAND
+    (step,) = [s for s in rec["steps"] if s["role"] == "reviewer"]
+    t = json.loads((cand / step["transcript"]).read_bytes())
+    t["response"] = answers.APPROVE
+    raw = json.dumps(t, indent=2, sort_keys=True).encode() + b"\n"
+    (cand / step["transcript"]).write_bytes(raw)
+    step["transcript_sha256"] = hashlib.sha256(raw).hexdigest()
+    for claim in rec["reviews"]:
+        claim["verdict"] = "approve"
+    rec["decision"] = {"decision": "allow", "reasons": [], "signing": "allow",
+                       "routing": "human-review-required"}  # fmt: skip
+    (cand / "draft.json").write_text(json.dumps(rec, indent=2, sort_keys=True) + "\n")
+    rc = main(["decide", str(cand / "candidate.toml"), "--fork", str(world.fork), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1 and doc["decision"] == "deny"
+    forged = [r for r in doc["reasons"] if r["code"] == "review-claim-forged"]
+    assert forged and "rewritten after the model was asked" in json.dumps(forged)
+    assert world.draft("--refresh")[0] == 0  # an honest draft again for later tests

@@ -56,6 +56,7 @@ class _Run:
         self.reviews: list[ReviewClaim] = []
         self.stage = "route"
         self.verify_passed: bool | None = None
+        self.verify_result: Any = None  # the drafted candidate's VerifyResult, once verified
 
     def record(self, decision: DraftDecision) -> DraftRecord:
         rec = DraftRecord(
@@ -172,7 +173,8 @@ class _Run:
         if not (self.folder.path / "draft.json").is_file():
             return
         s = self.spec
-        drafted = {*s.patches, "rationale.md", "prompt.txt", "review.md", "accuracy.json"}
+        drafted = {*s.patches, *s.advisory.upstream_patches, "rationale.md", "prompt.txt",
+                   "review.md", "accuracy.json"}  # fmt: skip
         if s.reproducer is not None:
             drafted |= {s.reproducer.script, *s.reproducer.data}
         root = self.folder.path
@@ -188,6 +190,13 @@ class _Run:
             skeleton_toml(s.id, s.package, s.advisory.osv, s.advisory.upstream_fix, list(s.scope)),
         )
 
+    def grounded_upstream(self) -> str | None:
+        """The upstream fix's patch text when the resolver grounded it (else None)."""
+        up = self.opts.upstream
+        if not up or not up.get("patch") or not up.get("grounded"):
+            return None
+        return str(up["patch"])
+
     def compare_upstream(self) -> None:
         """With a grounded upstream patch: verify it too and compare (accuracy.json)."""
         up = self.opts.upstream
@@ -199,7 +208,7 @@ class _Run:
 
         self.stage = "accuracy"
         cand = load_candidate(self.skeleton.path)
-        accuracy(cand, self.verify_passed, str(up["patch"]), self.folder, self.opts)
+        accuracy(cand, self.verify_result, str(up["patch"]), self.folder, self.opts)
 
     def write_candidate(self, step: AgentStep, draft: Draft, repro: Reproduction) -> None:
         s = self.spec
@@ -211,6 +220,9 @@ class _Run:
         )
         for name, content in sorted(repro.data.items()):
             self.folder.write(name, content)
+        upstream = self.grounded_upstream()
+        if upstream is not None:  # the differential gate compares the draft with it
+            self.folder.write("upstream.patch", upstream)
         model = step.model
         text = candidate_toml(
             {
@@ -222,7 +234,11 @@ class _Run:
                 "scope": list(s.scope) or [f"pkgs/{s.package}/**"],
             },
             {
-                "advisory": {"osv": s.advisory.osv, "upstream_fix": s.advisory.upstream_fix},
+                "advisory": {
+                    "osv": s.advisory.osv,
+                    "upstream_fix": s.advisory.upstream_fix,
+                    "upstream_patches": ["upstream.patch"] if upstream is not None else None,
+                },
                 "reproducer": {"script": "repro.sh", "data": sorted(repro.data), "runs": 3},
                 "expect": repro.expect.model_dump(exclude_none=True),
                 "model": {
@@ -245,6 +261,7 @@ class _Run:
             signing_policy=self.opts.signing_policy,
         )
         self.verify_passed = result.passed
+        self.verify_result = result
         self.values["verify"] = verify_value(result)
 
     def add_review(self, step: AgentStep, review: Review) -> None:

@@ -5,7 +5,11 @@ remote.
 Landing needs what auto-merge means: the routing state `auto-merge-eligible`, a bundle that
 `trace verify-bundle` accepts (signature, identity, every file's digest), a signing decision in
 it that allows (for a drafted candidate this includes the signing policy's review rule over the
-bundled review claims), and for a drafted candidate a draft decision that allows. The
+bundled review claims), and for a drafted candidate a draft decision that allows. What lands is
+what was signed: the patch bytes come from the bundle's payload (`payload/patches/`, the canonical
+zero-context form, applied with `git apply --unidiff-zero`), and a candidate folder whose patch is
+not the bundle's is refused (`land-patch-differs`, naming a line that differs); the draft
+decision is the bundle's (`payload/agent/draft.json`), never the folder's draft.json. The
 commit is made in a temporary worktree, so the fork's own work tree and index are untouched.
 The patch goes into the package's vendored source (`pkgs/PKG/src`, `patch -p1` paths) when the
 fork keeps one; otherwise it is added beside the package as `pkgs/PKG/ID.patch` for the package
@@ -93,12 +97,52 @@ def refusals(
     cid = params.get("externalParameters", {}).get("candidate", {}).get("id")
     if cid != cand.spec.id:
         out.append(f"bundle-for-another-candidate: {cid}")
-    draft = cand.dir / "draft.json"
+    # the draft decision the bundle carries (signed), never the folder's draft.json
+    draft = bundle / "payload" / "agent" / "draft.json"
     if draft.is_file():
-        d = json.loads(draft.read_text(encoding="utf-8"))["decision"]
-        if d["decision"] != "allow":
-            out.append(f"draft-denied: {', '.join(d['reasons'])}")
+        d = json.loads(draft.read_text(encoding="utf-8")).get("decision") or {}
+        if d.get("decision") != "allow":
+            out.append(f"draft-denied: {', '.join(d.get('reasons') or ['no decision'])}")
+    return out + patch_differences(cand, bundle)
+
+
+def signed_patches(bundle: Path) -> list[Path]:
+    """The patch series the bundle signed (payload/patches/NN-name, in order)."""
+    folder = bundle / "payload" / "patches"
+    return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+def patch_differences(cand: Any, bundle: Path) -> list[str]:
+    """Where the candidate folder's patches are not the bundle's (compared in the bundle's
+    canonical form): land applies the signed bytes, and a folder that says otherwise is refused
+    rather than silently overruled."""
+    from engine.evidence.payload import canonical_diff
+
+    signed = signed_patches(bundle)
+    mine = [canonical_diff(cand.patch_bytes(rel, i)) for i, rel in enumerate(cand.spec.patches)]
+    if len(signed) != len(mine):
+        return [f"land-patch-differs: the folder has {len(mine)} patch(es), the bundle signed "
+                f"{len(signed)}"]  # fmt: skip
+    out = []
+    for path, rel, data in zip(signed, cand.spec.patches, mine, strict=True):
+        if path.read_bytes() != data:
+            out.append(f"land-patch-differs: {rel} is not the signed {path.name} "
+                       f"({_changed(path.read_bytes(), data)})")  # fmt: skip
     return out
+
+
+def _changed(signed: bytes, folder: bytes) -> str:
+    """How two diffs differ, by their changed lines: a line only the folder has, one only the
+    bundle has."""
+
+    def changes(b: bytes) -> set[str]:
+        lines = b.decode("utf-8", "replace").splitlines()
+        return {ln for ln in lines if ln[:1] in "+-" and not ln.startswith(("+++", "---"))}
+
+    a, b = changes(signed), changes(folder)
+    parts = [f"only the folder has {line[:60]!r}" for line in sorted(b - a)[:1]]
+    parts += [f"only the bundle has {line[:60]!r}" for line in sorted(a - b)[:1]]
+    return "; ".join(parts) or "another header or order"
 
 
 def land(
@@ -133,12 +177,12 @@ def land(
     if reasons:
         raise LandRefused(f"{cand.spec.id} may not land", reasons, hint="see the reasons above")
     digest = hashlib.sha256((bundle / "statement.json").read_bytes()).hexdigest()
-    commit = _commit(top, fork, cand, digest)
+    commit = _commit(top, fork, cand, digest, bundle)
     _git(top, "branch", branch, commit)
     return Landed(candidate=cand.spec.id, branch=branch, commit=commit)
 
 
-def _commit(top: Path, fork: Path, cand: Any, digest: str) -> str:
+def _commit(top: Path, fork: Path, cand: Any, digest: str, bundle: Path) -> str:
     s = cand.spec
     rel_pkg = (fork / "pkgs" / s.package).relative_to(top)
     with tempfile.TemporaryDirectory(prefix="trace-land-") as tmp:
@@ -146,13 +190,16 @@ def _commit(top: Path, fork: Path, cand: Any, digest: str) -> str:
         _git(top, "worktree", "add", "--detach", str(wt), "HEAD")
         try:
             src = wt / rel_pkg / "src"
-            for rel in s.patches:
-                patch = cand.file(rel)
+            signed = signed_patches(bundle)
+            for n, patch in enumerate(signed, start=1):
+                # the signed bytes (canonical, zero context lines), never the folder's file
                 if src.is_dir():
-                    _git(wt, "apply", f"--directory={(rel_pkg / 'src').as_posix()}", str(patch))
+                    where = f"--directory={(rel_pkg / 'src').as_posix()}"
+                    _git(wt, "apply", "--unidiff-zero", where, str(patch))
                 else:
                     (wt / rel_pkg).mkdir(parents=True, exist_ok=True)
-                    shutil.copy(patch, wt / rel_pkg / f"{s.id}.patch")
+                    name = f"{s.id}.patch" if len(signed) == 1 else f"{s.id}-{n}.patch"
+                    shutil.copy(patch, wt / rel_pkg / name)
             _git(wt, "add", "-A")
             msg = (
                 f"{s.package}: fix {s.id} (landed by trace)\n\n"

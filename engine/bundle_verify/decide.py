@@ -68,7 +68,7 @@ def built_evidence(
         verify=result,
         gates=gates,
         sources=sources,
-        review=candidate_review(cand),
+        review=candidate_review(cand, state / "transcripts"),
     )
 
 

@@ -231,7 +231,7 @@ def produce_bundle(
         policy=policy,
         waivers=waivers,
         today=req.today or dt.datetime.now(dt.UTC).date(),
-        review=candidate_review(candidate),
+        review=candidate_review(candidate, state / "transcripts"),
     )
     if req.decision is not None:  # only ever a cross-check: the policy decides again, here
         bundled = {src.sha256: src.path for src in sources}

@@ -100,6 +100,10 @@ def candidate_entries(candidate: Candidate) -> list[PayloadEntry]:
         out.append(
             diff_entry(f"patches/{i + 1:02d}-{Path(rel).name}", candidate.patch_bytes(rel, i))
         )
+    for i, rel in enumerate(s.advisory.upstream_patches):  # the differential gate's third side
+        out.append(
+            _file_entry(f"upstream/{i + 1:02d}-{Path(rel).name}", "upstream", candidate.file(rel))
+        )
     if s.rationale:
         out.append(_file_entry("rationale.md", "rationale", candidate.file(s.rationale)))
     if s.review:

@@ -38,8 +38,17 @@ def _api_key(spec: ModelSpec) -> str:
     return value
 
 
+_BASE_URL_ENV = {"anthropic": "ANTHROPIC_BASE_URL", "openai": "OPENAI_BASE_URL"}
+
+
 def _endpoint(spec: ModelSpec) -> str:
-    return spec.base_url or f"the {spec.backend} SDK's default endpoint"
+    """The endpoint the SDK will call: base_url, else the SDK's own environment variable."""
+    if spec.base_url:
+        return spec.base_url
+    env = _BASE_URL_ENV.get(spec.backend, "")
+    if os.environ.get(env):
+        return f"{os.environ[env]} (from ${env})"
+    return f"the {spec.backend} SDK's default endpoint"
 
 
 def _deadline_error(spec: ModelSpec) -> ModelError:

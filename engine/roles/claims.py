@@ -155,14 +155,43 @@ def _reader(root: Path) -> Reader:
     return read
 
 
-def candidate_review(candidate: Any) -> ReviewEvidence | None:
-    """The review evidence of a candidate folder (None: no draft record, not drafted)."""
+def candidate_review(candidate: Any, transcripts: Path | None = None) -> ReviewEvidence | None:
+    """The review evidence of a candidate folder (None: not drafted by a model). Without a draft
+    record, `transcripts` (the state's transcript store) is searched for a Patcher's answer whose
+    diff is the candidate's patch: a model-drafted candidate whose draft record was deleted is
+    still model-drafted, and gets review-missing, not the treatment of a hand-written one."""
     path = candidate.dir / DRAFT
     doc = _load(path)
     if doc is None:
-        return None
+        return drafted_without_record(candidate, transcripts)
     patches = candidate.patch_texts()
-    return review_evidence(doc, _reader(candidate.dir), patches, str(path), exact=True)
+    read = _reader(candidate.dir)
+    evidence = review_evidence(doc, read, patches, str(path), exact=True)
+    rewritten = _rewritten(doc, read, transcripts)
+    if not rewritten:
+        return evidence
+    return evidence.model_copy(update={"problems": [*evidence.problems, *rewritten]})
+
+
+def _rewritten(doc: dict[str, Any], read: Reader, transcripts: Path | None) -> list[str]:
+    """Transcripts of the folder that are not the answer the state's store recorded under the
+    same key (the key digests the question, not the answer): a response rewritten after it was
+    asked, with draft.json's digest updated to match, is caught where the store is at hand."""
+    if transcripts is None or not transcripts.is_dir():
+        return []
+    out = []
+    for step in doc.get("steps", []):
+        if not isinstance(step, dict):
+            continue
+        key, rel = str(step.get("transcript_key", "")), str(step.get("transcript", ""))
+        stored = transcripts / f"{key}.json"
+        mine = read(rel)
+        if key and mine is not None and stored.is_file() and stored.read_bytes() != mine:
+            out.append(
+                f"transcript {rel} is not the answer recorded for its key in the transcript "
+                f"store ({stored.name}): rewritten after the model was asked"
+            )
+    return out
 
 
 def payload_review(payload: Path) -> ReviewEvidence | None:
@@ -179,3 +208,31 @@ def payload_review(payload: Path) -> ReviewEvidence | None:
         return inner(Path(rel).name)
 
     return review_evidence(doc, read, None, "payload/agent/draft.json", exact=False)
+
+
+def drafted_without_record(candidate: Any, transcripts: Path | None) -> ReviewEvidence | None:
+    """Review evidence with no review, when a recorded Patcher answer drafted this very patch
+    (compared in canonical diff form) and the candidate folder has no draft record."""
+    if transcripts is None or not transcripts.is_dir():
+        return None
+    from engine.evidence.payload import canonical_diff
+    from engine.models.transcript import Transcript
+    from engine.roles.outcome import RoleFailure
+    from engine.roles.patcher import parse_patch
+
+    wanted = b"".join(canonical_diff(t) for t in candidate.patch_texts())
+    for f in sorted(transcripts.glob("*.json")):
+        try:
+            t = Transcript.model_validate_json(f.read_bytes())
+        except (OSError, ValidationError):
+            continue
+        got = parse_patch(t.response)
+        if isinstance(got, RoleFailure) or canonical_diff(got.diff) != wanted:
+            continue
+        return ReviewEvidence(
+            source=f"{f} (a Patcher's answer; the candidate has no draft record)",
+            patcher_families=[t.family],
+            reviews=[],
+            problems=[],
+        )
+    return None

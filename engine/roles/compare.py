@@ -33,9 +33,20 @@ class Comparison(BaseModel):
     upstream_verdict: bool | None
     model: Touched
     upstream: Touched
+    model_reasons: list[str] = Field(
+        default_factory=list, description="why the model's patch failed verify (its gates' codes)"
+    )
+    upstream_reasons: list[str] = Field(default_factory=list)
     same_files: bool
     line_overlap: float = Field(description="shared changed lines / all changed lines (Jaccard)")
-    identical: bool
+    identical: bool = Field(
+        description="the two post-fix source trees are byte-identical (never judged from text)"
+    )
+    behaviour: str | None = Field(
+        default=None,
+        description="the differential gate's finding on the model's patch against the upstream "
+        "fix, input by input (None: not measured)",
+    )
     diff: str = Field(description="a short unified diff from the upstream patch to the model's")
 
 
@@ -78,9 +89,21 @@ def touched(patch: str) -> Touched:
     )
 
 
-def compare(
-    model_patch: str, upstream_patch: str, model_ok: bool | None, upstream_ok: bool | None
-) -> Comparison:
+class Verdicts(BaseModel):
+    """What was measured beside the text: each side's verify verdict and reasons, whether the
+    post-fix trees are byte-identical (None: unknown), the differential gate's summary."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_ok: bool | None = None
+    upstream_ok: bool | None = None
+    model_reasons: list[str] = Field(default_factory=list)
+    upstream_reasons: list[str] = Field(default_factory=list)
+    same_tree: bool | None = None
+    behaviour: str | None = None
+
+
+def compare(model_patch: str, upstream_patch: str, v: Verdicts) -> Comparison:
     m, u = touched(model_patch), touched(upstream_patch)
     ml = {(f, n) for f, ns in m.lines.items() for n in ns}
     ul = {(f, n) for f, ns in u.lines.items() for n in ns}
@@ -90,16 +113,20 @@ def compare(
             upstream_patch.splitlines(), model_patch.splitlines(), "upstream", "model", lineterm=""
         )
     )
-    identical = _changes(model_patch) == _changes(upstream_patch)
+    identical = v.same_tree is True
     overlap = round(len(ml & ul) / len(union), 3) if union else 1.0
-    word = {True: "passes", False: "fails", None: "not verified"}
-    summary = f"model {word[model_ok]}, upstream {word[upstream_ok]}; " + (
-        "identical changes" if identical else f"line overlap {overlap:g}"
-    )
+    summary = f"model {_said(v.model_ok, v.model_reasons)}, "
+    summary += f"upstream {_said(v.upstream_ok, v.upstream_reasons)}; "
+    summary += "identical post-fix trees" if identical else f"line overlap {overlap:g}"
+    if v.behaviour:
+        summary += f"; behaviour: {v.behaviour}"
     return Comparison(
         summary=summary,
-        model_verdict=model_ok,
-        upstream_verdict=upstream_ok,
+        model_verdict=v.model_ok,
+        upstream_verdict=v.upstream_ok,
+        model_reasons=v.model_reasons,
+        upstream_reasons=v.upstream_reasons,
+        behaviour=v.behaviour,
         model=m,
         upstream=u,
         same_files=sorted(m.files) == sorted(u.files),
@@ -109,12 +136,13 @@ def compare(
     )
 
 
-def _changes(patch: str) -> list[str]:
-    return [
-        ln
-        for ln in patch.splitlines()
-        if ln[:1] in ("+", "-") and not ln.startswith(("+++", "---"))
-    ]
+def _said(ok: bool | None, reasons: list[str]) -> str:
+    """A side's verdict as the gates gave it: 'passes', 'fails (code, code)', 'not verified'."""
+    if ok is None:
+        return "not verified"
+    if ok:
+        return "passes"
+    return "fails" + (f" ({', '.join(reasons[:4])})" if reasons else "")
 
 
 def where(t: object) -> str:

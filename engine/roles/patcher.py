@@ -75,3 +75,29 @@ def check_applies(diff: str, source: Path) -> RoleFailure | None:
         reason="patch-does-not-apply",
         detail="; ".join(lines) or (proc.stdout + proc.stderr).strip()[-400:],
     )
+
+
+def post_fix_tree(diff: str, source: Path) -> dict[str, str] | None:
+    """relative path -> sha256 of every file of `source` with `diff` applied (`patch -p1`, as
+    check_applies); None when it does not apply. Two patches are the same fix exactly when
+    their trees are equal, whatever their text."""
+    import hashlib
+    import shutil
+
+    with tempfile.TemporaryDirectory(prefix="trace-tree-") as tmp:
+        tree = Path(tmp) / "tree"
+        shutil.copytree(source, tree, symlinks=True)
+        patch_file = Path(tmp) / "fix.patch"
+        patch_file.write_text(diff, encoding="utf-8", errors="surrogateescape")
+        proc = subprocess.run(
+            ["patch", "-p1", "--batch", "--fuzz=0", "--no-backup-if-mismatch", "-s",
+             "-d", str(tree), "-i", str(patch_file)],
+            capture_output=True, timeout=60, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            return None
+        return {
+            f.relative_to(tree).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in sorted(tree.rglob("*"))
+            if f.is_file() and not f.is_symlink()
+        }
