@@ -206,4 +206,5 @@ def test_a_changed_reproducer_reruns_the_mutants_and_not_the_builds(tmp_path: Pa
             *variants,
         ]
     )  # not the builds, nor the package's own tests (tests-pre, tests-post)
-    assert gate(second, "gate-mutation")["score"] == 0.8  # the sixth mutant (0 -> -1) is killed (issue 25)
+    # the sixth mutant (0 -> -1) is killed (issue 25)
+    assert gate(second, "gate-mutation")["score"] == 0.8
