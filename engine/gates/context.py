@@ -19,9 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from engine.candidate import Candidate
-from engine.errors import InputError
-from engine.gates.core.diff import DiffError
-from engine.gates.core.mutate import generate
 
 # A fork's own signing policy, where `trace fork` looks for it by default (CONFIG/policy, with
 # CONFIG = trace): it replaces the shipped one, so the gates must apply its thresholds.
@@ -30,16 +27,9 @@ GATES = ("scope", "mutation", "coverage", "variants", "regression", "fault-site"
 
 
 def mutant_count(candidate: Candidate) -> int:
-    texts = candidate.patch_texts()
-    try:
-        return len(generate(texts))
-    except DiffError as exc:
-        raise InputError(
-            f"patch is not a unified diff: {exc}",
-            file=candidate.path,
-            key="patches",
-            hint="write the patch with `git diff` or `diff -u`",
-        ) from None
+    from engine.gates.mutants import mutants_of
+
+    return len(mutants_of(candidate))
 
 
 def signing_policy_path(signing_policy: Path | None = None, fork: Path | None = None) -> Path:

@@ -19,14 +19,19 @@ def candidate_mutants(candidate_file: Path) -> tuple[Candidate, list[Mutant]]:
     """The candidate and every mutant of the lines its patches add; bad input when a patch is not
     a unified diff."""
     from engine.candidate import load_candidate
+
+    cand = load_candidate(candidate_file)
+    return cand, mutants_of(cand)
+
+
+def mutants_of(cand: Candidate) -> list[Mutant]:
+    """Every mutant of the lines the candidate's patches add (the mutation gate's own count)."""
     from engine.errors import InputError
     from engine.gates.core.diff import DiffError
     from engine.gates.core.mutate import generate
 
-    cand = load_candidate(candidate_file)
-    texts = cand.patch_texts()
     try:
-        return cand, generate(texts)
+        return generate(cand.patch_texts())
     except DiffError as exc:
         raise InputError(
             f"patch is not a unified diff: {exc}",
