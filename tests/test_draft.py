@@ -324,6 +324,25 @@ def test_land_makes_a_local_branch_only(world: World, capsys: pytest.CaptureFixt
     finally:
         fix.write_bytes(good)
         draft.write_bytes(honest)
+    # the patch intact, but the draft record forged, deleted, or a transcript rewritten: each
+    # refused too (land reads only the bundle's, and says the folder is not what was signed)
+    review = fork / CAND / "transcripts" / "review.json"
+    kept = review.read_bytes()
+    cases = {
+        "forged": lambda: draft.write_text(json.dumps(forged)),
+        "deleted": draft.unlink,
+        "rewritten": lambda: review.write_bytes(kept.replace(b"approve", b"approve!")),
+    }
+    for name, spoil in cases.items():
+        try:
+            spoil()
+            rc = main([*land, "--branch", f"trace/{name}"])
+            out = capsys.readouterr().out
+            assert rc == 1 and "land-draft-differs" in out, (name, out)
+            assert git("branch", "--list", f"trace/{name}") == ""
+        finally:
+            draft.write_bytes(honest)
+            review.write_bytes(kept)
 
 
 def test_a_signed_approval_its_transcript_does_not_bear_out_is_refused(

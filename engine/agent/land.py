@@ -103,7 +103,36 @@ def refusals(
         d = json.loads(draft.read_text(encoding="utf-8")).get("decision") or {}
         if d.get("decision") != "allow":
             out.append(f"draft-denied: {', '.join(d.get('reasons') or ['no decision'])}")
-    return out + patch_differences(cand, bundle)
+    return out + patch_differences(cand, bundle) + draft_differences(cand, bundle)
+
+
+def draft_differences(cand: Any, bundle: Path) -> list[str]:
+    """Where the folder's draft record or transcripts are not the bundle's (compared as JSON):
+    a draft.json forged, deleted or added after signing, or a transcript rewritten, is refused
+    (`land-draft-differs`), though land reads only the bundle's."""
+    signed = bundle / "payload" / "agent" / "draft.json"
+    mine = cand.dir / "draft.json"
+    if not signed.is_file():
+        if mine.is_file():
+            return ["land-draft-differs: the folder has a draft record the bundle does not"]
+        return []
+    if not mine.is_file():
+        return ["land-draft-differs: the bundle holds a draft record, the folder none"]
+    doc = _json(signed)
+    out = [] if _json(mine) == doc else ["land-draft-differs: draft.json is not the signed one"]
+    for step in doc.get("steps") or []:
+        rel = str(step.get("transcript") or "")
+        theirs = bundle / "payload" / "agent" / "transcripts" / Path(rel).name
+        if rel and theirs.is_file() and _json(cand.dir / rel) != _json(theirs):
+            out.append(f"land-draft-differs: {rel} is not the signed transcript")
+    return out
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
 
 
 def signed_patches(bundle: Path) -> list[Path]:
