@@ -50,9 +50,12 @@ def test_the_readme_example_runs_verbatim(tmp_path: Path) -> None:
     assert proc.returncode == 0, out[-4000:]
     assert "eligible      TRACE-2026-0001 cparse" in out
     first, again = out.split("trace draft TRACE-2026-0001-cparse (cparse): allow")[1:3]
-    assert "accuracy vs upstream: model passes, upstream passes; identical changes" in first
+    assert (
+        "accuracy vs upstream: model passes, upstream passes; identical post-fix trees; "
+        "behaviour: the candidate behaves as the upstream fix" in first
+    ), first
     assert "(anthropic, asked): ok" in first and "(openai, asked): ok" in first
     assert re.search(r"review review: approve by \S+ \(cross-family\)", first)
     assert "ALLOW" in out and "asked" not in again and again.count("replayed") == 3
     [workdir] = [p for p in tmp_path.iterdir() if p.is_dir() and (p / "findings").is_dir()]
-    assert "identical changes" in (workdir / "findings" / "index.html").read_text()
+    assert "identical post-fix trees" in (workdir / "findings" / "index.html").read_text()
