@@ -211,13 +211,33 @@ BIGGER_BUFFER = """--- a/cparse.c
 def test_the_accuracy_comparison_of_two_patches() -> None:
     """Functions from the hunk headers, lines of the original each changes, their overlap; a
     recorded comparison is shown for the patch it was made of and called stale for another."""
-    from engine.roles.compare import compare, recorded_summary
+    from engine.roles.compare import Verdicts, compare, recorded_summary
 
-    same = compare(MODEL_FIX, MODEL_FIX, True, True)
+    both = Verdicts(model_ok=True, upstream_ok=True, same_tree=True)
+    same = compare(MODEL_FIX, MODEL_FIX, both)
     assert same.identical and same.line_overlap == 1.0 and same.same_files
+    assert same.summary == "model passes, upstream passes; identical post-fix trees"
     assert same.model.functions == ["parse_line"] and same.model.lines == {"cparse.c": [15]}
-    other = compare(BIGGER_BUFFER, MODEL_FIX, False, True)
+    # issue 27: the same changed lines placed elsewhere are not "identical": only equal
+    # post-fix trees are, and the textual overlap is all that is said otherwise
+    moved = compare(MODEL_FIX, MODEL_FIX, both.model_copy(update={"same_tree": False}))
+    assert not moved.identical and moved.summary.endswith("; line overlap 1")
+    # ... and a patch the gates deny does not "pass": its codes are named, and the
+    # differential gate's finding is the behaviour column
+    denied = Verdicts(
+        model_ok=False,
+        upstream_ok=True,
+        model_reasons=["mutation-score-below-threshold", "variant-still-fails"],
+        same_tree=False,
+        behaviour="3 invocation(s) behave unlike the upstream fix",
+    )
+    other = compare(BIGGER_BUFFER, MODEL_FIX, denied)
     assert not other.identical and other.line_overlap == 0.0
+    assert other.summary == (
+        "model fails (mutation-score-below-threshold, variant-still-fails), upstream passes; "
+        "line overlap 0; behaviour: 3 invocation(s) behave unlike the upstream fix"
+    )
+    other = compare(BIGGER_BUFFER, MODEL_FIX, Verdicts(model_ok=False, upstream_ok=True))
     assert other.summary == "model fails, upstream passes; line overlap 0"
     assert "-#define KEY_MAX 16" in other.diff and "+    if (klen >= KEY_MAX)" in other.diff
     doc = other.model_dump(mode="json", by_alias=True)
