@@ -110,8 +110,9 @@ def tar_x(path: Path, content: str) -> None:
         info.mtime = int(os.stat(path).st_mtime)
         with open(data, "rb") as fh:
             tar.addfile(info, fh)
-    with tarfile.open(archive) as tar:
-        tar.extractall(path.parent, filter="data")
+    with tarfile.open(archive) as tar:  # our own one-file archive; `filter` needs 3.11.4+
+        kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(path.parent, **kw)  # type: ignore[arg-type]
     archive.unlink()
     data.unlink()
 
