@@ -633,3 +633,28 @@ def test_a_review_transcript_rewritten_in_the_folder_is_caught_by_the_store(
     forged = [r for r in doc["reasons"] if r["code"] == "review-claim-forged"]
     assert forged and "rewritten after the model was asked" in json.dumps(forged)
     assert world.draft("--refresh")[0] == 0  # an honest draft again for later tests
+
+
+def test_decide_on_a_patch_swapped_after_the_review(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27: the folder's patch swapped for another after drafting: decide judges the new
+    patch, and the review claims, which saw another diff, are review-of-another-patch."""
+    cand = world.fork / CAND
+    fix = cand / "fix.patch"
+    good = fix.read_bytes()
+    try:
+        fix.write_bytes((answers.WRONG / "fix.patch").read_bytes())
+        assert main(["verify", str(cand / "candidate.toml"), "--fork", str(world.fork), "-q"]) in (
+            0,
+            1,
+        )
+        capsys.readouterr()
+        rc = main(["decide", str(cand / "candidate.toml"), "--fork", str(world.fork), "--json"])
+        out = capsys.readouterr()
+        doc = json.loads(out.out or "{}")
+        assert doc, out.err
+    finally:
+        fix.write_bytes(good)
+    assert rc == 1 and doc["decision"] == "deny"
+    assert "review-of-another-patch" in {r["code"] for r in doc["reasons"]}, doc["reasons"]
