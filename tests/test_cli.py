@@ -85,3 +85,27 @@ def test_every_command_is_in_the_command_wing() -> None:
     modules = {p.stem for p in (engine / "cli").glob("*.py")} - {"__init__", "__main__"}
     commands = {m.rpartition(".")[2] for m in cli.COMMAND_MODULES}
     assert modules - commands == {"args", "options"}  # the shared argument helpers
+
+
+@pytest.mark.parametrize("command", ["verify", "fork", "draft"])
+@pytest.mark.parametrize("jobs", ["0", "-1", "two"])
+def test_jobs_below_one_are_refused_before_any_work(
+    tmp_path: Path, command: str, jobs: str
+) -> None:
+    """Issue 28: `-j 0` / `-j -1` were accepted, a state dir was written, then Nix failed (exit
+    4); now argparse refuses them (exit 2) and nothing is written."""
+    import subprocess
+    import sys
+
+    trace_bin = Path(sys.executable).parent / "trace"
+    repo = Path(__file__).resolve().parent.parent
+    cand = repo / "tests/fixtures/fork/trace/candidates/cparse-key-overflow/candidate.toml"
+    state = tmp_path / "state"
+    args = {"verify": [str(cand), "--state-dir", str(state)], "fork": [], "draft": [str(cand)]}
+    proc = subprocess.run(
+        [str(trace_bin), command, *args[command], "-j", jobs],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "-j/--jobs" in proc.stderr and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.cli.args import positive_int
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -40,7 +42,7 @@ def register(sub: Any) -> None:
         "mirror lacks it; kept in --upstream-mirror when given",
     )
     p.add_argument("--signing-policy", type=Path, default=None)
-    p.add_argument("-j", "--jobs", type=int, default=None)
+    p.add_argument("-j", "--jobs", type=positive_int, default=None, help=">= 1")
     p.add_argument("--json", action="store_true", help="print draft.json")
     p.set_defaults(handler=cmd_draft)
 

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.cli.args import positive_int
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -58,7 +60,9 @@ def register(sub: Any) -> None:
         help="keyless: sign even when the token's identity is not in the lock",
     )
     p.add_argument("--no-sign", action="store_true", help="never sign")
-    p.add_argument("-j", "--jobs", type=int, default=None, help="parallel builds (nix -j)")
+    p.add_argument(
+        "-j", "--jobs", type=positive_int, default=None, help="parallel builds (nix -j), >= 1"
+    )
     p.add_argument("--wait", type=float, default=0, metavar="SECONDS", help="wait for the state")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(

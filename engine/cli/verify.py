@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.cli.args import positive_int
 from engine.verify.pipeline import build_verify, find_fork
 
 if TYPE_CHECKING:
@@ -40,7 +41,9 @@ def register(sub: Any) -> None:
         "--out", type=Path, default=None, help="result JSON (default: STATE/verify/ID.json)"
     )
     p.add_argument("--json", action="store_true", help="print the result JSON instead of a table")
-    p.add_argument("-j", "--jobs", type=int, default=None, help="parallel builds (nix -j)")
+    p.add_argument(
+        "-j", "--jobs", type=positive_int, default=None, help="parallel builds (nix -j), >= 1"
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     p.add_argument(
         "--wait", type=float, default=0, metavar="SECONDS", help="wait for a busy state dir"
