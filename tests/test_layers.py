@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "engine",
         (
+            "engine.otel",
             "engine.run",
             "engine.loadcache",
             "engine.remote",

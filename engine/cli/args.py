@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from engine.hashing import StatCache
     from engine.model import Graph
+    from engine.otel import StepClock
+    from engine.run import RunResult
 
 
 def add_state_args(p: argparse.ArgumentParser) -> None:
@@ -58,3 +60,34 @@ def load_graph_of(args: argparse.Namespace, hasher: StatCache) -> Graph:
     from engine.graph import load_graph
 
     return load_graph(args.graph, root=root(args), hasher=hasher)
+
+
+def add_otel_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--otel",
+        metavar="FILE|URL",
+        default=None,
+        help="also write the run's steps as OpenTelemetry spans: JSON lines to FILE, or OTLP/HTTP "
+        "to an http(s):// endpoint such as http://127.0.0.1:4318/v1/traces (needs trace[otel])",
+    )
+
+
+def otel_clock(args: argparse.Namespace) -> StepClock | None:
+    """A step clock when `--otel` was given (its target checked before any work), else None."""
+    if args.otel is None:
+        return None
+    from engine.otel import StepClock, check_target
+
+    check_target(args.otel)
+    return StepClock()
+
+
+def otel_export(
+    args: argparse.Namespace, clock: StepClock | None, result: RunResult, name: str
+) -> None:
+    """Export the run's spans to `--otel` (nothing without it)."""
+    if clock is None:
+        return
+    from engine.otel import export
+
+    export(result, clock, args.otel, name=name, attributes={"trace.graph": result.graph})

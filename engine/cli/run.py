@@ -9,8 +9,11 @@ from typing import Any
 
 from engine.cache import nothing_written_on_bad_input
 from engine.cli.args import (
+    add_otel_arg,
     add_state_args,
     load_graph_of,
+    otel_clock,
+    otel_export,
     positive_int,
     root,
     state_dir,
@@ -38,6 +41,7 @@ def register(sub: Any) -> None:
         help="print seconds per phase (load, plan, render, instantiate, realise, collect, "
         "record) to stderr",
     )
+    add_otel_arg(p)
     p.set_defaults(handler=cmd_run)
 
 
@@ -53,6 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Files modified from (about) now on are never stamped for the fast path: the coarse file
     # system clock may lag the wall clock, hence the margin.
     since_ns = time.time_ns() - 1_000_000_000
+    clock = otel_clock(args)
     state = state_dir(args)
     # Load and validate first: bad input exits 2 having written nothing, not even a state dir.
     hasher = StatCache.read_only(state / "state.db")
@@ -69,8 +74,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
         hasher.flush(index.db)
         with Progress(enabled=not args.quiet and not args.json) as progress:
+            reporter = progress if clock is None else clock.wrapping(progress)
             result = run_graph(
-                graph, index, jobs=args.jobs, reporter=progress, known_keys=known_keys
+                graph, index, jobs=args.jobs, reporter=reporter, known_keys=known_keys
             )
         if known_keys is None:
             keys = {sid: r.key for sid, r in result.steps.items()}
@@ -83,6 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         else:
             fastpath.forget(index.db, key)
+    otel_export(args, clock, result, f"trace run {args.graph}")
     if args.timings:
         laps = {"load": loaded, **result.timings}
         print("timings: " + ", ".join(f"{k} {v:.3f} s" for k, v in laps.items()), file=sys.stderr)

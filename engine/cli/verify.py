@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.cli.args import positive_int
+from engine.cli.args import add_otel_arg, otel_clock, otel_export, positive_int
 from engine.verify.pipeline import build_verify, find_fork
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--wait", type=float, default=0, metavar="SECONDS", help="wait for a busy state dir"
     )
+    add_otel_arg(p)
     p.add_argument(
         "--bundle",
         type=Path,
@@ -145,6 +146,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         from engine.errors import UsageError
 
         raise UsageError("--sign/--key sign a bundle", hint="add --bundle DIR")
+    clock = otel_clock(args)
     fork = (args.fork or find_fork(args.candidate) or Path.cwd()).resolve()
     policy: Path | None = args.signing_policy
     if args.bundle is not None:
@@ -165,8 +167,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         wait=args.wait,
         signing_policy=policy,
         recheck=args.bundle is not None,
+        clock=clock,
     )
     ran = (began, dt.datetime.now(dt.UTC))
+    otel_export(args, clock, verified[1], f"trace verify {verified[2].candidate}")
     result = verified[2]
     text = result.model_dump_json(indent=2, by_alias=True) + "\n"
     out = args.out or (args.state_dir or fork / ".trace") / "verify" / f"{result.candidate}.json"

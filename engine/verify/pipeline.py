@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from engine.cache import Index
     from engine.candidate import Candidate
     from engine.model import Graph
+    from engine.otel import StepClock
     from engine.run import RunResult
     from engine.verify_result import VerifyResult
 
@@ -109,12 +110,14 @@ def build_verify(
     wait: float = 0,
     signing_policy: Path | None = None,
     recheck: bool = False,
+    clock: StepClock | None = None,
 ) -> tuple[Graph, RunResult, VerifyResult]:
     """`run_verify`, also returning the graph and the run the verdict was judged from.
 
     `signing_policy`: whose thresholds the gates apply (None: the default by location). Steps
     answered from the index are checked against and re-read from the store (`from_store`);
-    `recheck`: their determinism is measured again too (for a bundle)."""
+    `recheck`: their determinism is measured again too (for a bundle); `clock` notes when each
+    step reached each state (`--otel`)."""
     from engine.cache import Index, nothing_written_on_bad_input
     from engine.candidate import load_candidate
     from engine.errors import InputError, UsageError
@@ -133,7 +136,8 @@ def build_verify(
     state = (state_dir or fork / ".trace").resolve()
     with nothing_written_on_bad_input(state), Index(state, wait=wait) as index:
         graph = load_verify_graph(candidate, fork, index, signing_policy)
-        with Progress(enabled=progress) as reporter:
+        with Progress(enabled=progress) as progress_reporter:
+            reporter = progress_reporter if clock is None else clock.wrapping(progress_reporter)
             try:
                 result = run_graph(graph, index, jobs=jobs, reporter=reporter)
             except InputError as exc:
