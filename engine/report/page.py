@@ -7,6 +7,7 @@ from pathlib import Path
 from engine.bundle_verify.checks import BundleVerdict
 from engine.report.load import load_bundle
 from engine.report.render import render_page
+from engine.report.verdict import INTENT_REASONS
 from engine.report.view import ReportView, build_view
 
 
@@ -18,6 +19,8 @@ def render_report(view: ReportView) -> str:
         "report.html.j2",
         script="report.js",
         view=view,
+        fork_root=view.fork_root,
+        intent_reasons=sorted(INTENT_REASONS),
         bundle_reasons=REASONS,
         engine_version=__version__,
     )

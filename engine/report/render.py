@@ -22,6 +22,11 @@ from engine.files import write_atomic
 from engine.paths import data_dir
 
 TEMPLATE_DIR = Path("templates") / "report"
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+MACHINE_PATH = re.compile(
+    r"(?<![\w.~<>-])/(?:tmp|home|root|work|Users|srv|mnt|var/tmp|run/user)/[^\s\"'<>]*?"
+    r"([^/\s\"'<>:]+)(?=[\s\"'<>,;:)\]]|$)"
+)
 
 
 def template_dir() -> Path:
@@ -121,8 +126,43 @@ FILTERS: dict[str, Callable[..., object]] = {
 }
 
 
-def render_page(template: str, *, script: str | None = None, **context: Any) -> str:
-    """Render one self-contained page. `script`: the name of an inline JS asset (or none)."""
+def visible(text: str) -> str:
+    """Control characters as their Unicode control pictures (NUL as ␀, ESC as ␛, DEL as ␡), other
+    C1 and format characters as ⟨U+XXXX⟩: what a target wrote is shown, never swallowed."""
+    return CONTROL.sub(_picture, text)
+
+
+def _picture(m: re.Match[str]) -> str:
+    c = ord(m.group(0))
+    if c < 0x20:
+        return chr(0x2400 + c)
+    return "\u2421" if c == 0x7F else f"⟨U+{c:04X}⟩"
+
+
+def unmachine(text: str, fork_root: str = "") -> str:
+    """No absolute path of the machine that ran verify: the fork's root reads `<fork>`, another
+    path under a home, temp or work directory `<machine>/…/NAME`. Store paths stay."""
+    if fork_root:
+        text = text.replace(fork_root.rstrip("/") + "/", "<fork>/")
+    return MACHINE_PATH.sub(lambda m: "<machine>/…/" + m.group(1), text)
+
+
+def finalizer(fork_root: str) -> Callable[[object], object]:
+    from markupsafe import Markup
+
+    def finalize(value: object) -> object:
+        if isinstance(value, str) and not isinstance(value, Markup):
+            return visible(unmachine(value, fork_root))
+        return value
+
+    return finalize
+
+
+def render_page(
+    template: str, *, script: str | None = None, fork_root: str = "", **context: Any
+) -> str:
+    """Render one self-contained page. `script`: the name of an inline JS asset (or none).
+    Every printed string goes through `visible` and `unmachine` (jinja's finalize)."""
     import jinja2
 
     env = jinja2.Environment(
@@ -131,6 +171,7 @@ def render_page(template: str, *, script: str | None = None, **context: Any) -> 
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=finalizer(fork_root),
     )
     env.filters.update(FILTERS)
     js = _asset(script) if script else ""
