@@ -144,8 +144,8 @@ def test_allowed_bundle_page_says_it_verifies_link_by_link(
 ) -> None:
     rc, page, _ = allowed_page(tmp_path, monkeypatch)
     assert rc == 0
-    assert 'id="verdict-banner" class="banner ok"' in page
-    assert "DOES NOT VERIFY" not in page
+    assert 'data-decision="ALLOW"' in page and 'id="integrity" class="integrity i-verified"' in page
+    assert "NOT INTACT" not in page
     # every link's digest shown and verified; no link in any other state
     statuses = re.findall(r'data-link="[^"]*" data-status="(\w+)"', page)
     assert statuses and set(statuses) == {"verified"}
@@ -178,7 +178,7 @@ def test_denied_wrong_fix_shows_reasons_and_the_surviving_mutant(
 ) -> None:
     rc, page, _ = denied_page(tmp_path, monkeypatch)
     assert rc == 1
-    assert 'class="banner bad"' in page and "THIS BUNDLE DOES NOT VERIFY" in page
+    assert 'data-decision="REVIEW"' in page and 'data-state="amber"' in page
     assert "decision.denied" in page
     assert 'data-reason="mutation-score-below-threshold"' in page
     # the reason's message and fix from the catalogue, as the decision carries them
@@ -191,7 +191,8 @@ def test_tampered_bundle_names_the_changed_link(
 ) -> None:
     rc, page, _ = tampered_page(tmp_path, monkeypatch)
     assert rc == 1
-    assert "THIS BUNDLE DOES NOT VERIFY" in page and "subject.digest-mismatch" in page
+    assert 'data-decision="UNTRUSTED"' in page and "subject.digest-mismatch" in page
+    assert 'id="integrity" class="integrity i-red"' in page
     assert re.search(r'data-link="patches/01-fix.patch" data-status="changed"', page)
     # the other links still verify on their own
     assert re.search(r'data-link="advisory.json" data-status="verified"', page)
@@ -317,7 +318,7 @@ def test_a_forged_bundle_of_wrong_shapes_still_renders(
     for rel, text in GARBAGE.items():
         (bundle / PAYLOAD_DIR / rel).write_text(text)
     rc, page, _ = report(bundle, identity, tmp_path / "garbage.html")
-    assert rc == 1 and "THIS BUNDLE DOES NOT VERIFY" in page
+    assert rc == 1 and "NOT INTACT" in page
     changed = set(re.findall(r'data-link="([^"]+)" data-status="(?:changed|unlisted)"', page))
     assert set(GARBAGE) <= changed
 
@@ -332,7 +333,7 @@ def test_keyless_bundle_shows_the_signer_and_its_rekor_entry(
     identity = ["--identity", str(tmp_path / "id.json"), "--trust-config", str(trust)]
     rc = main(["report", str(bundle), *identity, "-o", str(out)])
     page = html.unescape(out.read_text())
-    assert rc == 0 and 'data-verified="true"' in page
+    assert rc == 0 and 'data-state="verified"' in page
     signature = page[page.index('data-section="signature"') : page.index('id="step-graph"')]
     assert tbv.SIGNER in signature and tbv.TEST_ISSUER in signature
     assert "present (Fulcio)" in signature and "Transparency log (Rekor) entries" in signature

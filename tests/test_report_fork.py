@@ -59,7 +59,8 @@ def test_fork_report_writes_the_findings_page(tmp_path: Path) -> None:
     pager = next(p for h, p in pages.items() if "pager" in h)
     assert 'data-verified="true"' in pager  # signed with the run's key, checked against it
     other = next(p for h, p in pages.items() if "pager" not in h)
-    assert "THIS BUNDLE DOES NOT VERIFY" in other and "pre-fix-wrong-failure" in other
+    assert 'data-decision="DENY"' in other and "pre-fix-wrong-failure" in other
+    assert 'id="integrity" class="integrity i-amber"' in other  # denied, not tampered
     png = browser.screenshot(out / "index.html", tmp_path / "findings.png", tmp_path, "1280,520")
     if os.environ.get("TRACE_UPDATE_SCREENSHOTS") == "1":
         shutil.copy(png, DOCS / "report-findings.png")

@@ -45,6 +45,15 @@ def where(frame: Any) -> str:
     return f"{fn} ({at})" if fn and at else fn or at
 
 
+def own_frame(frames: list[Any]) -> Any:
+    """The first frame of the package's own code (not the sanitizer runtime, not the store)."""
+    for f in map(as_dict, frames):
+        fn, file = as_str(f.get("function")), as_str(f.get("file"))
+        if not fn.startswith("__") and not file.startswith(("/nix/store/", "compiler-rt/")):
+            return f
+    return frames[0] if frames else None
+
+
 def _failed(inv: dict[str, Any]) -> bool:
     if inv.get("ended") and not inv.get("sanitizer"):
         return False
@@ -79,7 +88,7 @@ def pre_proof(verify: dict[str, Any]) -> Proof:
         k = sum(1 for r in runs if any(_failed(as_dict(i)) for i in as_list(r.get("invocations"))))
         if failing:
             first = failing[0]
-            at = where((as_list(first.get("frames")) or [None])[0])
+            at = where(own_frame(as_list(first.get("frames"))))
             text = (
                 f"{as_str(first.get('target'))} failed with {outcome(first)}"
                 + (f" in {at}" if at else "")
@@ -146,7 +155,11 @@ def gate_proof(rec: dict[str, Any]) -> Proof:
             parts.append(f"score {_number(rec.get('score'))} against {key} {_number(bound)}")
         elif key.startswith("max_"):
             got = details.get(MEASURED.get(key, key[4:]))
-            parts.append(f"{_number(got) if got is not None else '?'} of {key} {_number(bound)}")
+            parts.append(
+                f"{_number(got)} of {key} {_number(bound)}"
+                if got is not None
+                else f"{key} {_number(bound)}"
+            )
     if not parts and rec.get("score") is not None:
         parts.append(f"score {_number(rec.get('score'))}")
     summary = as_str(details.get("summary"))

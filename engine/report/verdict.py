@@ -25,7 +25,7 @@ from engine.report.proven import Proof, proofs
 from engine.report.records import as_dict, as_list
 
 Integrity = Literal["verified", "amber", "red"]
-Decision = Literal["ALLOW", "DENY", "REVIEW", "NONE"]
+Decision = Literal["ALLOW", "DENY", "REVIEW", "NONE", "UNTRUSTED"]
 
 # verify-bundle reasons that say "not trusted as a fix" rather than "not intact": the bundle was
 # left unsigned on purpose, or its signing decision is a deny (a denied bundle is not signed).
@@ -53,6 +53,11 @@ class Verdict(BaseModel):
     warnings: list[Reason] = []
     proofs: list[Proof]
     integrity: IntegrityLine
+
+    @property
+    def trusted(self) -> bool:
+        return self.integrity.state != "red"
+
     routing: str = ""
 
 
@@ -134,12 +139,16 @@ def build_verdict(b: LoadedBundle) -> Verdict:
     waivable = _waivable_codes()
     reasons = _reasons(as_list(signing.get("reasons")), waivable)
     decision, headline = _decision(signing, reasons)
+    line = integrity(b.verdict)
+    if line.state == "red":  # what a tampered bundle says it decided is not a decision
+        said = decision if decision != "NONE" else "no decision"
+        decision, headline = "UNTRUSTED", f"The bundle says {said}, but it is not intact"
     return Verdict(
         decision=decision,
         headline=headline,
         reasons=reasons,
         warnings=_reasons(as_list(signing.get("warnings")), waivable),
         proofs=proofs(b),
-        integrity=integrity(b.verdict),
+        integrity=line,
         routing=str(as_dict(b.doc("decisions/routing.json")).get("state") or ""),
     )

@@ -33,7 +33,12 @@ from engine.report.verdict import INTENT_REASONS, Verdict, build_verdict
 
 LinkState = Literal["ok", "amber", "bad", "absent"]
 STACK = ("advisory", "upstream", "patch", "review", "runs", "gates", "decision", "signature")
-SHORT = {"patch": "diff", "runs": "reproducer runs", "upstream": "upstream ref"}
+SHORT = {
+    "patch": "diff",
+    "runs": "reproducer runs",
+    "upstream": "upstream ref",
+    "decision": "decision",
+}
 
 
 class Section(BaseModel):
