@@ -37,6 +37,8 @@ class Finding(BaseModel):
     signer: str = ""
     bundle_ok: bool = False
     bundle_reasons: list[str] = []
+    integrity: str = ""  # verified / amber / red (engine.report.verdict.integrity)
+    integrity_label: str = ""
     accuracy: str = ""
     report: str | None = None  # relative link to the candidate's page
     note: str = ""
@@ -100,6 +102,8 @@ def finding_for(bundle: Path, verdict: BundleVerdict, out: Path, taken: set[str]
         ),
         bundle_ok=verdict.passed,
         bundle_reasons=verdict.reasons,
+        integrity=view.verdict.integrity.state,
+        integrity_label=view.verdict.integrity.label,
         accuracy=_accuracy(accuracy),
         report=name,
     )
