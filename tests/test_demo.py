@@ -34,13 +34,18 @@ def test_scripts_demo_runs_the_main_job(tmp_path: Path) -> None:
     # the reviewer's pages, their paths printed last
     page = (work / "cparse-key-overflow.html").read_text()
     assert 'data-verified="true"' in page and "AddressSanitizer" in page
+    assert 'data-decision="ALLOW"' in page and 'data-patched="true"' in page  # the fix's frame
     findings = (work / "findings" / "index.html").read_text()
     assert findings.count('class="finding"') == 2 and "mutation-score-below-threshold" in findings
     wrong = (work / "findings" / "TRACE-2026-0001-cparse-wrong-fix.html").read_text()
     assert 'data-verified="false"' in wrong and wrong.count('class="survivor"') >= 1
-    if os.environ.get("TRACE_UPDATE_SCREENSHOTS") == "1":  # the README's picture of a deny
+    assert 'data-state="amber"' in wrong and 'data-reason="mutation-score-below-threshold"' in wrong
+    if os.environ.get("TRACE_UPDATE_SCREENSHOTS") == "1":  # the docs' first screens (1400x900)
         from tests import browser
 
-        page = work / "findings" / "TRACE-2026-0001-cparse-wrong-fix.html"
-        browser.screenshot(page, REPO / "docs" / "report-denied.png", tmp_path, "1280,2400")
+        for page, shot in (
+            (work / "findings" / "TRACE-2026-0001-cparse-wrong-fix.html", "report-denied.png"),
+            (work / "cparse-key-overflow.html", "report-allowed.png"),
+        ):
+            browser.screenshot(page, REPO / "docs" / shot, tmp_path, "1400,900")
     assert proc.stdout.rstrip().endswith(f"findings page: {work}/findings/index.html")

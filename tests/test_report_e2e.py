@@ -20,8 +20,10 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 ACTIONS = """
   return {
-    banner_visible: __visible("#verdict-banner"),
-    verified: document.getElementById("verdict-banner").getAttribute("data-verified"),
+    banner_visible: __visible("#decision"),
+    decision: document.getElementById("decision").getAttribute("data-decision"),
+    verified: document.getElementById("integrity").getAttribute("data-state"),
+    proven: __texts("#proven li"),
     claims: __texts("table.claims tbody tr td:first-child"),
     holds: __texts("table.claims tbody tr td:nth-child(2)"),
     sides: __texts(".side.run h4"),
@@ -42,7 +44,8 @@ def test_report_of_a_real_signed_bundle(world: World, tmp_path: Path) -> None:  
     assert rc == 0
     r = browser.run_page(page, tmp_path, ACTIONS)
     assert r["errors"] == [] and r["violations"] == [] and r["resources"] == [], r
-    assert r["banner_visible"] and r["verified"] == "true"
+    assert r["banner_visible"] and r["decision"] == "ALLOW" and r["verified"] == "verified"
+    assert any(p.startswith("✓pre-fix holds") for p in r["proven"]), r["proven"]
     assert r["claims"][:2] == ["pre-fix-fails-as-expected", "post-fix-survives"]
     assert all("holds" in h for h in r["holds"])
     assert "pre-fix run 1" in r["sides"] and "post-fix run 1" in r["sides"]
@@ -52,6 +55,6 @@ def test_report_of_a_real_signed_bundle(world: World, tmp_path: Path) -> None:  
     assert r["edges"] > 0  # needs recorded in the replay record
     assert "key" in " ".join(r["signature"])
     assert r["grounding"][0].startswith("✓ grounded")  # the advisory's own FIX reference
-    out = browser.screenshot(page, tmp_path / "report-real.png", tmp_path, "1280,2600")
+    out = browser.screenshot(page, tmp_path / "report-real.png", tmp_path, "1400,900")
     if os.environ.get("TRACE_UPDATE_SCREENSHOTS") == "1":
         shutil.copy(out, DOCS / "report-allowed.png")
