@@ -70,6 +70,16 @@ function __shown(sel) {
     return e.offsetParent !== null;
   }).map(function (e) { return e.textContent.trim(); });
 }
+function __box(el) {
+  // layout position from the top of the page (the body is the page's scroller on screen)
+  var r = el.getBoundingClientRect(), y = window.scrollY + document.body.scrollTop;
+  return {top: r.top + y, bottom: r.bottom + y, left: r.left, right: r.right};
+}
+function __boxes(sel) {
+  return Array.prototype.map.call(document.querySelectorAll(sel), function (e) {
+    var b = __box(e); b.text = e.textContent.trim(); return b;
+  });
+}
 function __type(sel, value) {
   var el = document.querySelector(sel);
   el.value = value;
@@ -114,25 +124,52 @@ def _run(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_page(page: Path, tmp: Path, actions: str = "return {};") -> dict[str, Any]:
-    """Load `page` in Chromium with the harness; `actions`: a JS function body returning an
-    object (it may use __visible, __texts, __shown, __type). Returns that object plus errors,
-    console, violations, resources, scripts."""
+def run_page(
+    page: Path,
+    tmp: Path,
+    actions: str = "return {};",
+    size: str = "1400,900",
+    fragment: str = "",
+) -> dict[str, Any]:
+    """Load `page` (at `#fragment` when given) in a `size` window in Chromium with the harness;
+    `actions`: a JS function body returning an object (it may use __visible, __texts, __shown,
+    __type, __box, __boxes). Returns that object plus errors, console, violations, resources,
+    scripts."""
     text = page.read_text(encoding="utf-8")
     head = text.index("<head>") + len("<head>")
     probe = tmp / f"probe-{page.name}"
     probe.write_text(text[:head] + HARNESS.replace("%(actions)s", actions) + text[head:])
-    proc = _run(["--virtual-time-budget=5000", "--dump-dom", probe.as_uri()], tmp)
+    uri = probe.as_uri() + (f"#{fragment}" if fragment else "")
+    args = [f"--window-size={size}", "--virtual-time-budget=5000", "--dump-dom", uri]
+    proc = _run(args, tmp)
     m = RESULT.search(proc.stdout)
     assert m, f"no harness result from chromium (rc {proc.returncode}): {proc.stderr[-2000:]}"
     result: dict[str, Any] = json.loads(html.unescape(m.group(1)))
     return result
 
 
-def screenshot(page: Path, out: Path, tmp: Path, size: str = "1280,2400") -> Path:
-    proc = _run([f"--window-size={size}", f"--screenshot={out}", page.as_uri()], tmp)
+def screenshot(
+    page: Path, out: Path, tmp: Path, size: str = "1280,2400", fragment: str = ""
+) -> Path:
+    uri = page.as_uri() + (f"#{fragment}" if fragment else "")
+    proc = _run([f"--window-size={size}", f"--screenshot={out}", uri], tmp)
     assert out.is_file() and out.stat().st_size > 1000, proc.stderr[-2000:]
     return out
+
+
+def drawn(png: Path) -> int:
+    """How many distinct byte values the PNG's image data holds: a blank page draws a handful
+    (white rows and filter bytes), a drawn one hundreds. Stdlib only: no imaging library."""
+    import struct
+    import zlib
+
+    data, pos, idat = png.read_bytes(), 8, b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        if data[pos + 4 : pos + 8] == b"IDAT":
+            idat += data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+    return len(set(zlib.decompress(idat)))
 
 
 def print_pdf(page: Path, out: Path, tmp: Path) -> int:

@@ -17,6 +17,7 @@ ProofState = Literal["ok", "bad", "notrun"]
 
 # a `max_<x>` threshold is compared with this detail of the gate record (default: `<x>`)
 MEASURED = {"max_lines": "lines_changed"}
+SENTENCE = 140  # characters of a gate's summary on the first screen
 
 
 class Proof(BaseModel):
@@ -137,6 +138,12 @@ def post_proofs(verify: dict[str, Any]) -> list[Proof]:
     return out
 
 
+def short(text: str, limit: int = SENTENCE) -> str:
+    """One line of at most `limit` characters (the gate record has the whole summary)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
 def _number(value: Any) -> str:
     return (
         f"{value:g}"
@@ -151,7 +158,7 @@ def gate_proof(rec: dict[str, Any]) -> Proof:
     limits = as_dict(as_dict(details.get("policy")).get("thresholds"))
     parts = []
     for key, bound in limits.items():
-        if key.startswith("min_"):
+        if key.startswith("min_") and rec.get("score") is not None:
             parts.append(f"score {_number(rec.get('score'))} against {key} {_number(bound)}")
         elif key.startswith("max_"):
             got = details.get(MEASURED.get(key, key[4:]))
@@ -162,7 +169,7 @@ def gate_proof(rec: dict[str, Any]) -> Proof:
             )
     if not parts and rec.get("score") is not None:
         parts.append(f"score {_number(rec.get('score'))}")
-    summary = as_str(details.get("summary"))
+    summary = short(as_str(details.get("summary")))
     text = "; ".join(parts + ([summary] if summary else []))
     codes = [as_str(c) for c in as_list(rec.get("reasons"))]
     if rec.get("measurable") is False:
