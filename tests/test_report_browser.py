@@ -49,18 +49,19 @@ def shot(page: Path, tmp: Path, name: str, size: str = "1280,2400") -> Path:
 
 
 BANNER = """
-  var b = document.getElementById("verdict-banner");
+  var b = document.getElementById("verdict");
   return {
-    banner_visible: __visible("#verdict-banner"),
-    banner_verified: b.getAttribute("data-verified"),
+    banner_visible: __visible("#verdict-decision"),
+    banner_verified: document.getElementById("integrity").getAttribute("data-verified"),
+    decision: document.getElementById("verdict-decision").getAttribute("data-decision"),
     banner_text: b.textContent,
     title: document.title,
     claims: __texts("table.claims tbody tr td:first-child"),
-    reasons: __texts("tr[data-reason] td.reason-code"),
+    reasons: __texts("section#decision tr[data-reason] td.reason-code"),
     survivors: __texts(".survivor"),
     bad_links: __texts("tr[data-status='changed'] td:first-child"),
     sections_bad: Array.prototype.map.call(
-      document.querySelectorAll("section[data-ok='false']"),
+      document.querySelectorAll("section[data-state='bad'], section[data-state='amber']"),
       function (s) { return s.getAttribute("data-section"); }),
     graph_nodes: document.querySelectorAll("svg.graph g.node").length,
     review: __texts("#review pre"),
@@ -75,8 +76,8 @@ def test_allowed_fix_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     _, _, page = allowed_page(tmp_path, monkeypatch)
     r = browser.run_page(page, tmp_path, BANNER)
     clean(r)
-    assert r["banner_visible"] and r["banner_verified"] == "true"
-    assert "This bundle verifies" in r["banner_text"]
+    assert r["banner_visible"] and r["banner_verified"] == "true" and r["decision"] == "ALLOW"
+    assert "Intact: signed (key)" in r["banner_text"]
     assert r["claims"] == [
         "pre-fix-fails-as-expected",
         "post-fix-survives",
@@ -93,8 +94,8 @@ def test_denied_wrong_fix_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     _, _, page = denied_page(tmp_path, monkeypatch)
     r = browser.run_page(page, tmp_path, BANNER)
     clean(r)
-    assert r["banner_visible"] and r["banner_verified"] == "false"
-    assert "THIS BUNDLE DOES NOT VERIFY" in r["banner_text"]
+    assert r["banner_visible"] and r["banner_verified"] == "false" and r["decision"] == "REVIEW"
+    assert "Intact but not vouched for" in r["banner_text"]
     assert "decision.denied" in r["banner_text"]
     assert r["reasons"] == ["mutation-score-below-threshold"]
     assert len(r["survivors"]) == 1 and "#define KEY_MAX 65" in r["survivors"][0]
@@ -108,7 +109,7 @@ def test_tampered_page_banner_and_the_changed_link(
     _, _, page = tampered_page(tmp_path, monkeypatch)
     r = browser.run_page(page, tmp_path, BANNER)
     clean(r)
-    assert r["banner_visible"] and r["banner_verified"] == "false"
+    assert r["banner_visible"] and r["banner_verified"] == "false" and r["decision"] == "UNTRUSTED"
     assert "subject.digest-mismatch" in r["banner_text"]
     assert r["bad_links"] == ["patches/01-fix.patch"]
     assert "patch" in r["sections_bad"] and "advisory" not in r["sections_bad"]
@@ -162,9 +163,9 @@ SORT_FILTER = """
   __type("#filter-signed", "no");
   out.unsigned = cands().length;
   __type("#filter-signed", "");
-  out.links = Array.prototype.map.call(document.querySelectorAll("#findings a"),
+  out.links = Array.prototype.map.call(document.querySelectorAll("#findings a.report-link"),
     function (a) { return a.getAttribute("href"); });
-  out.not_verifying = __shown("#findings td:nth-child(8) .status.bad").length;
+  out.not_verifying = __shown("#findings td:nth-child(8) .integrity:not(.i-verified)").length;
   return out;
 """
 

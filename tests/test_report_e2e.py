@@ -20,8 +20,8 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 ACTIONS = """
   return {
-    banner_visible: __visible("#decision"),
-    decision: document.getElementById("decision").getAttribute("data-decision"),
+    banner_visible: __visible("#verdict-decision"),
+    decision: document.getElementById("verdict-decision").getAttribute("data-decision"),
     verified: document.getElementById("integrity").getAttribute("data-state"),
     proven: __texts("#proven li"),
     claims: __texts("table.claims tbody tr td:first-child"),

@@ -24,7 +24,7 @@ ACTIONS = """
   var out = {
     rows: __texts("#findings tbody tr td:first-child"),
     decisions: __texts("#findings tbody tr td:nth-child(4)"),
-    links: Array.prototype.map.call(document.querySelectorAll("#findings a"),
+    links: Array.prototype.map.call(document.querySelectorAll("#findings a.report-link"),
       function (a) { return a.getAttribute("href"); })
   };
   __type("#filter-decision", "deny");

@@ -41,7 +41,7 @@ def tampered(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, Path
 
 
 FIRST_SCREEN = """
-  var d = document.getElementById("decision"), i = document.getElementById("integrity");
+  var d = document.getElementById("verdict-decision"), i = document.getElementById("integrity");
   document.querySelectorAll("details").forEach(function (x) { x.open = true; });
   var width = document.body.clientWidth;
   return {
