@@ -116,24 +116,20 @@ def tail_stacks(text: str, marks: Patched) -> list[Stack]:
 
 def invocation_stacks(inv: dict[str, Any], marks: Patched) -> list[Stack]:
     """The invocation's recorded stacks (full), else what its stderr tail shows."""
-    out = []
-    titles = (("frames", "where it failed"),)
     lifetime = as_dict(inv.get("lifetime_frames"))
-    for key, title in titles:
-        frames = [as_dict(f) for f in as_list(inv.get(key))]
+    recorded = (
+        ("where it failed", inv.get("frames")),
+        ("freed by", lifetime.get("freed")),
+        ("previously allocated by", lifetime.get("allocated")),
+    )
+    out = []
+    for title, value in recorded:
+        frames = [as_dict(f) for f in as_list(value)]
         if frames:
             out.append(
                 Stack(title=title, frames=[_frame(i, f, marks) for i, f in enumerate(frames)])
             )
-    for key, title in (("freed", "freed by"), ("allocated", "previously allocated by")):
-        frames = [as_dict(f) for f in as_list(lifetime.get(key))]
-        if frames:
-            out.append(
-                Stack(title=title, frames=[_frame(i, f, marks) for i, f in enumerate(frames)])
-            )
-    if out:
-        return out
-    return tail_stacks(as_str(inv.get("stderr_tail")), marks)
+    return out or tail_stacks(as_str(inv.get("stderr_tail")), marks)
 
 
 def fault_stack(verify: dict[str, Any], marks: Patched) -> Stack | None:
