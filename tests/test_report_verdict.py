@@ -221,3 +221,29 @@ def test_visible_and_unmachine() -> None:
     assert unmachine("/home/ci/fork/trace.toml", root) == "<fork>/trace.toml"
     assert unmachine("at /tmp/pytest-1/x/y/z.c:12, ok") == "at <machine>/…/z.c:12, ok"
     assert unmachine("/nix/store/abc-cparse/bin/cparse") == "/nix/store/abc-cparse/bin/cparse"
+
+
+def loaded(signing: dict[str, Any], reasons: list[str]) -> Any:
+    from engine.report.load import Link, LoadedBundle
+
+    link = Link(path="decisions/signing.json", status="verified", doc=signing)
+    return LoadedBundle(directory="b", verdict=verdict(reasons), links={link.path: link})
+
+
+def test_the_decision_word_from_the_signing_decision_and_the_catalogue() -> None:
+    from engine.report.verdict import build_verdict
+
+    waivable = {"code": "mutation-score-below-threshold"}
+    never = {"code": "pre-fix-did-not-fail"}  # waivable = false in the catalogue
+    deny = ["decision.denied"]
+    assert build_verdict(loaded({"decision": "allow"}, [])).decision == "ALLOW"
+    assert build_verdict(loaded({"decision": "deny", "reasons": [waivable]}, deny)).decision == (
+        "REVIEW"
+    )
+    mixed = build_verdict(loaded({"decision": "deny", "reasons": [waivable, never]}, deny))
+    assert mixed.decision == "DENY" and [r.waivable for r in mixed.reasons] == [True, False]
+    assert build_verdict(loaded({}, [])).decision == "NONE"
+    forged = build_verdict(loaded({"decision": "allow"}, ["subject.digest-mismatch"]))
+    assert forged.decision == "UNTRUSTED" and "says ALLOW" in forged.headline
+    waived = build_verdict(loaded({"decision": "allow", "waived": [waivable]}, []))
+    assert [r.code for r in waived.waived] == ["mutation-score-below-threshold"]

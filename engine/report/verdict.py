@@ -51,6 +51,7 @@ class Verdict(BaseModel):
     headline: str
     reasons: list[Reason]
     warnings: list[Reason] = []
+    waived: list[Reason] = []
     proofs: list[Proof]
     integrity: IntegrityLine
 
@@ -148,6 +149,7 @@ def build_verdict(b: LoadedBundle) -> Verdict:
         headline=headline,
         reasons=reasons,
         warnings=_reasons(as_list(signing.get("warnings")), waivable),
+        waived=_reasons(as_list(signing.get("waived")), waivable),
         proofs=proofs(b),
         integrity=line,
         routing=str(as_dict(b.doc("decisions/routing.json")).get("state") or ""),
