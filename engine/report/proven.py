@@ -17,7 +17,7 @@ ProofState = Literal["ok", "bad", "notrun"]
 
 # a `max_<x>` threshold is compared with this detail of the gate record (default: `<x>`)
 MEASURED = {"max_lines": "lines_changed"}
-SENTENCE = 140  # characters of a gate's summary on the first screen
+SENTENCE = 120  # characters of a gate's summary on the first screen
 
 
 class Proof(BaseModel):

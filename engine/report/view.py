@@ -33,6 +33,12 @@ from engine.report.verdict import INTENT_REASONS, Verdict, build_verdict
 
 LinkState = Literal["ok", "amber", "bad", "absent"]
 STACK = ("advisory", "upstream", "patch", "review", "runs", "gates", "decision", "signature")
+AMBER = {
+    "signature": "intact, not signed",
+    "decision": "intact, denies",
+    "gates": "intact, a gate fails",
+    "runs": "intact, a claim fails",
+}
 SHORT = {
     "patch": "diff",
     "runs": "reproducer runs",
@@ -71,6 +77,8 @@ class Section(BaseModel):
 
     @property
     def label(self) -> str:
+        if self.state == "amber" and self.id in AMBER:
+            return AMBER[self.id]
         return {
             "ok": "verified",
             "amber": "intact, does not hold",
