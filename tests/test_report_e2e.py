@@ -24,6 +24,14 @@ ACTIONS = """
     decision: document.getElementById("verdict-decision").getAttribute("data-decision"),
     verified: document.getElementById("integrity").getAttribute("data-state"),
     proven: __texts("#proven li"),
+    first_screen: [__box(document.getElementById("verdict-decision")).bottom,
+      __box(document.getElementById("integrity")).bottom].concat(
+      __boxes("#proven li").map(function (b) { return b.bottom; })),
+    wide: (function () {
+      document.querySelectorAll("details").forEach(function (x) { x.open = true; });
+      var w = document.body.clientWidth;
+      return Array.prototype.filter.call(document.querySelectorAll("table"), function (t) {
+        return t.getBoundingClientRect().right > w + 1; }).length; })(),
     claims: __texts("table.claims tbody tr td:first-child"),
     holds: __texts("table.claims tbody tr td:nth-child(2)"),
     sides: __texts(".side.run h4"),
@@ -46,6 +54,7 @@ def test_report_of_a_real_signed_bundle(world: World, tmp_path: Path) -> None:  
     assert r["errors"] == [] and r["violations"] == [] and r["resources"] == [], r
     assert r["banner_visible"] and r["decision"] == "ALLOW" and r["verified"] == "verified"
     assert any(p.startswith("✓pre-fix holds") for p in r["proven"]), r["proven"]
+    assert max(r["first_screen"]) <= 900 and r["wide"] == 0, r  # 1400x900, nothing too wide
     assert r["claims"][:2] == ["pre-fix-fails-as-expected", "post-fix-survives"]
     assert all("holds" in h for h in r["holds"])
     assert "pre-fix run 1" in r["sides"] and "post-fix run 1" in r["sides"]
