@@ -21,7 +21,14 @@ import pytest
 from engine.cli import main
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE
 from tests import browser
-from tests.test_report import denied_page, records, report, signed, wrong_fix_gates
+from tests.test_report import (
+    denied_page,
+    hostile_page,
+    records,
+    report,
+    signed,
+    wrong_fix_gates,
+)
 from tests.test_report_verdict import asan_page, asan_records, unsigned_page
 
 SCREEN = 900
@@ -64,6 +71,7 @@ CASES: dict[str, tuple[Page, str, str, list[str]]] = {
     "denied": (denied_page, "REVIEW", "amber", ["mutation-score-below-threshold"]),
     "tampered": (tampered, "UNTRUSTED", "red", []),
     "unsigned": (unsigned_page, "ALLOW", "amber", []),
+    "hostile": (hostile_page, "ALLOW", "verified", []),  # markup in every field: still text
 }
 
 
