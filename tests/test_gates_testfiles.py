@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from engine.gates.core.testfiles import filter_series, named_paths, sections, weakenings
+from engine.gates.core.testfiles import (
+    IDENTICAL,
+    filter_series,
+    named_paths,
+    sections,
+    weakenings,
+    write_base_test_patches,
+)
 
 
 def _patch(path: str, old: list[str], new: list[str], *, start: int = 1) -> str:
@@ -128,3 +135,36 @@ def test_a_git_patch_splits_per_file_and_drops_its_preamble() -> None:
     parts = sections(text)
     assert [s.diff.path for s in parts] == ["lib.c", "tests/t.sh"]
     assert parts[0].text.startswith("diff --git a/lib.c")
+
+
+def _write(tmp: Path, patches: list[str]) -> Path:
+    paths = []
+    for i, text in enumerate(patches):
+        p = tmp / f"in-{i}.patch"
+        p.write_text(text)
+        paths.append(str(p))
+    out = tmp / "out"
+    out.mkdir()
+    write_base_test_patches({"patches": paths, "tree": "", "scripts": []}, str(out))
+    return out
+
+
+def test_a_series_touching_no_test_is_marked_identical(tmp_path: Path) -> None:
+    """Only then does tests-post-base reuse the patched suite's build (package-tests.nix.j2)."""
+    out = _write(tmp_path, [SRC, _patch("src/parse.py", ["a = 1"], ["a = 2"])])
+    assert (out / IDENTICAL).is_file()
+    assert (out / "0.patch").read_text() == SRC
+
+
+@pytest.mark.parametrize(
+    ("what", "patches"),
+    [
+        ("a loosened test", [SRC + WEAKENED[0][1]]),
+        ("a new test (welcome, still left out)", [SRC, _patch("tests/t.sh", [], ["new"])]),
+        ("a preamble dropped (not byte for byte)", ["From abc\nSubject: fix\n\n---\n" + SRC]),
+    ],
+)
+def test_a_series_the_filter_changes_is_never_identical(
+    tmp_path: Path, what: str, patches: list[str]
+) -> None:
+    assert not (_write(tmp_path, patches) / IDENTICAL).exists(), what

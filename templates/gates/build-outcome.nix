@@ -10,7 +10,11 @@
 # after (keepLog only): an earlier run of the same suite; this run is a rerun, made only when that
 # one failed (its status is not 0); otherwise it records `skipped` and runs nothing, so a rerun
 # of a passing suite costs no build.
-{ pkgs, drv, suffix, keepLog ? false, after ? null }:
+# reuse (keepLog only): { when, from }: when the file `when` exists at build time, this run IS
+# the build `from` (another wrapped run of the same computation, e.g. the same patch bytes and
+# test phases): its log and status are copied and nothing is built; otherwise the derivation
+# builds as without it. `from` is an input either way (it is built for its own step anyway).
+{ pkgs, drv, suffix, keepLog ? false, after ? null, reuse ? null }:
 let
   a = drv.drvAttrs;
   tools = "${pkgs.busybox}/bin";
@@ -37,10 +41,19 @@ let
       exit 0
     fi
   '';
+  shared = if reuse == null then "" else ''
+    if [ -e "${reuse.when}" ]; then
+      ${resets}
+      ${tools}/cp "${reuse.from}/log" "${out}/log"
+      ${tools}/cp "${reuse.from}/status" "${out}/status"
+      echo "${reuse.from}" > "${out}/reused"
+      exit 0
+    fi
+  '';
 in
 derivation (a // {
   name = "${a.name}-${suffix}";
-  args = [ "-c" (guard + ''
+  args = [ "-c" (guard + shared + ''
     ${run}
     rc=$?
     ${resets}

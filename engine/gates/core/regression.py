@@ -125,6 +125,10 @@ def tests_record(cfg: dict[str, Any]) -> dict[str, Any]:
     }
     if cfg.get("filter"):
         record["base_tests"] = load_json_object(os.path.join(cfg["filter"], "tests.json"))
+        # the filtered series was the candidate's byte for byte: the patched suite's run, reused
+        record["base_tests"]["reused_patched_suite"] = os.path.exists(
+            os.path.join(cfg["suite"], "reused")
+        )
     return record
 
 

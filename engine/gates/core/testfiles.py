@@ -221,10 +221,19 @@ def _source_tree(tree: str, scratch: str) -> str:
     return scratch
 
 
+# Written beside the filtered series when it equals the candidate's series byte for byte (no
+# section left out, no text before a first file dropped): the post-fix build tested with the base
+# tests is then the very computation of the patched-tests build (the same patch bytes, the base
+# package's checkPhase either way), whose result the tests-post-base step reuses
+# (templates/gates/package-tests.nix.j2) instead of building and testing the package again.
+IDENTICAL = "identical"
+
+
 def write_base_test_patches(cfg: dict[str, object], out: str) -> None:
     """cfg: patches (paths, in order), tree (the unpatched `src`), scripts (the base package's
     checkPhase and installCheckPhase). Writes OUT/N.patch (patch N without its test files'
-    sections; possibly empty, which `patch` applies as a no-op) and OUT/tests.json."""
+    sections; possibly empty, which `patch` applies as a no-op), OUT/tests.json, and
+    OUT/identical when the filtered series is the candidate's byte for byte (IDENTICAL)."""
     import json
     import tempfile
 
@@ -237,6 +246,9 @@ def write_base_test_patches(cfg: dict[str, object], out: str) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         named = named_paths(scripts, _source_tree(str(cfg.get("tree") or ""), scratch))
     kept, dropped = filter_series(texts, named)
+    if kept == texts:  # byte for byte: the base-tests build is the patched-tests build
+        with open(os.path.join(out, IDENTICAL), "w", encoding="utf-8") as fh:
+            fh.write("the filtered series is the candidate's, byte for byte\n")
     for i, text in enumerate(kept):
         with open(
             os.path.join(out, f"{i}.patch"), "w", encoding="utf-8", errors="surrogateescape"
