@@ -7,14 +7,13 @@
 # Nothing is read from the environment: the builder, the tools and the outputs (placeholders,
 # which Nix rewrites in `args`) are in the script itself, so packages with
 # `__structuredAttrs = true` (whose attributes are not environment variables) work too.
-# after (keepLog only): an earlier run of the same suite; this run is a rerun, made only when that
-# one failed (its status is not 0); otherwise it records `skipped` and runs nothing, so a rerun
-# of a passing suite costs no build.
-# reuse (keepLog only): { when, from }: when the file `when` exists at build time, this run IS
-# the build `from` (another wrapped run of the same computation, e.g. the same patch bytes and
-# test phases): its log and status are copied and nothing is built; otherwise the derivation
-# builds as without it. `from` is an input either way (it is built for its own step anyway).
-{ pkgs, drv, suffix, keepLog ? false, after ? null, reuse ? null }:
+# reruns (keepLog only): when the build fails, it runs again up to this many times in this same
+# derivation (no derivation per rerun: one that is not needed costs nothing), each in a fresh
+# build directory (NIX_BUILD_TOP and TMPDIR under the first one's, the structured attributes
+# copied in), its outputs removed first, with TRACE_TESTS_RERUN=<its index> in its environment;
+# $out/rerun-<i>/ holds its `log` and `status`, or `skipped` (status 0, empty log) when the run
+# before it passed.
+{ pkgs, drv, suffix, keepLog ? false, reruns ? 0, reuse ? null }:
 let
   a = drv.drvAttrs;
   tools = "${pkgs.busybox}/bin";
@@ -32,20 +31,41 @@ let
       echo "$rc" > "${out}/status"''
     else ''echo "$rc" > "${out}/.trace-build-failed"'';
   resets = builtins.concatStringsSep "" (map reset (a.outputs or [ "out" ]));
-  guard = if after == null then "" else ''
-    if [ "$(${tools}/cat "${after}/status")" = 0 ]; then
-      ${resets}
-      echo skipped > "${out}/skipped"
-      echo 0 > "${out}/status"
-      : > "${out}/log"
-      exit 0
+  outputs = a.outputs or [ "out" ];
+  indices = builtins.genList (i: i + 1) reruns;
+  # rerun i: only when the run before it failed (its status in $last)
+  again = i: ''
+    if [ "$last" != 0 ]; then
+      ${builtins.concatStringsSep "" (map (o: "${tools}/rm -rf \"${placeholder o}\"\n") outputs)}
+      d="$top/.trace-rerun-${toString i}"
+      ${tools}/mkdir "$d"
+      for f in "$top"/.attrs.*; do [ -e "$f" ] && ${tools}/cp -p "$f" "$d/"; done
+      ( cd "$d" && export NIX_BUILD_TOP="$d" TMPDIR="$d" TEMPDIR="$d" TMP="$d" TEMP="$d" \
+          TRACE_TESTS_RERUN=${toString i} && "${a.builder}" "$@" ) > "$top/.trace-rerun-${toString i}.log" 2>&1
+      last=$?
+      echo "$last" > "$top/.trace-rerun-${toString i}.status"
     fi
   '';
+  keepRerun = i: let r = "${out}/rerun-${toString i}"; t = "$top/.trace-rerun-${toString i}"; in ''
+    ${tools}/mkdir -p "${r}"
+    if [ -e "${t}.status" ]; then
+      ${tools}/cp "${t}.log" "${r}/log"
+      ${tools}/cp "${t}.status" "${r}/status"
+    else
+      echo skipped > "${r}/skipped"
+      echo 0 > "${r}/status"
+      : > "${r}/log"
+    fi
+  '';
+  rerunAll = if keepLog then ''
+    top="$NIX_BUILD_TOP"
+    last=$rc
+  '' + builtins.concatStringsSep "" (map again indices) else "";
+  keepReruns = if keepLog then builtins.concatStringsSep "" (map keepRerun indices) else "";
   shared = if reuse == null then "" else ''
     if [ -e "${reuse.when}" ]; then
       ${resets}
-      ${tools}/cp "${reuse.from}/log" "${out}/log"
-      ${tools}/cp "${reuse.from}/status" "${out}/status"
+      ${tools}/cp -r "${reuse.from}/." "${out}/"
       echo "${reuse.from}" > "${out}/reused"
       exit 0
     fi
@@ -53,10 +73,12 @@ let
 in
 derivation (a // {
   name = "${a.name}-${suffix}";
-  args = [ "-c" (guard + shared + ''
+  args = [ "-c" (shared + ''
     ${run}
     rc=$?
+    ${rerunAll}
     ${resets}
     ${record}
+    ${keepReruns}
   '') "trace-build-wrapper" ] ++ (a.args or [ ]);
 })
