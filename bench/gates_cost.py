@@ -91,7 +91,7 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("mutation (mutant builds + runs, gate)", ("patched-source", "mutant-run", "gate-mutation")),
     ("coverage (build + run, gate)", ("coverage-run", "gate-coverage")),
     (
-        "regression (3 test builds: post-fix also with the base tests, gate)",
+        "regression (test builds; the base tests' reuses post's when no test is touched)",
         ("tests-pre", "tests-post", "tests-post-base", "gate-regression"),
     ),
 )
