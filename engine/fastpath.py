@@ -31,9 +31,10 @@ from pathlib import Path
 from engine import __version__
 
 SKIP = frozenset({".git", ".trace", "__pycache__", ".hypothesis"})  # = engine.hashing.SKIP_NAMES
+# v3: + sandbox, the [nix] extra_sandbox_paths and their identity (engine/hostpaths.py)
 TABLE = (
-    "CREATE TABLE IF NOT EXISTS fastpath_v2 "
-    "(name TEXT PRIMARY KEY, reads TEXT, stamp TEXT, outs TEXT, warnings TEXT)"
+    "CREATE TABLE IF NOT EXISTS fastpath_v3 "
+    "(name TEXT PRIMARY KEY, reads TEXT, stamp TEXT, outs TEXT, warnings TEXT, sandbox TEXT)"
 )
 
 Entry = tuple[str, int, int, int, int, int, int]
@@ -84,12 +85,15 @@ def record(
     *,
     before: list[Entry] | None,
     warnings: Sequence[str] = (),
+    sandbox: tuple[Sequence[str], str | None] = ((), None),
 ) -> bool:
     """Store the stamp of a successful run; refuse when anything could have changed during it.
 
     `before` is the stamp taken after loading, before the build: the stamp recorded is that one,
     and only if the file system still shows exactly it now and no entry was modified (mtime or
     ctime) since `since_ns`, the start of the run. On any doubt the old record is dropped too.
+    `sandbox`: the graph's extra_sandbox_paths and the identity its keys were made with; a no-op
+    is answered only while the files behind them still have it.
     """
     reads = [(Path(p), list(ex)) for p, ex in reads]
     db.execute(TABLE)
@@ -103,16 +107,17 @@ def record(
         or entries != before
         or any(e[2] >= since_ns or e[4] >= since_ns for e in entries)
     ):
-        db.execute("DELETE FROM fastpath_v2 WHERE name = ?", (key,))
+        db.execute("DELETE FROM fastpath_v3 WHERE name = ?", (key,))
         return False
     db.execute(
-        "INSERT OR REPLACE INTO fastpath_v2 VALUES (?, ?, ?, ?, ?)",
+        "INSERT OR REPLACE INTO fastpath_v3 VALUES (?, ?, ?, ?, ?, ?)",
         (
             key,
             json.dumps([(str(p), ex) for p, ex in reads]),
             json.dumps(entries),
             json.dumps(sorted(outs.items())),
             json.dumps(list(warnings)),
+            json.dumps([list(sandbox[0]), sandbox[1]]),
         ),
     )
     return True
@@ -121,7 +126,7 @@ def record(
 def forget(db: sqlite3.Connection, key: str) -> None:
     """Drop the record of a graph (its run did not succeed, or wrote nothing to stamp)."""
     db.execute(TABLE)
-    db.execute("DELETE FROM fastpath_v2 WHERE name = ?", (key,))
+    db.execute("DELETE FROM fastpath_v3 WHERE name = ?", (key,))
 
 
 def _parse(argv: Sequence[str]) -> tuple[Path, Path, Path] | None:
@@ -159,7 +164,7 @@ def try_noop(argv: Sequence[str]) -> int | None:
         db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
         try:
             row = db.execute(
-                "SELECT reads, stamp, outs, warnings FROM fastpath_v2 WHERE name = ?",
+                "SELECT reads, stamp, outs, warnings, sandbox FROM fastpath_v3 WHERE name = ?",
                 (name(graph, root),),
             ).fetchone()
         finally:
@@ -176,6 +181,11 @@ def try_noop(argv: Sequence[str]) -> int | None:
     except OSError:
         return None
     if current != recorded or not all(os.path.exists(out) for _, out in outs):
+        return None
+    from engine import hostpaths
+
+    paths, identity = json.loads(row[4])
+    if hostpaths.identity(paths) != identity:
         return None
     print(f"{len(outs)} steps: {len(outs)} cached", file=sys.stdout)
     for line in json.loads(row[3]):

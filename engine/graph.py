@@ -673,7 +673,10 @@ def _expand_repeats(
 
 
 def _nix_config(nix: NixSettings, package_set: str | None) -> NixConfig:
+    from engine import hostpaths
+
     return NixConfig(
+        sandbox_identity=hostpaths.identity(nix.extra_sandbox_paths),
         package_set=package_set,
         package_set_exclude=list(nix.package_set_exclude),
         extra_sandbox_paths=list(nix.extra_sandbox_paths),

@@ -16,7 +16,8 @@ result is reused instead. An entry is used only when ALL of these hold, else the
   is now a symlink, or goes through one, is a miss: the full load would resolve it elsewhere);
 - every input and the package set, digested again as the full load digests them (through the
   state's stat cache, which itself re-reads a file whose size, mtime, inode or ctime changed),
-  gives the recorded digest, at the same real path.
+  gives the recorded digest, at the same real path;
+- the files behind `[nix] extra_sandbox_paths` have the identity they had (engine/hostpaths.py).
 """
 
 from __future__ import annotations
@@ -113,7 +114,12 @@ def _sources_valid(sources: tuple[tuple[Path, str], ...]) -> bool:
 
 
 def _still_valid(graph: Graph, trees: list[Tree], hasher: StatCache) -> bool:
-    """Templates and trees (the pipeline files were checked before the graph was unpickled)."""
+    """Templates, trees and what the sandbox exposes of the host (the pipeline files were
+    checked before the graph was unpickled)."""
+    from engine import hostpaths
+
+    if hostpaths.identity(graph.nix.extra_sandbox_paths) != graph.nix.sandbox_identity:
+        return False
     for kind in graph.kinds.values():
         path = kind.template_path
         if not _same_real_path(path):

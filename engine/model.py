@@ -32,6 +32,9 @@ class NixConfig:
     package_set: str | None = None
     package_set_exclude: list[str] = field(default_factory=list)
     extra_sandbox_paths: list[str] = field(default_factory=list)
+    # what is behind those paths now (engine/hostpaths.py; None: no paths): in every step's key
+    # and every derivation's TRACE_SANDBOX_PATHS attribute
+    sandbox_identity: str | None = None
     options: dict[str, str] = field(default_factory=dict)
     jobs: int | None = None
 

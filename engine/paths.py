@@ -46,6 +46,7 @@ KEY_SOURCES = (
     "spec.py",
     "graph.py",
     "hashing.py",
+    "hostpaths.py",
     "render.py",
     "expression.py",
     "run.py",

@@ -154,6 +154,7 @@ def components(graph: Graph, step: Step, keys: dict[str, str]) -> dict[str, Any]
         "needs": {n: keys[n] for n in step.needs},
         "package_set": graph.package_set.digest if graph.package_set else None,
         "nix": {"extra_sandbox_paths": graph.nix.extra_sandbox_paths, "options": graph.nix.options},
+        "sandbox": graph.nix.sandbox_identity,
         "repeat_index": step.repeat_index,
         "check": step.check,
     }
@@ -169,6 +170,7 @@ def _why(old: dict[str, Any] | None, new: dict[str, Any], changed_upstream: set[
         "kind": "kind changed",
         "package_set": "package set changed",
         "nix": "nix settings changed",
+        "sandbox": "the files behind [nix] extra_sandbox_paths changed",
         "check": "check setting changed",
     }
     for name, label in labels.items():

@@ -110,7 +110,7 @@ def test_an_edit_during_the_run_is_never_stamped(project: Path) -> None:
     # the run started before that edit: its stamp must not be recorded (and the old one goes)
     since = time.time_ns() - 10**9
     assert not fastpath.record(db, key, reads, {}, since_ns=since, before=before)
-    assert db.execute("SELECT count(*) FROM fastpath_v2 WHERE name = ?", (key,)).fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM fastpath_v3 WHERE name = ?", (key,)).fetchone()[0] == 0
     # nor when the stamp taken before the build differs from the one after it, whatever the clock
     assert not fastpath.record(db, key, reads, {}, since_ns=time.time_ns() + 10**12, before=before)
 
@@ -119,11 +119,11 @@ def test_a_missing_output_takes_the_full_path(project: Path) -> None:
     db = sqlite3.connect(project / ".trace" / "state.db", isolation_level=None)
     key = fastpath.name(project / "graph.toml", project)
     (reads, outs) = db.execute(
-        "SELECT reads, outs FROM fastpath_v2 WHERE name = ?", (key,)
+        "SELECT reads, outs FROM fastpath_v3 WHERE name = ?", (key,)
     ).fetchone()
     assert "/nix/store/" in outs
     db.execute(
-        "UPDATE fastpath_v2 SET outs = ? WHERE name = ?", ('[["a", "/nix/store/gone"]]', key)
+        "UPDATE fastpath_v3 SET outs = ? WHERE name = ?", ('[["a", "/nix/store/gone"]]', key)
     )
     args = ["run", str(project / "graph.toml"), "--root", str(project)]
     assert fastpath.try_noop(args) is None
@@ -133,3 +133,29 @@ def test_a_missing_output_takes_the_full_path(project: Path) -> None:
 def test_flags_it_does_not_know_take_the_full_path(project: Path) -> None:
     assert fastpath.try_noop(["run", str(project / "graph.toml"), "--json"]) is None
     assert fastpath.try_noop(["run"]) is None
+
+
+def test_a_changed_tool_behind_a_sandbox_path_is_no_noop(tmp_path: Path) -> None:
+    """The fast path also checks what [nix] extra_sandbox_paths expose (engine/hostpaths.py):
+    a tool that changed there makes the full run decide (which rebuilds what sees it)."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "cc").write_text("v1\n")
+    graph = make_project(
+        tmp_path / "p",
+        f"""
+        [steps.a]
+        kind = "text"
+        params = {{ message = "{uuid.uuid4().hex}" }}
+        """,
+    )
+    text = graph.read_text().replace(
+        'package_set = "pkgs"\n', f'package_set = "pkgs"\nextra_sandbox_paths = ["{tools}"]\n'
+    )
+    graph.write_text(text)
+    age(tmp_path)
+    assert trace_run(graph.parent)[:2] == ("FULL", 0)
+    assert trace_run(graph.parent) == ("FAST", 0, "1 steps: 1 cached")
+    (tools / "cc").write_text("v2\n")
+    mode, rc, out = trace_run(graph.parent)
+    assert (mode, rc) == ("FULL", 0) and "1 built" in out

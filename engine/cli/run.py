@@ -85,7 +85,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         if result.ok:
             outs = {sid: r.out for sid, r in result.steps.items() if r.out}
             fastpath.record(
-                index.db, key, graph.reads, outs, since_ns, before=before, warnings=warnings(result)
+                index.db,
+                key,
+                graph.reads,
+                outs,
+                since_ns,
+                before=before,
+                warnings=warnings(result),
+                sandbox=(graph.nix.extra_sandbox_paths, graph.nix.sandbox_identity),
             )
         else:
             fastpath.forget(index.db, key)
