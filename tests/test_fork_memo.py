@@ -206,6 +206,29 @@ def test_a_changed_input_a_changed_bundle_or_a_collected_output_falls_back(
     assert "keyless" in run.misses[str(files["a"])]
 
 
+def test_a_changed_tool_behind_a_sandbox_path_makes_the_entry_stale(
+    world: tuple[ForkConfig, Path, dict[str, Path], Path], tmp_path: Path
+) -> None:
+    """The verdict was made with the tools [nix] extra_sandbox_paths exposed then: when they
+    change (a compiler installed), the memo does not answer, and says why (issue 28)."""
+    from engine import hostpaths
+
+    cfg, policy, files, out = world
+    key = os.urandom(32)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    paths = [str(tools)]
+    _wrote(cfg, "ID-a", "deny")
+    run = _run(cfg, key, policy, began_ns=time.time_ns() + 10**10)
+    outcome = _outcome(files["a"], "ID-a", "deny")
+    run.remember(files["a"], outcome, [(files["a"].parent, ())], [str(out)],
+                 (paths, hostpaths.identity(paths)))  # fmt: skip
+    assert run.commit() == 1
+    assert _run(cfg, key, policy).lookup(files["a"], lambda: False) is not None
+    (tools / "gcc").write_text("#!/bin/sh\n")
+    _misses(cfg, key, policy, files["a"], "stale: the files behind [nix] extra_sandbox_paths")
+
+
 def test_a_file_modified_during_the_run_is_never_memoised(
     world: tuple[ForkConfig, Path, dict[str, Path], Path],
 ) -> None:

@@ -341,7 +341,9 @@ def verify_candidate(
     )
     if memo is not None:  # this run passed the trust boundary: a no-op may reuse it
         reads = [*graph.reads, *_candidate_reads(candidate)]
-        memo.remember(file, outcome, reads, [str(r.out) for r in run.steps.values() if r.out])
+        outs = [str(r.out) for r in run.steps.values() if r.out]
+        sandbox = (graph.nix.extra_sandbox_paths, graph.nix.sandbox_identity)
+        memo.remember(file, outcome, reads, outs, sandbox)
     return outcome
 
 

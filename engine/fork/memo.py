@@ -23,15 +23,16 @@ plus the candidate's folder and files it names) are compared by their full stat 
 moves the ctime); under `nix run .#verify` the package set is `STATE/fork/package-set.nix`, a
 file naming the source store path, so the work tree is not walked.
 
-A no-op recomputes that digest in Python, checks the MAC, stamps the recorded reads (each tree
-once per run, shared by every candidate), checks that each recorded store path still exists (a
-stat) and that the bundle and result files have the stat signatures they had when that run wrote
-them (any edit, added or removed file moves a ctime or a directory's), and then reuses the
-outcome without writing anything. Anything else (no key, a bad MAC, an input or file changed, an
-output garbage-collected, a keyless candidate left unsigned that could now be signed) falls back
-to the full trusted path, which records a new entry. An entry is recorded only if no file read
-was modified since one second before the run began (racy-clean, as git's index), so an edit
-made during a run is never memoised as unchanged.
+A no-op recomputes that digest in Python, checks the MAC, stamps the recorded reads (each tree once
+per run, shared by every candidate), checks that each recorded store path still exists (a stat),
+that the files behind the graph's `[nix] extra_sandbox_paths` have the identity the run's
+derivations carry (engine/hostpaths.py) and that the bundle and result files have the stat
+signatures they had when that run wrote them (any edit, added or removed file moves a ctime or a
+directory's), and then reuses the outcome without writing anything. Anything else (no key, a bad
+MAC, an input or file changed, an output garbage-collected, a keyless candidate left unsigned that
+could now be signed) falls back to the full trusted path, which records a new entry. An entry is
+recorded only if no file read was modified since one second before the run began (racy-clean, as
+git's index), so an edit made during a run is never memoised as unchanged.
 
 What the memo does NOT defend against: someone who can read the key file (the user's account,
 root) can forge any entry, exactly as they could run trace with a patched engine; a determinism
@@ -204,6 +205,7 @@ class Run:
         self._stamps: dict[tuple[str, tuple[str, ...]], tuple[list[Entry], bytes] | None] = {}
         self._pending: dict[Path, dict[str, Any]] = {}
         self.misses: dict[str, str] = {}  # candidate file -> why the full path ran
+        self._sandbox: dict[tuple[str, ...], str | None] = {}
         src = cfg.source
         engine_dir = Path(__file__).resolve().parent.parent
         shared = [engine_dir, *(data_dir() / sub for sub in ("graphs", "templates", "policy"))]
@@ -310,6 +312,9 @@ class Run:
         reads = [(str(p), list(ex)) for p, ex in body["reads"]]
         if self._stamp_digest(reads) != body["stamp"]:
             return "a file the verdict was made from changed"
+        paths, identity = body.get("sandbox") or ([], None)
+        if self._sandbox_identity(paths) != identity:
+            return "stale: the files behind [nix] extra_sandbox_paths changed since it was made"
         missing = [p for p in body["outs"] if not os.path.lexists(p)]
         if missing:
             return f"{missing[0]} is no longer in the store"
@@ -324,6 +329,15 @@ class Run:
         steps = {"built": 0, "reused": 0, "substituted": 0, "cached": len(outcome.steps)}
         return Outcome(**{**asdict(outcome), **steps})
 
+    def _sandbox_identity(self, paths: list[str]) -> str | None:
+        """What the sandbox exposes of the host now (engine/hostpaths.py), once per run."""
+        from engine import hostpaths
+
+        k = tuple(paths)
+        if k not in self._sandbox:
+            self._sandbox[k] = hostpaths.identity(paths)
+        return self._sandbox[k]
+
     # ---- after a full run ---------------------------------------------------------------------
 
     def remember(
@@ -332,8 +346,10 @@ class Run:
         outcome: Outcome,
         reads: Iterable[tuple[Path, Sequence[str]]],
         outs: Iterable[str],
+        sandbox: tuple[Sequence[str], str | None] = ((), None),
     ) -> None:
-        """Keep what a full trusted run of `file` found (written by `commit`, after the run)."""
+        """Keep what a full trusted run of `file` found (written by `commit`, after the run);
+        `sandbox`: the graph's extra_sandbox_paths and the identity its derivations carry."""
         self._stamps.clear()  # that run may have written files a later lookup stamps
         wrote = written_stamp(written(self.cfg, outcome.candidate))
         if wrote is None or outcome.decision == "error":
@@ -344,6 +360,7 @@ class Run:
             "outs": sorted(set(outs)),
             "outcome": asdict(outcome),
             "written": wrote,
+            "sandbox": [list(sandbox[0]), sandbox[1]],
         }
 
     def forget(self, file: Path) -> None:
