@@ -31,8 +31,11 @@ def _tail(err: str, n: int = 12) -> str:
     return "\n    ".join(printable(ln) for ln in lines[-n:]) if lines else "(no output)"
 
 
-def nix_failure(rc: int, err: str, what: str) -> NixError | InputError | None:
-    """An error for a failure of Nix itself (killed, a bad setting), or None for an evaluation
+def nix_failure(
+    rc: int, err: str, what: str, works: Callable[[], tuple[bool, str]] | None = None
+) -> NixError | InputError | None:
+    """An error for a failure of Nix itself (killed, a bad setting, a store it cannot open:
+    `works`, Nix evaluating `1` with the same options, fails too), or None for an evaluation
     error of the graph."""
     if rc < 0:
         return NixError(
@@ -47,6 +50,16 @@ def nix_failure(rc: int, err: str, what: str) -> NixError | InputError | None:
             key="nix.options" if m.group(2) not in ("max-jobs",) else "nix.jobs",
             hint="fix [nix] options / jobs in the pipeline (or -j on the command line)",
         )
+    if works is not None:
+        ok, probe = works()
+        if not ok:
+            return NixError(
+                f"{what} failed with exit status {rc}: Nix itself failed, not a step (it cannot "
+                f"evaluate `1` either: its store, settings or environment). Nix said:\n"
+                f"    {_tail(err if err.strip() else probe)}",
+                hint="fix what Nix reports (the store it opens: NIX_REMOTE, the `store` setting, "
+                "its permissions or free space) and run again",
+            )
     return None
 
 

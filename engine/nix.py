@@ -26,9 +26,16 @@ from engine.model import NixConfig
 _BUILDING = re.compile(r"^building '(/nix/store/[^']+\.drv)'(?: on '([^']+)')?")
 _COPYING = re.compile(r"^copying path '(/nix/store/[^']+)' from '([^']+)'")
 _FAILED = re.compile(r"builder for '(/nix/store/[^']+\.drv)' failed")
+_NO_OUTPUT = re.compile(r"builder for '(/nix/store/[^']+\.drv)' failed to produce output path")
 _NONDET = re.compile(r"derivation '(/nix/store/[^']+\.drv)' may not be deterministic")
 _OUT = re.compile(r'^Derive\(\[\("out","(/nix/store/[^"]+)"')
 _MODIFIED = re.compile(r"path '(/nix/store/[^']+)' was modified!")
+# Nix's last `error:` line when what failed were builds (a builder that failed, or exited 0
+# without creating its outputs: `nix-store` then exits 1, not 100-107), not Nix itself
+_STEP_ERROR = re.compile(
+    r"^error: (builder for '|build of '|\d+ dependencies of derivation '|cannot build derivation '"
+    r"[^']+': \d+ dependencies couldn't be built)"
+)
 _TRACED = re.compile(r"^trace: trace-drv ([0-9a-f]+) (\d+) (/nix/store/[^ ]+\.drv)$")
 
 # `Nix.build`'s expression: the generated file's list, each element traced as it is evaluated
@@ -88,11 +95,13 @@ class RealiseReport:
     returncode: int
     built: set[str] = field(default_factory=set)
     failed: set[str] = field(default_factory=set)
+    no_output: set[str] = field(default_factory=set)  # failed: exited 0 without an output
     # drv -> the machine that built it ("local" or the remote builder's URI)
     built_on: dict[str, str] = field(default_factory=dict)
     # store path -> the binary cache it was substituted from (signature checked by Nix)
     substituted: dict[str, str] = field(default_factory=dict)
     stderr_tail: list[str] = field(default_factory=list)
+    last_error: str = ""  # the last line of Nix's stderr that starts with `error:`
     # Nix.build only: list index -> the .drv evaluation gave it (None: seen twice, differently)
     traced: dict[int, str | None] = field(default_factory=dict)
 
@@ -101,16 +110,23 @@ class RealiseReport:
         status stays, unless the later call is Nix's own failure."""
         self.built |= part.built
         self.failed |= part.failed
+        self.no_output |= part.no_output
         self.built_on.update(part.built_on)
         self.substituted.update(part.substituted)
         self.stderr_tail = part.stderr_tail
+        self.last_error = part.last_error or self.last_error
         if part.returncode != 0 and (self.returncode == 0 or part.nix_failed):
             self.returncode = part.returncode
 
     @property
     def nix_failed(self) -> bool:
-        """Nix itself failed (not only builds): bad options, interrupted, killed, out of disk."""
-        return self.returncode != 0 and self.returncode not in BUILD_FAILURE_CODES
+        """Nix itself failed (not only builds): bad options, interrupted, killed, out of disk.
+        Exit status 1 with builds that failed and Nix's last error about them (a builder that
+        exited 0 without creating its output) is those steps' failure, not Nix's."""
+        rc = self.returncode
+        if rc == 0 or rc in BUILD_FAILURE_CODES:
+            return False
+        return not (rc == 1 and self.failed and _STEP_ERROR.match(self.last_error))
 
     def nix_error(self, what: str) -> NixError:
         rc = self.returncode
@@ -236,6 +252,13 @@ class Nix:
                 hint="run scripts/setup (installs Nix) or put nix on PATH",
             )
         return _Cmd(path)
+
+    def works(self) -> tuple[bool, str]:
+        """Whether Nix, with this run's options and environment, can evaluate `1` at all (its
+        store opens, its settings parse), and its stderr: an evaluation that failed while this
+        works is the graph's error; else Nix's own (exit 4)."""
+        rc, _, err = self._cmd("nix-instantiate").run(["--eval", "-E", "1", *self.option_args()])
+        return rc == 0, str(err)
 
     def instantiate(self, expr_file: Path) -> tuple[int, list[str], str]:
         """Evaluate a file whose value is a list of derivations; return (rc, drv paths, stderr)."""
@@ -383,6 +406,8 @@ class Nix:
         for raw in proc.stderr:
             line = raw.rstrip("\n")
             tail.append(line)
+            if line.startswith("error:"):
+                report.last_error = line
             if len(tail) > 200:
                 del tail[:100]
             if m := _BUILDING.match(line):
@@ -395,6 +420,8 @@ class Nix:
                     on_event("building", m.group(1))
             elif m := _FAILED.search(line):
                 report.failed.add(m.group(1))
+                if _NO_OUTPUT.search(line):
+                    report.no_output.add(m.group(1))
                 if on_event:
                     on_event("failed", m.group(1))
             elif m := _COPYING.match(line):

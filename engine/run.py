@@ -536,6 +536,8 @@ def _collect(
                 report(sid, "skipped")
             else:
                 log = nix.read_log(drv) if drv in rep.failed else ""
+                if drv in rep.no_output:
+                    log += "\n(the builder exited 0 without creating its output $out)"
                 if not log:
                     inner = sorted(rep.failed - set(built.drv_of.values()))
                     log = "\n".join(nix.read_log(d) for d in inner[:1]) if inner else ""
@@ -673,7 +675,7 @@ def evaluate(
     seconds = (t1 - t0, time.perf_counter() - t1)
     if rc == 0 and len(drvs) == len(dirty):
         return Evaluated(expr_file, drvs, len(expr.rendered), seconds)
-    failure = blame.nix_failure(rc, err, "nix-instantiate")
+    failure = blame.nix_failure(rc, err, "nix-instantiate", nix.works)
     if failure is not None:
         raise failure
     if expr.referenced:  # e.g. a recorded .drv Nix cannot read: evaluate from scratch

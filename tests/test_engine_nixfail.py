@@ -243,3 +243,63 @@ def test_plan_blames_the_template_line_of_a_positioned_error(
     assert rc == 2 and start
     assert "step 'b' does not evaluate (template " in err and "odd.nix.j2:3)" in err
     assert "undefinedName" in err
+
+
+@pytest.mark.nix
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_a_store_nix_cannot_open_is_exit_4_not_a_step_that_does_not_evaluate(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A chroot store that cannot be created fails every Nix call, evaluation included: that is
+    Nix's own failure (exit 4, with what Nix said), not the step's template (exit 2)."""
+    graph = make_project(
+        tmp_path / "p", f'[steps.a]\nkind = "text"\nparams = {{ message = "{uuid.uuid4()}" }}\n'
+    )
+    monkeypatch.setenv("NIX_REMOTE", f"/proc/trace-no-store-{uuid.uuid4().hex}")
+    rc = main(
+        [command, str(graph), "--root", str(graph.parent), "-q"][: 4 if command == "plan" else 5]
+    )
+    err = capsys.readouterr().err
+    assert rc == 4, err
+    assert "creating directory '/proc/trace-no-store-" in err
+    assert "Nix itself failed" in err and "does not evaluate" not in err
+
+
+@pytest.mark.nix
+def test_a_builder_that_exits_0_without_its_output_is_that_steps_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nix exits 1 (not 100) when a builder succeeds without creating $out: the step failed
+    (exit 1, its log shown, the step below it skipped, its sibling built), Nix did not."""
+    graph = make_project(
+        tmp_path,
+        f"""
+        [steps.empty]
+        kind = "text"
+        params = {{ message = "{uuid.uuid4().hex}" }}
+        [steps.after]
+        kind = "text"
+        needs = ["empty"]
+        [steps.fine]
+        kind = "text"
+        params = {{ message = "{uuid.uuid4().hex}" }}
+        """,
+    )
+    tmpl = tmp_path / "templates" / "text.nix.j2"
+    tmpl.write_text(
+        tmpl.read_text().replace(
+            "  mkdir $out\n",
+            '  if [ "$stepid" = empty ]; then echo "no output made"; exit 0; fi\n  mkdir $out\n',
+        )
+    )
+    rc = main(["run", str(graph), "--root", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert "Nix itself failed" not in err
+    assert "FAILED empty" in err and "no output made" in err
+    assert "skipped after: needs empty, which did not build" in err
+    assert "built  fine" in err
+    assert "exited 0 without creating its output" in err
