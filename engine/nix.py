@@ -96,6 +96,7 @@ class RealiseReport:
     built: set[str] = field(default_factory=set)
     failed: set[str] = field(default_factory=set)
     no_output: set[str] = field(default_factory=set)  # failed: exited 0 without an output
+    differs: set[str] = field(default_factory=set)  # --check: rebuilt, and the output differs
     # drv -> the machine that built it ("local" or the remote builder's URI)
     built_on: dict[str, str] = field(default_factory=dict)
     # store path -> the binary cache it was substituted from (signature checked by Nix)
@@ -111,6 +112,7 @@ class RealiseReport:
         self.built |= part.built
         self.failed |= part.failed
         self.no_output |= part.no_output
+        self.differs |= part.differs
         self.built_on.update(part.built_on)
         self.substituted.update(part.substituted)
         self.stderr_tail = part.stderr_tail
@@ -428,6 +430,7 @@ class Nix:
                 report.substituted[m.group(1)] = m.group(2)
             elif check and (m := _NONDET.search(line)):
                 report.failed.add(m.group(1))
+                report.differs.add(m.group(1))
             elif tag is not None and (m := _TRACED.match(line)) and m.group(1) == tag:
                 index, drv = int(m.group(2)), m.group(3)
                 seen = report.traced.setdefault(index, drv)

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -91,6 +91,9 @@ class StepResult:
     built_on: str | None = None
     # the machine that did the --check rebuild ('local' or a URI; a cached step: as recorded)
     checked_on: str | None = None
+    # `--rebuild`: rebuilt with Nix's --check against the output in the store: 'same', 'differs'
+    # (the store keeps its output; reported, never replaced) or 'failed' (the rebuild failed)
+    rebuilt: Literal["same", "differs", "failed"] | None = None
 
 
 @dataclass(kw_only=True)
@@ -111,6 +114,11 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return all(s.status not in ("failed", "skipped") for s in self.steps.values())
+
+    @property
+    def rebuilt_differently(self) -> list[str]:
+        """`--rebuild` steps whose rebuild differed from, or failed to remake, the store's."""
+        return [s.id for s in self.steps.values() if s.rebuilt not in (None, "same")]
 
     def to_json(self, indent: int | None = None) -> str:
         """`trace run --json`: every field, as pydantic's model_dump_json wrote it."""
@@ -293,19 +301,21 @@ def run_graph(
     reporter: Reporter | None = None,
     wait: float = 0,
     known_keys: Mapping[str, str] | None = None,
+    rebuild: Collection[str] = (),
 ) -> RunResult:
     """Build every dirty step of the graph; answer clean steps from the index.
 
     `state` is a state directory (locked for the duration) or an Index the caller already holds.
+    `rebuild`: step ids rebuilt with `--check` after the run, cached or not (`rebuild_steps`).
     """
     from engine.machine import load_machine
 
     load_machine()  # a bad machine config is refused before anything is written
     report = reporter or _default_reporter(progress)
     if isinstance(state, Index):
-        return _run(graph, state, jobs, report, known_keys)
+        return _run(graph, state, jobs, report, known_keys, rebuild)
     with Index(state, wait=wait) as index:
-        return _run(graph, index, jobs, report, known_keys)
+        return _run(graph, index, jobs, report, known_keys, rebuild)
 
 
 def _run(
@@ -314,9 +324,11 @@ def _run(
     jobs: int | None,
     report: Reporter,
     known_keys: Mapping[str, str] | None = None,
+    rebuild: Collection[str] = (),
 ) -> RunResult:
     """Plan; answer the clean steps from the index; build the dirty ones (`_build`), read their
-    results (`_collect`), `--check` the check kinds (`_check`); record."""
+    results (`_collect`), `--check` the check kinds (`_check`) and the `rebuild` steps
+    (`_rebuild`); record."""
     from engine.nix import Nix
 
     clock = _Clock()
@@ -342,6 +354,13 @@ def _run(
                 index.record(new_results(results, dirty), last, p.graph)
                 raise checked.nix_error("nix-store --realise --check")
         clock.mark("check")
+    if rebuild:
+        rebuilt = _rebuild(graph, rebuild, results, Nix(graph.nix, jobs), report)
+        run.nix_calls += rebuilt is not None
+        if rebuilt is not None and rebuilt.nix_failed:
+            index.record(new_results(results, dirty), last, p.graph)
+            raise rebuilt.nix_error("nix-store --realise --check")
+        clock.mark("rebuild")
     index.record(new_results(results, dirty), last, p.graph)
     clock.mark("record")
     run.steps, run.timings = {sid: results[sid] for sid in p.order}, clock.laps
@@ -589,6 +608,62 @@ def _check(
         results[sid].deterministic, results[sid].checked_on = verdicts[sid]
         report(sid, "checked" if results[sid].deterministic else "nondeterministic")
     return checked
+
+
+def rebuild_steps(graph: Graph, names: Sequence[str], every: bool) -> list[str]:
+    """The steps `--rebuild NAME…` / `--rebuild-all` name, in graph order: a repeated step's
+    base id names all its repeats. An unknown name is a usage error (exit 2, before any work)."""
+    from engine.errors import UsageError
+
+    if every:
+        return list(graph.order)
+    chosen: set[str] = set()
+    for name in names:
+        found = [s for s in graph.order if s == name or graph.steps[s].base_id == name]
+        if not found:
+            known = ", ".join(sorted({graph.steps[s].base_id for s in graph.order}))
+            raise UsageError(
+                f"--rebuild {name}: the graph has no step of that name",
+                hint=f"its steps: {known}",
+            )
+        chosen.update(found)
+    return [s for s in graph.order if s in chosen]
+
+
+def _rebuild(
+    graph: Graph,
+    targets: Collection[str],
+    results: dict[str, StepResult],
+    nix: Nix,
+    report: Reporter,
+) -> RealiseReport | None:
+    """Rebuild the `targets` that have an output with `nix-store --realise --check`: Nix builds
+    each again and compares the result with the output in the store, which it never replaces. A
+    rebuild that differs (or fails) is reported on the step (`rebuilt`) and makes it count as
+    not deterministic; one that matches confirms it. Returns Nix's report (None: none ran)."""
+    todo = [
+        sid
+        for sid in graph.order
+        if sid in targets and results[sid].drv and results[sid].status not in ("failed", "skipped")
+    ]
+    if not todo:
+        return None
+    rep = nix.realise([str(results[s].drv) for s in todo], check=True)
+    if rep.nix_failed:
+        return rep
+    unexplained = rep.returncode != 0 and not rep.failed
+    for sid in todo:
+        r, drv = results[sid], str(results[sid].drv)
+        if drv in rep.differs:
+            r.rebuilt = "differs"
+        elif drv in rep.failed or unexplained:
+            r.rebuilt = "failed"
+        else:
+            r.rebuilt = "same"
+        r.deterministic = r.rebuilt == "same"
+        r.checked_on = rep.built_on.get(drv, r.checked_on)
+        report(sid, "rebuilt" if r.rebuilt == "same" else f"rebuild {r.rebuilt}")
+    return rep
 
 
 class _Clock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.hashing import StatCache
@@ -91,3 +91,36 @@ def otel_export(
     from engine.otel import export
 
     export(result, clock, args.otel, name=name, attributes={"trace.graph": result.graph})
+
+
+def add_rebuild_args(p: Any) -> None:
+    """`--rebuild STEP…` / `--rebuild-all`: rebuild with Nix's --check (docs/commands.md)."""
+    p.add_argument(
+        "--rebuild",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="STEP",
+        help="rebuild these steps (a repeated step's base id: all its repeats) even when cached, "
+        "with Nix's --check: a rebuilt output that differs from the store's is reported (exit 1), "
+        "never silently replaced",
+    )
+    p.add_argument("--rebuild-all", action="store_true", help="--rebuild every step of the graph")
+
+
+def rebuild_lines(result: Any) -> list[str]:
+    """What `--rebuild` found, one line per rebuilt step that did not match the store."""
+    lines = []
+    for r in result.steps.values():
+        if r.rebuilt == "differs":
+            lines.append(
+                f"REBUILT DIFFERENTLY {r.id}: its rebuild differs from {r.out}, which the store "
+                "keeps (Nix never replaces a valid output): the step is not deterministic, or "
+                "what it saw changed without changing its derivation"
+            )
+        elif r.rebuilt == "failed":
+            lines.append(
+                f"REBUILD FAILED {r.id}: rebuilding it failed now, though {r.out} was built "
+                "before: what it needs changed outside its derivation (a host tool?)"
+            )
+    return lines

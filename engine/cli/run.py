@@ -10,11 +10,13 @@ from typing import Any
 from engine.cache import nothing_written_on_bad_input
 from engine.cli.args import (
     add_otel_arg,
+    add_rebuild_args,
     add_state_args,
     load_graph_of,
     otel_clock,
     otel_export,
     positive_int,
+    rebuild_lines,
     root,
     state_dir,
 )
@@ -27,6 +29,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "-j", "--jobs", type=positive_int, default=None, help="parallel builds (nix -j), >= 1"
     )
+    add_rebuild_args(p)
     p.add_argument("--json", action="store_true", help="print the run result as JSON")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     p.add_argument(
@@ -52,7 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from engine.cache import Index
     from engine.hashing import StatCache
     from engine.progress import Progress
-    from engine.run import run_graph
+    from engine.run import rebuild_steps, run_graph
 
     # Files modified from (about) now on are never stamped for the fast path: the coarse file
     # system clock may lag the wall clock, hence the margin.
@@ -66,6 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     hit = None if args.full else loadcache.lookup(state, root(args), cache_key, hasher)
     graph, known_keys = hit or (load_graph_of(args, hasher), None)
     loaded = time.perf_counter() - started
+    rebuild = rebuild_steps(graph, args.rebuild, args.rebuild_all)  # unknown: exit 2, no work
     # The fast path's stamp is taken now, before the build: what the keys were computed from.
     try:
         before: list[fastpath.Entry] | None = fastpath.stamp(graph.reads)
@@ -76,13 +80,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         with Progress(enabled=not args.quiet and not args.json) as progress:
             reporter = progress if clock is None else clock.wrapping(progress)
             result = run_graph(
-                graph, index, jobs=args.jobs, reporter=reporter, known_keys=known_keys
+                graph,
+                index,
+                jobs=args.jobs,
+                reporter=reporter,
+                known_keys=known_keys,
+                rebuild=rebuild,
             )
         if known_keys is None:
             keys = {sid: r.key for sid, r in result.steps.items()}
             loadcache.store(index.db, state, cache_key, graph, keys)
         key = fastpath.name(args.graph, root(args))
-        if result.ok:
+        if result.ok and not rebuild:  # a --rebuild's findings are this run's, never stamped
             outs = {sid: r.out for sid, r in result.steps.items() if r.out}
             fastpath.record(
                 index.db,
@@ -119,7 +128,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"skipped {r.id}: {why}", file=sys.stderr)
         for line in warnings(result):
             print(line, file=sys.stderr)
-    return 0 if result.ok else 1
+    for line in rebuild_lines(result):  # also under --json: stdout is the JSON
+        print(line, file=sys.stderr)
+    return 0 if result.ok and not result.rebuilt_differently else 1
 
 
 def warnings(result: Any) -> list[str]:
@@ -127,5 +138,5 @@ def warnings(result: Any) -> list[str]:
     return [
         f"NONDETERMINISTIC {r.id}: a --check rebuild differed"
         for r in result.steps.values()
-        if r.deterministic is False
+        if r.deterministic is False and getattr(r, "rebuilt", None) is None
     ]

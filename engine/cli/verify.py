@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.cli.args import add_otel_arg, otel_clock, otel_export, positive_int
+from engine.cli.args import (
+    add_otel_arg,
+    add_rebuild_args,
+    otel_clock,
+    otel_export,
+    positive_int,
+    rebuild_lines,
+)
 from engine.verify.pipeline import build_verify, find_fork
 
 if TYPE_CHECKING:
@@ -45,6 +52,7 @@ def register(sub: Any) -> None:
         "-j", "--jobs", type=positive_int, default=None, help="parallel builds (nix -j), >= 1"
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    add_rebuild_args(p)
     p.add_argument(
         "--wait", type=float, default=0, metavar="SECONDS", help="wait for a busy state dir"
     )
@@ -168,6 +176,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         signing_policy=policy,
         recheck=args.bundle is not None,
         clock=clock,
+        rebuild=(args.rebuild, args.rebuild_all),
     )
     ran = (began, dt.datetime.now(dt.UTC))
     otel_export(args, clock, verified[1], f"trace verify {verified[2].candidate}")
@@ -182,7 +191,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         print_table(result)
         print(f"result: {out}")
-    status = 0 if result.passed else 1
+    for line in rebuild_lines(verified[1]):
+        print(line, file=sys.stderr)
+    status = 0 if result.passed and not verified[1].rebuilt_differently else 1
     if args.bundle is not None:
         assert policy is not None
         status = max(status, _bundle(args, fork, policy, verified, ran))

@@ -5,6 +5,7 @@ dependencies point from the command line and the bundles to verify, never back."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,18 +112,20 @@ def build_verify(
     signing_policy: Path | None = None,
     recheck: bool = False,
     clock: StepClock | None = None,
+    rebuild: tuple[Sequence[str], bool] = ((), False),
 ) -> tuple[Graph, RunResult, VerifyResult]:
     """`run_verify`, also returning the graph and the run the verdict was judged from.
 
     `signing_policy`: whose thresholds the gates apply (None: the default by location). Steps
     answered from the index are checked against and re-read from the store (`from_store`);
     `recheck`: their determinism is measured again too (for a bundle); `clock` notes when each
-    step reached each state (`--otel`)."""
+    step reached each state (`--otel`); `rebuild`: (step names, every step): rebuilt with Nix's
+    --check (engine/run.py rebuild_steps)."""
     from engine.cache import Index, nothing_written_on_bad_input
     from engine.candidate import load_candidate
     from engine.errors import InputError, UsageError
     from engine.progress import Progress
-    from engine.run import run_graph
+    from engine.run import rebuild_steps, run_graph
     from engine.verify.blame import blame_candidate
     from engine.verify.trusted import from_store
     from engine.verify.verdict import judge
@@ -136,10 +139,11 @@ def build_verify(
     state = (state_dir or fork / ".trace").resolve()
     with nothing_written_on_bad_input(state), Index(state, wait=wait) as index:
         graph = load_verify_graph(candidate, fork, index, signing_policy)
+        chosen = rebuild_steps(graph, *rebuild)
         with Progress(enabled=progress) as progress_reporter:
             reporter = progress_reporter if clock is None else clock.wrapping(progress_reporter)
             try:
-                result = run_graph(graph, index, jobs=jobs, reporter=reporter)
+                result = run_graph(graph, index, jobs=jobs, reporter=reporter, rebuild=chosen)
             except InputError as exc:
                 raise blame_candidate(exc, candidate) from None
         result = from_store(graph, result, index, recheck=recheck)
