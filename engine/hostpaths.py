@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 from collections.abc import Sequence
 
@@ -115,3 +116,24 @@ def identity(paths: Sequence[str]) -> str | None:
         parts.append([spec, optional, seen[real]])
     text = json.dumps(parts, separators=(",", ":"), default=repr)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+# A shell that could not find a program: busybox `sh: gcc: not found`, bash `bash: line 3: gcc:
+# command not found`, a script `/nix/store/…/setup.sh: line 9: cc: command not found`.
+_NOT_FOUND = re.compile(
+    r"(?m)^\s*(?:[>|]\s*)?(?:\S*(?:sh|\.sh)|/\S+): (?:line \d+: )?([A-Za-z0-9_.+-]+): "
+    r"(?:command )?not found\s*$"
+)
+ADVICE = (
+    "the sandbox lacks a tool the build needs (an environment problem, not the patch): declare "
+    "the host paths that hold it in [nix] extra_sandbox_paths of the fork's trace.toml (e.g. "
+    '["/usr", "/lib64", "/bin", "/lib"]) or use a stdenv that brings its own compiler, then '
+    "run again: what those paths hold is part of every step, so the steps that saw the old "
+    "sandbox are rebuilt"
+)
+
+
+def missing_tool(log: str) -> tuple[str, str] | None:
+    """(program, the log line) when a build log shows a shell that could not find a program."""
+    m = _NOT_FOUND.search(log)
+    return (m.group(1), m.group(0).strip()) if m else None

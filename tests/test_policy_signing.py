@@ -601,3 +601,37 @@ def test_policy_schemas_export() -> None:
     assert {"policy", "rules", "critical_packages"} <= set(
         routing_schema.model_json_schema()["properties"]
     )
+
+
+@pytest.mark.parametrize("tail", ["sh: gcc: not found", "make: *** [Makefile:3: test] Error 1"])
+def test_a_regression_deny_whose_tests_never_ran_says_it_is_the_environment(
+    tail: str, signing: tuple[SigningPolicy, Catalogue], routed: RouteDecision
+) -> None:
+    """`gcc: not found` in the regression record's log: the deny names the environment and the
+    record, and its advice is the sandbox's (extra_sandbox_paths), not 'change the patch'; an
+    ordinary test failure keeps the catalogue's advice (issue 28)."""
+    from engine.hostpaths import ADVICE
+
+    def regressed(v: Doc, g: dict[str, Doc]) -> Doc:
+        g["regression"].update(
+            passed=False,
+            score=0.0,
+            reasons=["regression-introduced"],
+            details={
+                **g["regression"]["details"],
+                "why": {"regression-introduced": "unit-1 (post-fix, base tests: failed)"},
+                "post_log_tail": f"building\n{tail}\n",
+            },
+        )
+        return v
+
+    d = run_case(signing, routed, regressed)
+    reason = next(r for r in d.reasons if r.code == "regression-introduced")
+    if "gcc" in tail:
+        assert reason.solution == ADVICE
+        assert reason.details[0].startswith("environmental: `sh: gcc: not found` in the regression")
+        assert "payload/gates/regression.json, details.post_log_tail" in reason.details[0]
+        assert "unit-1" in reason.details[0]
+    else:
+        assert "change the patch" in reason.solution
+        assert not reason.details[0].startswith("environmental")

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from engine import hostpaths
 from engine.errors import PolicyError
 from engine.gates.core.oracle import judge_pre, post_fix_acceptable
 from engine.paths import resolve_ref
@@ -377,6 +378,24 @@ def _show(values: object) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
 
 
+ENVIRONMENTAL = "environmental:"
+
+
+def environmental(gate: str, details: dict[str, Any]) -> str:
+    """A gate whose record's logs (details.*log_tail) show a tool missing from the sandbox
+    failed for the environment, not for the patch: what it saw and where, else ''."""
+    from engine.hostpaths import missing_tool
+
+    for key, value in sorted(details.items()):
+        if key.endswith("log_tail") and isinstance(value, str) and (m := missing_tool(value)):
+            return (
+                f"{ENVIRONMENTAL} `{m[1]}` in the {gate} gate's record (payload/gates/{gate}.json, "
+                f"details.{key}): the sandbox has no `{m[0]}`, so the build never reached the "
+                "tests; the patch is not what failed"
+            )
+    return ""
+
+
 def _gate_hits(ev: Evidence, policy: SigningPolicy, catalogue: Catalogue) -> list[Hit]:
     hits: list[Hit] = []
     for name, rule in sorted(policy.gates.items()):
@@ -388,10 +407,12 @@ def _gate_hits(ev: Evidence, policy: SigningPolicy, catalogue: Catalogue) -> lis
         src = f"gate:{name}"
         # a gate may say, per code, what exactly it saw (details.why: code -> text)
         why = rec.details.get("why")
+        env = environmental(name, rec.details)
         for code in rec.reasons:
             if code in catalogue:
                 said = why.get(code) if isinstance(why, dict) else None
-                hits.append(Hit(code=code, source=src, detail=str(said or "")))
+                detail = "; ".join(d for d in (env, str(said or "")) if d)
+                hits.append(Hit(code=code, source=src, detail=detail))
             else:
                 hits.append(Hit(code="evidence-unknown-reason", source=src, detail=code))
         if not rec.passed and not rec.reasons:
@@ -464,10 +485,11 @@ def decide(
     waived: list[Reason] = []
     for code, (sources, details) in merged.items():
         spec = catalogue.reasons[code]
+        env = any(d.startswith(ENVIRONMENTAL) for d in details)
         reason = Reason(
             code=code,
             message=spec.message,
-            solution=spec.solution,
+            solution=hostpaths.ADVICE if env else spec.solution,
             effective_on=spec.effective_on,
             sources=sources,
             details=details,

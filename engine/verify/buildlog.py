@@ -40,8 +40,12 @@ def hunk_header(patch: Path, file: str, n: int) -> str | None:
 
 
 def build_failure_detail(log_tail: str, drv: str | None, patches: list[Path]) -> str:
+    from engine.hostpaths import ADVICE, missing_tool
+
     lines = [ln.strip() for ln in log_tail.splitlines() if ln.strip()]
     detail = lines[-1][:300] if lines else ""
+    if missing := missing_tool(log_tail):
+        detail = f"{missing[1]}: {ADVICE}"
     patch_name = file = None
     for line in lines:
         if m := APPLYING.search(line):
