@@ -118,11 +118,15 @@ def identity(paths: Sequence[str]) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-# A shell that could not find a program: busybox `sh: gcc: not found`, bash `bash: line 3: gcc:
-# command not found`, a script `/nix/store/…/setup.sh: line 9: cc: command not found`.
+# A shell (or make) that could not find a program: busybox `sh: gcc: not found`, dash `sh: 1: cc:
+# not found`, bash `bash: line 3: gcc: command not found`, a script `/nix/store/…/setup.sh: line 9:
+# cc: command not found`, make `make: cc: No such file or directory`, and trace's compile
+# recorder (templates/verify/cc-record) `cc: not found (trace's compile recorder …)`.
 _NOT_FOUND = re.compile(
-    r"(?m)^\s*(?:[>|]\s*)?(?:\S*(?:sh|\.sh)|/\S+): (?:line \d+: )?([A-Za-z0-9_.+-]+): "
-    r"(?:command )?not found\s*$"
+    r"(?m)^\s*(?:[>|]\s*)?(?:"
+    r"(?:\S*(?:sh|\.sh)|/\S+|make(?:\[\d+\])?): (?:line )?(?:\d+: )?([A-Za-z0-9_.+-]+): "
+    r"(?:command not found|not found|No such file or directory)\s*$"
+    r"|([A-Za-z0-9_.+-]+): not found \(trace's compile recorder)"
 )
 ADVICE = (
     "the sandbox lacks a tool the build needs (an environment problem, not the patch): declare "
@@ -136,4 +140,4 @@ ADVICE = (
 def missing_tool(log: str) -> tuple[str, str] | None:
     """(program, the log line) when a build log shows a shell that could not find a program."""
     m = _NOT_FOUND.search(log)
-    return (m.group(1), m.group(0).strip()) if m else None
+    return (m.group(1) or m.group(2), m.group(0).strip()) if m else None

@@ -17,6 +17,12 @@ from engine.verify.buildlog import build_failure_detail
         ("bash: line 3: cc: command not found", "cc"),
         ("/nix/store/abc-setup.sh: line 9: python3: command not found", "python3"),
         ("       > sh: g++: not found", "g++"),
+        ("sh: 1: cc: not found", "cc"),
+        ("make: cc: No such file or directory", "cc"),
+        (
+            "cc: not found (trace's compile recorder found no cc after /nix/store/x/bin on PATH)",
+            "cc",
+        ),
     ],
 )
 def test_a_shell_that_found_no_program(log: str, tool: str) -> None:
@@ -26,7 +32,14 @@ def test_a_shell_that_found_no_program(log: str, tool: str) -> None:
 
 @pytest.mark.parametrize(
     "log",
-    ["key: not found", "test lookup: not found", "error: gcc failed", "FAIL: not found: 3"],
+    [
+        "key: not found",
+        "test lookup: not found",
+        "error: gcc failed",
+        "FAIL: not found: 3",
+        "cat: data.txt: No such file or directory",
+        "sh: ./configure: No such file or directory",
+    ],
 )
 def test_other_lines_are_not_a_missing_tool(log: str) -> None:
     assert missing_tool(log) is None

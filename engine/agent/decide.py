@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.errors import TraceError
+from engine.paths import cli
 
 if TYPE_CHECKING:
     from engine.agent.options import DraftOptions
@@ -33,8 +34,8 @@ def signing_decision(candidate: Path, opts: DraftOptions) -> tuple[str, list[str
     except TraceError as exc:
         print(f"trace: error: {exc.render()}", file=sys.stderr)
         raise InputError(
-            f"`trace decide` could not decide the drafted candidate (exit {exc.exit_code})",
+            f"`{cli('decide')}` could not decide the drafted candidate (exit {exc.exit_code})",
             file=candidate,
-            hint="run `trace decide` on it to see why",
+            hint=f"run `{cli('decide')}` on it to see why",
         ) from None
     return decided.decision.decision, [r.code for r in decided.decision.reasons]

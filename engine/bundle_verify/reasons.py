@@ -6,6 +6,8 @@ docs/evidence.md lists them for users; a test keeps the two in step.
 
 from __future__ import annotations
 
+from engine.paths import cli
+
 REASONS: dict[str, tuple[str, str]] = {
     "bundle.layout": (
         "the directory is not a trace bundle (statement.json or payload/ missing or unreadable)",
@@ -18,7 +20,7 @@ REASONS: dict[str, tuple[str, str]] = {
     ),
     "bundle.unsigned": (
         "the bundle has no signature (statement.sigstore.json is missing)",
-        "sign it (`trace bundle --sign` or `--key`), or do not trust it",
+        f"sign it (`{cli('bundle --sign')}` or `--key`), or do not trust it",
     ),
     "signature.malformed": (
         "statement.sigstore.json is not a Sigstore bundle v0.3 this tool can read",
@@ -127,7 +129,7 @@ REASONS: dict[str, tuple[str, str]] = {
     ),
     "decision.denied": (
         "the bundled signing decision denies signing",
-        "read its reasons (`trace decide`); a denied bundle is for review only",
+        f"read its reasons (`{cli('decide')}`); a denied bundle is for review only",
     ),
     "decision.evidence-mismatch": (
         "a file the signing decision names as its evidence is missing from the bundle or has "

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from engine.errors import PolicyError, UsageError
 from engine.files import write_atomic
+from engine.paths import cli
 from engine.policy.signed_waiver import (
     WaiverStatement,
     candidate_patch,
@@ -66,7 +67,7 @@ def write_waiver(
     if spec is None:
         raise UsageError(
             f"'{code}' is not a reason code of {catalogue.ref.path}",
-            hint="name a code from the decision's reasons (`trace decide`)",
+            hint=f"name a code from the decision's reasons (`{cli('decide')}`)",
         )
     if not spec.waivable:
         raise PolicyError(
@@ -82,7 +83,7 @@ def write_waiver(
     if hint in own:
         raise UsageError(
             f"{key_file} is {own[hint]}: a waiver needs a maintainer's own key",
-            hint="sign with your key from `trace keygen`, listed in maintainers.toml",
+            hint=f"sign with your key from `{cli('keygen')}`, listed in maintainers.toml",
         )
     statement = WaiverStatement(
         candidate=cand.spec.id,

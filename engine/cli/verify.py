@@ -21,6 +21,7 @@ from engine.cli.args import (
     positive_int,
     rebuild_lines,
 )
+from engine.paths import cli
 from engine.verify.pipeline import build_verify, find_fork
 
 if TYPE_CHECKING:
@@ -115,7 +116,9 @@ def print_table(result: VerifyResult) -> None:
     for line in machine_lines(result):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     if result.gates:
-        console.print("gates are measured here and judged by the signing policy (`trace decide`)")
+        console.print(
+            f"gates are measured here and judged by the signing policy (`{cli('decide')}`)"
+        )
     if result.passed:
         console.print("[green]PASS[/]: every claim holds")
     else:

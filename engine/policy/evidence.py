@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError
 
 from engine.errors import InputError
 from engine.loader import decode, parse_json, read_bytes
+from engine.paths import cli
 from engine.policy.review import ReviewEvidence
 from engine.policy.source import Strict
 from engine.records import GateRecord
@@ -51,7 +52,7 @@ def _invalid(path: Path, what: str, exc: ValidationError) -> InputError:
         f"{what} does not match its schema: {err['msg']}",
         file=path,
         key=".".join(str(p) for p in err["loc"]) or None,
-        hint="it was written by another trace version or edited by hand; rerun `trace verify`",
+        hint=f"it was written by another trace version or edited by hand; rerun `{cli('verify')}`",
     )
 
 

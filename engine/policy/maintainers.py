@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.errors import PolicyError
+from engine.paths import cli
 from engine.policy.source import (
     PolicyHeader,
     PolicyRef,
@@ -79,7 +80,7 @@ def _public_key(pem: str, path: Path, text: str, i: int) -> ec.EllipticCurvePubl
             file=path,
             key=f"maintainers.{i}.public_key",
             line=find_line(text, loc),
-            hint="paste the PRIVATE.pub file `trace keygen` wrote",
+            hint=f"paste the PRIVATE.pub file `{cli('keygen')}` wrote",
         ) from None
     if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
         raise PolicyError(
@@ -87,7 +88,7 @@ def _public_key(pem: str, path: Path, text: str, i: int) -> ec.EllipticCurvePubl
             file=path,
             key=f"maintainers.{i}.public_key",
             line=find_line(text, loc),
-            hint="use a key from `trace keygen`",
+            hint=f"use a key from `{cli('keygen')}`",
         )
     return key
 

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from engine.errors import InputError
+from engine.paths import cli
 
 PASSWORD_ENV = "TRACE_KEY_PASSWORD"
 
@@ -85,10 +86,12 @@ def load_private_key(path: Path) -> ec.EllipticCurvePrivateKey:
         raise InputError(
             f"not a usable private key: {exc}",
             file=path,
-            hint=f"use a key from `trace keygen`; set {PASSWORD_ENV} if it is encrypted",
+            hint=f"use a key from `{cli('keygen')}`; set {PASSWORD_ENV} if it is encrypted",
         ) from None
     if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
-        raise InputError("the key is not an ECDSA P-256 key", file=path, hint="use `trace keygen`")
+        raise InputError(
+            "the key is not an ECDSA P-256 key", file=path, hint=f"use `{cli('keygen')}`"
+        )
     return key
 
 
@@ -99,10 +102,10 @@ def load_public_key(path: Path) -> ec.EllipticCurvePublicKey:
         raise InputError(
             f"not a usable public key: {exc}",
             file=path,
-            hint="pass the PRIVATE.pub file `trace keygen` wrote (SPKI PEM)",
+            hint=f"pass the PRIVATE.pub file `{cli('keygen')}` wrote (SPKI PEM)",
         ) from None
     if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
         raise InputError(
-            "the key is not an ECDSA P-256 public key", file=path, hint="use `trace keygen`"
+            "the key is not an ECDSA P-256 public key", file=path, hint=f"use `{cli('keygen')}`"
         )
     return key

@@ -8,6 +8,7 @@ that becomes a SigningError that says which permission to add.
 from __future__ import annotations
 
 from engine.errors import SigningError
+from engine.paths import cli
 from engine.signing.deadline import DEFAULT_SECONDS, call_with_deadline
 
 GITHUB_HINT = (
@@ -42,6 +43,6 @@ def identity_token(explicit: str | None, *, deadline: float = DEFAULT_SECONDS) -
         raise SigningError(
             "no OIDC identity token: none given and no CI credential found",
             hint="pass --identity-token TOKEN, run in CI with OIDC enabled, or sign offline "
-            "with --key (see `trace keygen`)",
+            f"with --key (see `{cli('keygen')}`)",
         )
     return token

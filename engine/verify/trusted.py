@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.errors import InputError, NixError
+from engine.paths import cli
 
 if TYPE_CHECKING:
     from engine.cache import Index
@@ -74,7 +75,7 @@ def _refuse(state: Path, problems: list[str]) -> StateMismatch:
         f"the state directory does not match the Nix store ({shown}): its records are never "
         "evidence, and these were modified or are stale",
         file=state / "state.db",
-        hint=f"remove {state} (a cache: only build time is lost) and run `trace verify` again; "
+        hint=f"remove {state} (a cache: only build time is lost) and run `{cli('verify')}` again; "
         "if you did not change it, someone else can write it: find out who",
     )
 
