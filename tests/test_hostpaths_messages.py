@@ -55,3 +55,33 @@ def test_a_build_broken_by_a_missing_compiler_says_what_to_do() -> None:
 def test_a_build_broken_otherwise_keeps_its_last_line(tmp_path: Path) -> None:
     detail = build_failure_detail("cparse.c:3: error: expected ';'\n", None, [])
     assert detail == "cparse.c:3: error: expected ';'"
+
+
+FORK_CLI = "nix run .#trace --"
+
+
+def test_hints_in_a_fork_name_the_forks_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under `nix run .#trace` (TRACE_CLI set by the fork's apps) a hint names the command the
+    user can run there, never a bare `trace keygen` (issue 28, item 9)."""
+    import subprocess
+    import sys
+
+    from engine.errors import InputError
+    from engine.signing.keys import load_private_key, load_public_key
+
+    monkeypatch.setenv("TRACE_CLI", FORK_CLI)
+    bad = tmp_path / "key.pem"
+    bad.write_text("not a key\n")
+    for load in (load_private_key, load_public_key):
+        with pytest.raises(InputError) as err:
+            load(bad)
+        assert f"`{FORK_CLI} keygen`" in (err.value.hint or "")
+        assert "`trace keygen`" not in (err.value.hint or "")
+    # the verify-bundle catalogue is read at import: in a fork's process, its form
+    code = "from engine.bundle_verify.reasons import REASONS; print(REASONS['bundle.unsigned'][1])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert f"`{FORK_CLI} bundle --sign`" in out
