@@ -126,7 +126,7 @@ _NOT_FOUND = re.compile(
     r"(?m)^\s*(?:[>|]\s*)?(?:"
     r"(?:\S*(?:sh|\.sh)|/\S+|make(?:\[\d+\])?): (?:line )?(?:\d+: )?([A-Za-z0-9_.+-]+): "
     r"(?:command not found|not found|No such file or directory)\s*$"
-    r"|([A-Za-z0-9_.+-]+): not found \(trace's compile recorder)"
+    r"|([A-Za-z0-9_.+-]+): not found \(trace's compile recorder[^\n]*)"
 )
 ADVICE = (
     "the sandbox lacks a tool the build needs (an environment problem, not the patch): declare "
