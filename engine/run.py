@@ -115,6 +115,23 @@ class RunResult:
     def ok(self) -> bool:
         return all(s.status not in ("failed", "skipped") for s in self.steps.values())
 
+    def rebuild_findings(self) -> list[str]:
+        """What `--rebuild` found, one line per rebuilt step that did not match the store."""
+        lines = []
+        for r in self.steps.values():
+            if r.rebuilt == "differs":
+                lines.append(
+                    f"REBUILT DIFFERENTLY {r.id}: its rebuild differs from {r.out}, which the "
+                    "store keeps (Nix never replaces a valid output): the step is not "
+                    "deterministic, or what it saw changed without changing its derivation"
+                )
+            elif r.rebuilt == "failed":
+                lines.append(
+                    f"REBUILD FAILED {r.id}: rebuilding it failed now, though {r.out} was built "
+                    "before: what it needs changed outside its derivation (a host tool?)"
+                )
+        return lines
+
     @property
     def rebuilt_differently(self) -> list[str]:
         """`--rebuild` steps whose rebuild differed from, or failed to remake, the store's."""

@@ -109,18 +109,5 @@ def add_rebuild_args(p: Any) -> None:
 
 
 def rebuild_lines(result: Any) -> list[str]:
-    """What `--rebuild` found, one line per rebuilt step that did not match the store."""
-    lines = []
-    for r in result.steps.values():
-        if r.rebuilt == "differs":
-            lines.append(
-                f"REBUILT DIFFERENTLY {r.id}: its rebuild differs from {r.out}, which the store "
-                "keeps (Nix never replaces a valid output): the step is not deterministic, or "
-                "what it saw changed without changing its derivation"
-            )
-        elif r.rebuilt == "failed":
-            lines.append(
-                f"REBUILD FAILED {r.id}: rebuilding it failed now, though {r.out} was built "
-                "before: what it needs changed outside its derivation (a host tool?)"
-            )
-    return lines
+    """What `--rebuild` found (engine/run.py RunResult.rebuild_findings)."""
+    return list(result.rebuild_findings())

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.cli.args import positive_int
+from engine.cli.args import add_rebuild_args, positive_int
 
 
 def register(sub: Any) -> None:
@@ -64,6 +64,7 @@ def register(sub: Any) -> None:
         "-j", "--jobs", type=positive_int, default=None, help="parallel builds (nix -j), >= 1"
     )
     p.add_argument("--wait", type=float, default=0, metavar="SECONDS", help="wait for the state")
+    add_rebuild_args(p)  # a rebuild run is never answered from, nor recorded in, the memo
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
         "--report",

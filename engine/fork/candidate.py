@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -240,13 +242,14 @@ def verify_candidate(
     progress: bool,
     wait: float,
     memo: Run | None = None,
+    rebuild: tuple[Sequence[str], bool] = ((), False),
 ) -> Outcome:
     from engine.cache import Index
     from engine.candidate import load_candidate
     from engine.evidence.waivers import waiver_entries
     from engine.graph import load_graph
     from engine.progress import Progress
-    from engine.run import run_graph
+    from engine.run import rebuild_steps, run_graph
     from engine.verify.blame import blame_candidate
     from engine.verify.pipeline import project_root, verify_context
     from engine.verify.trusted import from_store
@@ -271,13 +274,16 @@ def verify_candidate(
             variant=cid,
         )
         hasher.flush(index.db)
+        chosen = rebuild_steps(graph, *rebuild)  # `--rebuild`: engine/run.py
         began = dt.datetime.now(dt.UTC)
         with Progress(enabled=progress) as reporter:
             try:
-                run = run_graph(graph, index, jobs=jobs, reporter=reporter)
+                run = run_graph(graph, index, jobs=jobs, reporter=reporter, rebuild=chosen)
             except InputError as exc:
                 raise blame_candidate(exc, candidate) from None
         run = from_store(graph, run, index, recheck=True)  # the index is never evidence
+        for line in run.rebuild_findings():
+            print(f"trace: {cid}: {line}", file=sys.stderr)
         ran = (began, dt.datetime.now(dt.UTC))
         verify = judge(candidate, graph, run)
         result = cfg.state / "verify" / f"{cid}.json"
@@ -314,6 +320,13 @@ def verify_candidate(
         if decision.decision == "allow":
             signature, how, note = signer.sign(assembled.statement_bytes, policy)
         bundle = replace_bundle(cfg.bundles / cid, assembled, signature)
+    if run.rebuilt_differently:  # `--rebuild`: shown in the table, and the run exits 1
+        note = "; ".join(
+            [
+                *([note] if note else []),
+                "rebuilt differently: " + ", ".join(run.rebuilt_differently),
+            ]
+        )
     statuses = [r.status for r in run.steps.values()]
     outcome = Outcome(
         candidate=cid,
@@ -338,6 +351,7 @@ def verify_candidate(
         cached=sum(s == "cached" for s in statuses),
         steps=sorted(run.steps),
         accuracy=_accuracy(candidate),
+        rebuilt_differently=run.rebuilt_differently,
     )
     if memo is not None:  # this run passed the trust boundary: a no-op may reuse it
         reads = [*graph.reads, *_candidate_reads(candidate)]

@@ -35,6 +35,8 @@ class Outcome:
     cached: int = 0  # steps answered from the index (no evaluation)
     steps: list[str] = field(default_factory=list)  # step ids of the candidate's graph
     accuracy: str = ""  # a drafted candidate's comparison with the upstream fix (accuracy.json)
+    # `--rebuild` steps whose rebuild differed from (or failed to remake) the store's output
+    rebuilt_differently: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -51,6 +53,8 @@ class ForkReport:
     def exit_code(self) -> int:
         if any(o.decision == "error" for o in self.candidates):
             return 2
+        if any(o.rebuilt_differently for o in self.candidates):
+            return 1
         return 0 if all(o.decision == "allow" for o in self.candidates) else 1
 
     def to_json(self) -> str:

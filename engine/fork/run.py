@@ -49,7 +49,9 @@ def run_fork(args: argparse.Namespace, say: Callable[[str], None]) -> ForkRun:
     policy = merged_policy(cfg)
     signer = Signer(args)
     once = RunOnce(cfg)  # git state, Nix version and system, package-set digest: once per run
-    memo = _memo(cfg, args, once, dirty, policy)
+    rebuild = (getattr(args, "rebuild", []), getattr(args, "rebuild_all", False))
+    # a --rebuild must build: never answered from the memo, and what it finds is this run's
+    memo = None if rebuild[0] or rebuild[1] else _memo(cfg, args, once, dirty, policy)
     outcomes: list[Outcome] = []
     for file in files:
         known = memo.lookup(file, signer.can_sign_keyless) if memo is not None else None
@@ -69,6 +71,7 @@ def run_fork(args: argparse.Namespace, say: Callable[[str], None]) -> ForkRun:
                     progress=not args.quiet and not args.json,
                     wait=args.wait,
                     memo=memo,
+                    rebuild=rebuild,
                 )
             )
         except BusyError:
