@@ -36,7 +36,7 @@ class ForkRun:
 def run_fork(args: argparse.Namespace, say: Callable[[str], None]) -> ForkRun:
     """Verify the fork's candidates as `args` (the `trace fork` options) ask; `say` gets the lines
     naming what was written besides the report (the shard directory, the findings page)."""
-    from engine.errors import BusyError
+    from engine.errors import BusyError, NixError
 
     shard = _shard(args)
     cfg = make_config(args)
@@ -74,8 +74,8 @@ def run_fork(args: argparse.Namespace, say: Callable[[str], None]) -> ForkRun:
                     rebuild=rebuild,
                 )
             )
-        except BusyError:
-            raise
+        except (BusyError, NixError):  # the state is busy, or Nix itself failed (exit 3, 4):
+            raise  # the same for every candidate, not one candidate's error
         except TraceError as exc:
             if memo is not None:
                 memo.forget(file)
