@@ -51,6 +51,7 @@ from engine.evidence.decisions import load_decision, signing_decision, waiver_se
 from engine.evidence.payload import PayloadEntry
 from engine.evidence.waivers import waiver_entries
 from engine.model import Graph
+from engine.paths import cli
 from engine.policy.routing import RouteDecision, route_candidate
 from engine.policy.signed_waiver import WaiverTrust, waiver_trust
 from engine.policy.signing import Decision
@@ -158,7 +159,7 @@ def _check_decision_record(
             f"the decision record was made under the signing policy {record.policy.path} "
             f"({record.policy.name} {record.policy.version}), not {policy}",
             file=path,
-            hint="pass the policy `trace decide --signing` used as --signing-policy",
+            hint=f"pass the policy `{cli('decide --signing')}` used as --signing-policy",
         )
     given = record.model_dump(mode="json", exclude={"date"})
     now = decision.model_dump(mode="json", exclude={"date"})
@@ -169,7 +170,7 @@ def _check_decision_record(
             f"{', '.join(differ)}; now {decision.decision.upper()}): nothing is bundled",
             file=path,
             hint="leave out --decision (the bundle is always decided in-process), or run "
-            "`trace decide` again with the same policies, waivers and --gate files",
+            f"`{cli('decide')}` again with the same policies, waivers and --gate files",
         )
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from engine.errors import InputError, TraceError
+from engine.paths import cli
 from engine.verify_result import MACHINE_KEYS
 
 if TYPE_CHECKING:
@@ -106,15 +107,15 @@ def _policy_refusal(
         f"verified under another signing policy: the gate steps ({', '.join(gates)}) last "
         f"applied {before}, this command's signing policy is {now}{given}{same}",
         file=candidate.path,
-        hint="decide and bundle with the signing policy `trace verify` used (--signing for "
-        "trace decide, --signing-policy for trace bundle), or run `trace verify "
+        hint=f"decide and bundle with the signing policy `{cli('verify')}` used (--signing for "
+        f"{cli('decide')}, --signing-policy for {cli('bundle')}), or run `{cli('verify')} "
         f"{candidate.path} --signing-policy POLICY` with this one first",
     )
 
 
 def _refusal(planned: Plan, candidate: Candidate, state: Path) -> InputError:
     hint = (
-        f"run `trace verify {candidate.path}` (with the same fork and state dir); a failed "
+        f"run `{cli('verify')} {candidate.path}` (with the same fork and state dir); a failed "
         "build is never cached, so a candidate whose build fails cannot be decided or bundled"
     )
     if all(step.prev_key is None for step in planned.steps.values()):
@@ -213,7 +214,7 @@ def check_result_file(path: Path, judged: VerifyResult) -> None:
             f"not a verify result (trace.verify/v1): {err['msg']}",
             file=path,
             key=".".join(str(p) for p in err["loc"]) or None,
-            hint="pass the JSON `trace verify` wrote, or leave out --result",
+            hint=f"pass the JSON `{cli('verify')}` wrote, or leave out --result",
         ) from None
     differ = _differences(evidence_view(given), evidence_view(judged))
     if differ:
@@ -222,5 +223,5 @@ def check_result_file(path: Path, judged: VerifyResult) -> None:
             f"the result file does not match the builds (differs at: {shown})",
             file=path,
             hint="verdicts come from the cached builds, never from a file: rerun "
-            "`trace verify` to rewrite it, or leave out --result",
+            f"`{cli('verify')}` to rewrite it, or leave out --result",
         )

@@ -22,6 +22,7 @@ from engine.errors import InputError
 from engine.gates.core import expectation
 from engine.graph import find_line
 from engine.model import Graph
+from engine.paths import cli
 from engine.records import GateRecord, RunRecord, Side
 from engine.run import RunResult, StepResult
 from engine.verify.buildlog import build_failure_detail
@@ -218,7 +219,7 @@ def _unmatched(candidate: Candidate, row: dict[str, Any]) -> None:
         line=find_line(text, key.split(".")[:2]),
         hint="fix its selector (target, args regex, 1-based index in canonical order: by "
         "program, then arguments) or make the reproducer run that invocation; the run records "
-        "list every invocation (`trace verify --json`)",
+        f"list every invocation (`{cli('verify --json')}`)",
     )
 
 
