@@ -182,3 +182,25 @@ def test_the_base_tests_judge_the_post_fix_build_whatever_the_patched_ones_say(
     # without the base side, the loosened suite would have passed
     del cfg["post_base"]
     assert evaluate(cfg)["reasons"] == []
+
+
+def test_a_suite_that_never_ran_keeps_its_log_for_the_decision(tmp_path: Path) -> None:
+    """Nothing passes pre-fix because the build never reached the tests (`sh: gcc: not found`):
+    the record keeps the pre-fix log tail, so `trace decide` can say it was the environment."""
+    broken = "Running phase: buildPhase\nsh: gcc: not found\n"
+    cfg = {
+        "policy": POLICY,
+        "pre": _side(tmp_path, "pre", broken, 127, CHECK),
+        "post": _side(tmp_path, "post", broken, 127, CHECK),
+    }
+    record = evaluate(cfg)
+    assert record["reasons"] == ["regression-not-measurable"]
+    assert "sh: gcc: not found" in record["details"]["pre_log_tail"]
+    passing = evaluate(
+        {
+            "policy": POLICY,
+            "pre": _side(tmp_path, "pre2", LOG, 0, CHECK),
+            "post": _side(tmp_path, "post2", LOG, 0, CHECK),
+        }
+    )
+    assert passing["details"]["pre_log_tail"] == ""

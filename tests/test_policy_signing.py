@@ -635,3 +635,31 @@ def test_a_regression_deny_whose_tests_never_ran_says_it_is_the_environment(
     else:
         assert "change the patch" in reason.solution
         assert not reason.details[0].startswith("environmental")
+
+
+def test_a_gate_that_could_not_measure_for_a_missing_tool_says_so(
+    signing: tuple[SigningPolicy, Catalogue], routed: RouteDecision
+) -> None:
+    """The regression gate measured nothing because the build never reached the tests: the
+    not-measurable reason names the environment and the record, with the sandbox's advice."""
+    from engine.hostpaths import ADVICE
+
+    def unmeasured(v: Doc, g: dict[str, Doc]) -> Doc:
+        g["regression"].update(
+            passed=False,
+            measurable=False,
+            score=None,
+            reasons=["regression-not-measurable"],
+            details={
+                **g["regression"]["details"],
+                "summary": "6 tests; 0 pass pre-fix, 0 of them fail post-fix",
+                "pre_log_tail": "Running phase: buildPhase\nsh: gcc: not found\n",
+            },
+        )
+        return v
+
+    d = run_case(signing, routed, unmeasured)
+    reason = next(r for r in d.reasons if r.code == "regression-not-measurable")
+    assert reason.details[0].startswith("environmental: `sh: gcc: not found` in the regression")
+    assert "details.pre_log_tail" in reason.details[0]
+    assert reason.solution == ADVICE

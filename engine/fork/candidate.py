@@ -320,13 +320,18 @@ def verify_candidate(
         if decision.decision == "allow":
             signature, how, note = signer.sign(assembled.statement_bytes, policy)
         bundle = replace_bundle(cfg.bundles / cid, assembled, signature)
+    notes = [note] if note else []
     if run.rebuilt_differently:  # `--rebuild`: shown in the table, and the run exits 1
-        note = "; ".join(
-            [
-                *([note] if note else []),
-                "rebuilt differently: " + ", ".join(run.rebuilt_differently),
-            ]
-        )
+        notes.append("rebuilt differently: " + ", ".join(run.rebuilt_differently))
+    # a deny for the environment (a tool missing from the sandbox): said in the table, with
+    # its record, so nobody changes the patch for it (engine/policy/signing.py environmental)
+    notes += [
+        f"{r.code}: {d}"
+        for r in decision.reasons
+        for d in r.details
+        if d.startswith("environmental:")
+    ]
+    note = "; ".join(notes)
     statuses = [r.status for r in run.steps.values()]
     outcome = Outcome(
         candidate=cid,

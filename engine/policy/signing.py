@@ -425,9 +425,11 @@ def _gate_hits(ev: Evidence, policy: SigningPolicy, catalogue: Catalogue) -> lis
             continue
         if not rec.measurable:
             code = gate_rule.not_measurable or "evidence-missing"
-            # the gate's own account of why (its summary's first line), else a generic word
+            # the gate's own account of why (its summary's first line), else a generic word;
+            # a tool missing from the sandbox first (`environmental`)
             why = str(rec.details.get("summary") or "").split("\n", 1)[0].strip()
-            hits.append(Hit(code=code, source=src, detail=why or "gate could not measure"))
+            said = "; ".join(d for d in (env, why or "gate could not measure") if d)
+            hits.append(Hit(code=code, source=src, detail=said))
         elif rec.score is None:
             hits.append(Hit(code="evidence-missing", source=src, detail="record has no score"))
         elif rec.score < gate_rule.min_score:
