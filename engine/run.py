@@ -767,7 +767,7 @@ def evaluate(
     seconds = (t1 - t0, time.perf_counter() - t1)
     if rc == 0 and len(drvs) == len(dirty):
         return Evaluated(expr_file, drvs, len(expr.rendered), seconds)
-    failure = blame.nix_failure(rc, err, "nix-instantiate", nix.works)
+    failure = blame.nix_failure(rc, err, "nix-instantiate")
     if failure is not None:
         raise failure
     if expr.referenced:  # e.g. a recorded .drv Nix cannot read: evaluate from scratch
@@ -775,6 +775,10 @@ def evaluate(
         return full._replace(seconds=(seconds[0] + full.seconds[0], seconds[1] + full.seconds[1]))
     if rc == 0:
         raise NixError(f"nix-instantiate printed {len(drvs)} derivations for {len(dirty)} steps")
+    # before the graph is blamed: does Nix evaluate anything at all (its store opens)?
+    failure = blame.nix_failure(rc, err, "nix-instantiate", nix.works)
+    if failure is not None:
+        raise failure
 
     def run_file(path: Path) -> tuple[int, str]:
         code, _, e = nix.instantiate(path)
