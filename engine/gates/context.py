@@ -23,7 +23,16 @@ from engine.candidate import Candidate
 # A fork's own signing policy, where `trace fork` looks for it by default (CONFIG/policy, with
 # CONFIG = trace): it replaces the shipped one, so the gates must apply its thresholds.
 FORK_SIGNING = Path("trace") / "policy" / "signing.toml"
-GATES = ("scope", "mutation", "coverage", "variants", "regression", "fault-site", "detector")
+GATES = (
+    "scope",
+    "mutation",
+    "coverage",
+    "variants",
+    "regression",
+    "fault-site",
+    "detector",
+    "fuzz",
+)
 
 
 def mutant_count(candidate: Candidate) -> int:
@@ -79,4 +88,6 @@ def gate_context(
         "regression": {"policy": applied["regression"], "reruns": reruns(applied["regression"])},
         "fault_site": {"policy": applied["fault-site"]},
         "detector": {"policy": applied["detector"]},
+        # executions and seed of the fuzzing gate: one exploration step, whatever the budget
+        "fuzz": {"policy": applied["fuzz"]},
     }

@@ -65,7 +65,16 @@ class GateRule(Strict):
         default=None, ge=1, le=512, description="variants gate only: how many variants of the PoC"
     )
     seed: int | None = Field(
-        default=None, ge=0, description="variants gate only: the seed of the variant generator"
+        default=None,
+        ge=0,
+        description="variants and fuzz gates only: the seed of the variant generator, or of "
+        "the fuzzer's mutations",
+    )
+    executions: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="fuzz gate only: how many executions the fuzzer spends (never wall time)",
     )
     frames: int | None = Field(
         default=None,
@@ -94,6 +103,7 @@ THRESHOLD_KEYS = (
     "max_lines",
     "budget",
     "seed",
+    "executions",
     "frames",
     "reruns",
 )
@@ -101,6 +111,7 @@ SIZE_BOUNDS = ("max_files", "max_hunks", "max_lines")
 SIZE_GATE = "scope"
 VARIANT_KEYS = ("budget", "seed")
 VARIANT_GATE = "variants"
+FUZZ_GATE = "fuzz"
 
 
 _SIGNABLE: tuple[State, ...] = ("auto-merge-eligible", "human-review-required")
@@ -151,21 +162,23 @@ def load_signing_rules(path: Path) -> tuple[SigningPolicy, str, str]:
     spec = validate(SigningFile, data, path=path, text=text, what="signing policy")
     check_schema(spec.policy, SCHEMA, path=path, text=text)
     # keys that belong to one gate only: (keys, that gate, what they are, the error's prefix)
-    owned = (
-        (SIZE_BOUNDS, SIZE_GATE, "max_files, max_hunks and max_lines bound", "size bound "),
-        (VARIANT_KEYS, VARIANT_GATE, "budget and seed set", ""),
-        (("reruns",), "regression", "reruns apply to", ""),
+    owned: tuple[tuple[tuple[str, ...], tuple[str, ...], str, str], ...] = (
+        (SIZE_BOUNDS, (SIZE_GATE,), "max_files, max_hunks and max_lines bound", "size bound "),
+        (("budget",), (VARIANT_GATE,), "budget and seed set", ""),
+        (("seed",), (VARIANT_GATE, FUZZ_GATE), "seeds set", ""),
+        (("executions",), (FUZZ_GATE,), "executions set", ""),
+        (("reruns",), ("regression",), "reruns apply to", ""),
     )
     for name, rule in spec.gates.items():
-        for keys, gate, what, prefix in owned:
+        for keys, gates, what, prefix in owned:
             found = [k for k in keys if getattr(rule, k) is not None]
-            if found and name != gate:
+            if found and name not in gates:
                 raise PolicyError(
                     f"{prefix}'{found[0]}' on gate '{name}'",
                     file=path,
                     key=f"gates.{name}.{found[0]}",
                     line=find_line(text, ("gates", name, found[0])),
-                    hint=f"{what} the [gates.{gate}] gate; move them there",
+                    hint=f"{what} the [gates.{gates[0]}] gate; move them there",
                 )
     policy = SigningPolicy(
         ref=ref(spec.policy, path, digest),

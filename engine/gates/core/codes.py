@@ -220,6 +220,15 @@ RULES: dict[str, tuple[str, str, str]] = {
         "the post-fix build still fails the PoC itself, so variants mean nothing (not measurable)",
         "fix the candidate first (see the verify gate)",
     ),
+    # the fuzzing gate: coverage-guided fuzzing of the post-fix build (fuzz_gate.py)
+    "fuzz.found-crash": (
+        "fuzz-found-crash",
+        "an input the fuzzing gate found (minimised, run again under the verify harness) "
+        "crashes the post-fix build with the declared bug's kind, or with a crash the unpatched "
+        "build does not show",
+        "fix the faulty code for every input, not the PoC's: the bundled input reproduces the "
+        "crash (fuzz/<id>/repro.sh)",
+    ),
     # the package's own tests, both sides
     "regression.introduced": (
         "regression-introduced",

@@ -111,7 +111,14 @@ def differential_gate(cfg: dict[str, Any]) -> dict[str, Any]:
     return evaluate(cfg)
 
 
+def fuzz_gate(cfg: dict[str, Any]) -> dict[str, Any]:
+    from .fuzz_gate import evaluate
+
+    return evaluate(cfg)
+
+
 GATES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "fuzz": fuzz_gate,
     "differential": differential_gate,
     "expectation": expectation_gate,
     "fault-site": fault_site_gate,
@@ -142,6 +149,11 @@ def main(argv: list[str]) -> int:
         from .variant_gate import write_plan
 
         write_plan(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
+        return 0
+    if len(argv) == 2 and argv[0] == "fuzz-plan":
+        from .fuzz_gate import write_plan as write_fuzz_plan
+
+        write_fuzz_plan(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
         return 0
     if len(argv) == 3 and argv[0] == "variant-runs":
         from .variant_runs import run_side

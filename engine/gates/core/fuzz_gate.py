@@ -1,0 +1,381 @@
+"""The fuzzing gate, sandbox side: explore the post-fix build, then judge what was found.
+
+`write_plan` (derivation `fuzz-plan`) runs the PoC's own invocations (the first pre-fix run's
+targets, arguments, stdin and data files, as the variants gate reads them) against the post-fix
+package built with coverage (templates/gates/fuzz-cc), seeded with the PoC's units, the
+variants' versions of them and the good inputs (variant-plan's), for `executions` executions
+with `seed` ([gates.fuzz] of the signing policy; fuzz.py). Each distinct crash is minimised and
+written as a variant in the variant plan's format (`v/<n>/repro.sh`, `data/`, `variant.json`,
+`plan.json`, `poc.json`): ordinary reproducers that `fuzz-post` and `fuzz-pre` (variant-run
+steps) run under the verify harness against the real post-fix and pre-fix builds, so each found
+crash is a deterministic step of its own, run on both sides and bundled as a replayable
+reproducer.
+
+`evaluate` (derivation `gate-fuzz`): a found input whose post-fix run crashes, with the kind
+[expect] names or a crash the pre-fix build does not show, is `fuzz-found-crash` (not
+waivable). Nothing to fuzz (no program invocation, only Python targets, an instrumented build
+that failed or ran no instrumented code) is not measurable: the record passes with
+`measurable: false` and says why (`details.not_measurable`: fuzz-not-measurable); it never
+denies, so "not measurable" never catches a wrong fix and never blocks a right one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+from typing import Any
+
+from .applied import applied_policy, bound
+from .codes import gate_record
+from .fuzz import MAP_SIZE, Crash, FuzzResult, Outcome, features, fuzz, minimise
+from .modules import load_json_object
+from .variant_gate import (
+    _store_name,
+    crashes,
+    poc_invocations,
+    runs_by_index,
+    same_bug,
+    signature,
+    write_taint,
+)
+from .variants import Invocation, Unit, _variant, units_of
+
+DEFAULT_EXECUTIONS = 500
+DEFAULT_SEED = 0
+TIMEOUT = 5.0  # seconds per invocation in the loop: longer is a hang, not a crash
+MINIMISE_SHARE = 4  # minimisation may spend executions // MINIMISE_SHARE more
+NOT_MEASURABLE = "fuzz-not-measurable"
+_SUMMARY = re.compile(r"SUMMARY: (\w+Sanitizer): (\S+)")
+_FRAME0 = re.compile(r"#0 0x[0-9a-f]+ (?:in (\S+) )?\(?([^()\s]*?)(\+0x[0-9a-f]+)?\)?\s*$", re.M)
+
+
+def crash_of(stderr: str, returncode: int) -> str | None:
+    """A crash's signature: `Tool: kind @ innermost frame`, or the fatal signal's name."""
+    m = _SUMMARY.search(stderr)
+    if m:
+        f = _FRAME0.search(stderr)
+        where = f"{f.group(1) or os.path.basename(f.group(2))}{f.group(3) or ''}" if f else "?"
+        return f"{m.group(1)}: {m.group(2)} @ {where}"
+    if returncode < 0 and -returncode in (
+        signal.SIGSEGV,
+        signal.SIGABRT,
+        signal.SIGBUS,
+        signal.SIGILL,
+        signal.SIGFPE,
+    ):
+        return signal.Signals(-returncode).name
+    return None
+
+
+class ProgramRunner:
+    """One execution = the PoC's program invocations in a work directory, one unit replaced,
+    the coverage map zeroed before and read after (fuzz.Runner)."""
+
+    def __init__(
+        self,
+        target: str,
+        invocations: list[Invocation],
+        files: dict[str, bytes],
+        units: list[Unit],
+        work: str,
+    ) -> None:
+        self.target, self.invocations, self.files, self.units = target, invocations, files, units
+        self.work = work
+        self.map = os.path.join(work, "..", "trace-fuzz.map")
+        self.env = dict(
+            os.environ,
+            TRACE_FUZZ_MAP=self.map,
+            ASAN_OPTIONS="detect_leaks=0:symbolize=0:abort_on_error=0",
+        )
+
+    def _argv(self, i: int, inv: Invocation, unit: Unit, data: bytes) -> list[str] | None:
+        args = list(inv.args)
+        if unit.kind == "arg" and unit.name.startswith(f"arg:{i}:"):
+            text = data.decode("utf-8", "surrogateescape")
+            if "\0" in text:
+                return None
+            args[int(unit.name.split(":")[2])] = text
+        subst = [a.replace("$TARGET", self.target).replace("<work>", self.work) for a in args]
+        return [os.path.join(self.target, inv.target), *subst]
+
+    def __call__(self, index: int, data: bytes) -> Outcome:
+        unit = self.units[index]
+        with open(self.map, "wb") as fh:
+            fh.write(bytes(MAP_SIZE))
+        for name, content in self.files.items():
+            with open(os.path.join(self.work, name), "wb") as fh:
+                fh.write(data if unit.kind == "file" and unit.name == name else content)
+        for i, inv in enumerate(self.invocations):
+            if inv.kind != "program":
+                continue
+            argv = self._argv(i, inv, unit, data)
+            if argv is None:
+                return Outcome(0)
+            stdin = data if unit.name == f"stdin:{i}" else inv.stdin or b""
+            try:
+                p = subprocess.run(
+                    argv,
+                    input=stdin,
+                    cwd=self.work,
+                    env=self.env,
+                    timeout=TIMEOUT,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                return Outcome(self._features(), hung=True)
+            crash = crash_of(p.stderr.decode("utf-8", "replace"), p.returncode)
+            if crash is not None:
+                return Outcome(self._features(), crash=crash)
+        return Outcome(self._features())
+
+    def _features(self) -> int:
+        with open(self.map, "rb") as fh:
+            return features(fh.read(MAP_SIZE))
+
+
+def _variant_seeds(plan: str | None, units: list[Unit]) -> list[tuple[int, bytes]]:
+    """The variants gate's variants (and good inputs' variants) of each file or stdin unit."""
+    out: list[tuple[int, bytes]] = []
+    root = os.path.join(plan or "", "v")
+    if not plan or not os.path.isdir(root):
+        return out
+    names = {u.name: k for k, u in enumerate(units)}
+    for n in sorted(os.listdir(root), key=lambda s: int(s) if s.isdigit() else 0):
+        meta = load_json_object(os.path.join(root, n, "variant.json"))
+        k = names.get(str(meta.get("unit")))
+        if k is None or units[k].kind == "arg":
+            continue
+        u = units[k]
+        name = u.name if u.kind == "file" else f"stdin-{u.name.split(':')[1]}.bin"
+        path = os.path.join(root, n, "data", name)
+        if os.path.isfile(path):
+            with open(path, "rb") as fh:
+                out.append((k, fh.read()))
+    return out
+
+
+def _read_data(paths: list[str]) -> tuple[dict[str, bytes], dict[str, str]]:
+    files: dict[str, bytes] = {}
+    trees: dict[str, str] = {}
+    for path in paths:
+        if os.path.isdir(path):
+            trees[_store_name(path)] = path
+        else:
+            with open(path, "rb") as fh:
+                files[_store_name(path)] = fh.read()
+    return files, trees
+
+
+def why_not_measurable(
+    cfg: dict[str, Any], first: dict[str, Any], invs: list[Invocation]
+) -> str | None:
+    target = str(cfg.get("target") or "")
+    if not first.get("target_ran") or not invs:
+        return "the pre-fix run recorded no target invocation: no PoC to fuzz from"
+    if not any(i.kind == "program" for i in invs):
+        return "the PoC's targets are not compiled programs (Python): nothing to instrument"
+    if not target or os.path.exists(os.path.join(target, ".trace-build-failed")):
+        return "the post-fix build with coverage did not build"
+    return None
+
+
+def write_plan(cfg: dict[str, Any], out: str) -> None:
+    """cfg: target (the coverage build), pre_runs, data, seeds (variant-plan dir), policy."""
+    policy = applied_policy(cfg)
+    executions = bound(policy, "executions") or DEFAULT_EXECUTIONS
+    seed = bound(policy, "seed")
+    seed = DEFAULT_SEED if seed is None else seed
+    runs = [load_json_object(os.path.join(d, "outcome.json")) for d in cfg["pre_runs"]]
+    first = runs[0] if runs else {}
+    invs = poc_invocations(first)
+    files, trees = _read_data(list(cfg.get("data") or []))
+    units = units_of(invs, files)
+    stats: dict[str, Any] = {"executions": 0, "budget": executions, "seed": seed}
+    why = why_not_measurable(cfg, first, invs) or (
+        None if units else "the PoC has no input to vary"
+    )
+    result = FuzzResult()
+    found: list[tuple[Crash, bytes, int]] = []
+    if why is None:
+        result, found, why = _explore(cfg, invs, files, trees, units, executions, seed)
+        stats.update(
+            executions=result.executions,
+            corpus=len(result.corpus),
+            edges=result.edges,
+            hangs=result.hangs,
+            minimise=sum(u for _, _, u in found),
+        )
+    os.makedirs(os.path.join(out, "v"))
+    write_taint(out, invs, [p for p in cfg.get("data") or [] if not os.path.isdir(p)])
+    stdin_ids = {i for i, inv in enumerate(invs) if inv.stdin}
+    base = dict(files)
+    for i in stdin_ids:
+        base[f"stdin-{i}.bin"] = invs[i].stdin or b""
+    variants = []
+    for n, (crash, small, _) in enumerate(found, 1):
+        variants.append(_write_variant(out, n, crash, small, invs, base, stdin_ids, units, trees))
+    plan = {
+        "budget": executions,
+        "seed": seed,
+        "fuzz": {**stats, "not_measurable": why},
+        "poc": {
+            "target_ran": bool(first.get("target_ran")),
+            "pre_fix": signature(first),
+            "files": sorted(files),
+        },
+        "dictionary": [],
+        "variants": variants,
+    }
+    with open(os.path.join(out, "plan.json"), "w", encoding="utf-8") as fh:
+        json.dump(plan, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
+def _tokens(cfg: dict[str, Any]) -> list[bytes]:
+    plan = cfg.get("seeds")
+    path = os.path.join(plan, "plan.json") if plan else ""
+    if not path or not os.path.isfile(path):
+        return []
+    words = load_json_object(path).get("dictionary") or []
+    return [w.encode("utf-8", "surrogateescape") for w in words if isinstance(w, str) and w]
+
+
+def _explore(
+    cfg: dict[str, Any],
+    invs: list[Invocation],
+    files: dict[str, bytes],
+    trees: dict[str, str],
+    units: list[Unit],
+    executions: int,
+    seed: int,
+) -> tuple[FuzzResult, list[tuple[Crash, bytes, int]], str | None]:
+    tmp = tempfile.mkdtemp(prefix="fuzz-", dir=os.environ.get("TMPDIR", "/tmp"))
+    work = os.path.join(tmp, "work")
+    os.makedirs(work)
+    for name, tree in trees.items():
+        shutil.copytree(tree, os.path.join(work, name))
+    runner = ProgramRunner(str(cfg["target"]), invs, files, units, work)
+    seeds = [(k, u.data) for k, u in enumerate(units)] + _variant_seeds(cfg.get("seeds"), units)
+    result = fuzz(seeds, runner, executions=executions, seed=seed, tokens=_tokens(cfg))
+    if result.edges == 0 and not result.crashes:
+        return result, [], "the instrumented build ran no instrumented code (no coverage map)"
+    found = []
+    for c in result.crashes:
+
+        def same(data: bytes, c: Crash = c) -> bool:
+            return runner(c.unit, data).crash == c.signature
+
+        small, used = minimise(c.data, same, executions // MINIMISE_SHARE)
+        found.append((c, small, used))
+    return result, found, None
+
+
+def _write_variant(
+    out: str,
+    n: int,
+    crash: Crash,
+    data: bytes,
+    invs: list[Invocation],
+    base: dict[str, bytes],
+    stdin_ids: set[int],
+    units: list[Unit],
+    trees: dict[str, str],
+) -> dict[str, Any]:
+    import hashlib
+
+    unit = units[crash.unit]
+    made = _variant(invs, base, stdin_ids, unit, data)
+    files, script = made if made is not None else (base, "")
+    d = os.path.join(out, "v", str(n))
+    os.makedirs(os.path.join(d, "data"))
+    script = script.replace("made by trace's variants gate", "found by trace's fuzzing gate")
+    with open(os.path.join(d, "repro.sh"), "w", encoding="utf-8") as fh:
+        fh.write(script)
+    for name, content in files.items():
+        with open(os.path.join(d, "data", name), "wb") as fh:
+            fh.write(content)
+    for name, tree in trees.items():
+        shutil.copytree(tree, os.path.join(d, "data", name))
+    meta = {
+        "id": f"f{n:03d}-crash",
+        "operator": "fuzz",
+        "unit": unit.name,
+        "description": f"{unit.name}: {len(data)} bytes found at execution {crash.found_at}, "
+        f"minimised from {len(crash.data)} ({crash.signature})",
+        "files": {k: hashlib.sha256(v).hexdigest() for k, v in sorted(files.items())},
+        "index": n,
+        "script": script,
+        "input_hex": data.hex(),
+    }
+    with open(os.path.join(d, "variant.json"), "w", encoding="utf-8") as fh:
+        json.dump(meta, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    return {k: meta[k] for k in ("id", "operator", "unit", "description", "files")}
+
+
+# --- judging ---------------------------------------------------------------------------------
+
+
+def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
+    """cfg: plan (the fuzz-plan dir), post and pre (its variant-run dirs), expect, policy."""
+    policy = applied_policy(cfg)
+    plan = load_json_object(os.path.join(cfg["plan"], "plan.json"))
+    expect = cfg.get("expect") or {}
+    if isinstance(expect, str):
+        expect = json.loads(expect)
+    stats = plan.get("fuzz") or {}
+    post, pre = runs_by_index(cfg["post"]), runs_by_index(cfg["pre"])
+    results = []
+    for n in sorted(post):
+        meta, post_rec = post[n]
+        pre_crash = crashes(pre[n][1]) if n in pre else []
+        post_crash = crashes(post_rec)
+        failing = bool(post_crash) and (
+            any(same_bug(c, expect) for c in post_crash) or bool(set(post_crash) - set(pre_crash))
+        )
+        results.append(
+            {
+                "index": n,
+                "id": meta["id"],
+                "description": meta["description"],
+                "files": meta["files"],
+                "post_crash": post_crash,
+                "pre_crash": pre_crash,
+                "status": "found-crash"
+                if failing
+                else ("other-crash" if post_crash else "no-crash"),
+            }
+        )
+    found = [r for r in results if r["status"] == "found-crash"]
+    why = stats.get("not_measurable")
+    rules = ["fuzz.found-crash"] if found else []
+    summary = (
+        f"fuzzing not measurable: {why}"
+        if why
+        else f"{stats.get('executions', 0)} executions (seed {plan.get('seed')}), "
+        f"{stats.get('corpus', 0)} inputs in the corpus, {stats.get('edges', 0)} edge "
+        f"classes; {len(results)} crash(es) found, {len(found)} still crash post-fix"
+    )
+    if found:
+        summary += f" (replay: fuzz/{found[0]['id']}/, {found[0]['description']})"
+    details: dict[str, Any] = {
+        "summary": summary,
+        "policy": policy,
+        "fuzz": stats,
+        "results": results,
+        "still_failing": [
+            {k: r[k] for k in ("index", "id", "description", "files", "post_crash")}
+            | {"broken": []}
+            for r in found
+        ],
+    }
+    if why:
+        details["not_measurable"] = {"code": NOT_MEASURABLE, "why": why}
+    return gate_record("fuzz", rules, measurable=why is None, score=None, details=details)
