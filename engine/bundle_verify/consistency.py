@@ -12,7 +12,8 @@ These checks run once every payload digest holds, and each failure has its own r
   the replay record's step keys and outcome digests against `verify-result.json` and
   `outcomes/`, `decisions/routing.json` against the routing inside the signing decision,
   model.json's prompt digest against `prompt.txt`, each still-failing variant of the variants
-  gate against its bundled reproducer (`variants/<id>/data/*` by sha256, `repro.sh` present);
+  gate against its bundled reproducer (`variants/<id>/data/*` by sha256, `repro.sh` present;
+  the fuzzing gate's found inputs likewise under `fuzz/<id>/`);
 - `verify.not-reproduced`: the verify result's verdict does not follow from its own claims
   (passed, reasons, deterministic, flaky) or its claims from the expectation gate's record;
 - `decision.not-reproduced`: the signing policy, run again over the bundled records with the
@@ -192,23 +193,29 @@ def _outcome_problems(b: Bundled) -> list[str]:
 
 
 def _variant_problems(b: Bundled) -> list[str]:
-    """Each variant the variants gate names as still failing is bundled, byte for byte."""
-    gate = b.gates.get("variants")
+    """Each variant the variants gate names as still failing is bundled, byte for byte, and so
+    is each input the fuzzing gate found crashing the post-fix build (`fuzz/<id>/`)."""
+    return _bundled_inputs(b, "variants", "variants") + _bundled_inputs(b, "fuzz", "fuzz")
+
+
+def _bundled_inputs(b: Bundled, gate_name: str, top: str) -> list[str]:
+    gate = b.gates.get(gate_name)
     if gate is None:
         return []
     problems = []
+    named = f"gates/{gate_name}.json"
     for item in gate.details.get("still_failing") or []:
-        base = f"variants/{item.get('id')}"
+        base = f"{top}/{item.get('id')}"
         if not (b.payload / base / "repro.sh").is_file():
-            problems.append(f"{base}/repro.sh missing (gates/variants.json names it)")
+            problems.append(f"{base}/repro.sh missing ({named} names it)")
         for name, digest in sorted((item.get("files") or {}).items()):
             path = b.payload / base / "data" / name
             if unsafe_name(f"{base}/data/{name}"):
                 problems.append(f"{base}/data/{name!r}: not a payload file name")
             elif not path.is_file():
-                problems.append(f"{base}/data/{name} missing (gates/variants.json names it)")
+                problems.append(f"{base}/data/{name} missing ({named} names it)")
             elif hashlib.sha256(path.read_bytes()).hexdigest() != digest:
-                problems.append(f"{base}/data/{name} differs from gates/variants.json")
+                problems.append(f"{base}/data/{name} differs from {named}")
     return problems
 
 

@@ -147,24 +147,35 @@ def outcome_entries(run: RunResult) -> list[PayloadEntry]:
 VARIANTS_DIR = "variants"
 VARIANT_GATE_STEP = "gate-variants"
 VARIANT_POST_STEP = "variant-post"
+# the fuzzing gate's found inputs: the same shape, their own directory and steps
+FUZZ_DIR = "fuzz"
+FUZZ_GATE_STEP = "gate-fuzz"
+FUZZ_POST_STEP = "fuzz-post"
 
 
 def variant_entries(run: RunResult) -> list[PayloadEntry]:
-    """Each variant the variants gate found still failing, as a replayable reproducer:
-    `variants/<id>/repro.sh` and `variants/<id>/data/<name>`, read from the output of the
-    post-fix variant-run step (whose outcome records every variant's run, the crash included;
-    `verify-bundle --replay` rebuilds that step, running the crashing variant again). The
-    files' sha256 are in the gate record (`still_failing[].files`)."""
-    gate = run.steps.get(VARIANT_GATE_STEP)
+    """Each variant the variants gate found still failing, and each input the fuzzing gate
+    found crashing the post-fix build, as a replayable reproducer: `variants/<id>/repro.sh`
+    and `variants/<id>/data/<name>` (`fuzz/<id>/...` for the fuzzer's), read from the output
+    of the post-fix variant-run step (`variant-post`, `fuzz-post`: its outcome records every
+    run, the crash included; `verify-bundle --replay` rebuilds that step, running the crashing
+    input again). The files' sha256 are in the gate record (`still_failing[].files`)."""
+    return _still_failing(run, VARIANT_GATE_STEP, VARIANT_POST_STEP, VARIANTS_DIR) + (
+        _still_failing(run, FUZZ_GATE_STEP, FUZZ_POST_STEP, FUZZ_DIR)
+    )
+
+
+def _still_failing(run: RunResult, gate_step: str, post_step: str, top: str) -> list[PayloadEntry]:
+    gate = run.steps.get(gate_step)
     details = gate.outcome.get("details") if gate and isinstance(gate.outcome, dict) else None
     if not isinstance(details, dict):
         return []
     out: list[PayloadEntry] = []
     for item in details.get("still_failing") or []:
-        src = _variant_dir(run, int(item["index"]))
+        src = _variant_dir(run, int(item["index"]), post_step)
         if src is None:
             continue
-        base = f"{VARIANTS_DIR}/{item['id']}"
+        base = f"{top}/{item['id']}"
         out.append(_file_entry(f"{base}/repro.sh", "reproducer", src / "repro.sh"))
         for name in sorted(item.get("files") or {}):
             # byte for byte (not canonicalised as text): the input must crash as recorded
@@ -180,14 +191,14 @@ def variant_entries(run: RunResult) -> list[PayloadEntry]:
     return out
 
 
-def _variant_dir(run: RunResult, index: int) -> Path | None:
+def _variant_dir(run: RunResult, index: int, post_step: str = VARIANT_POST_STEP) -> Path | None:
     """Variant `index`'s reproducer as its post-fix run kept it: `v/<index>/variant` of the one
-    variant-post step (engine/gates/core/variant_runs.py), or the `variant` dir of a
+    post-fix variant-run step (engine/gates/core/variant_runs.py), or the `variant` dir of a
     `variant-post@<index>` step (a graph that still runs one step per variant)."""
-    batch = run.steps.get(VARIANT_POST_STEP)
+    batch = run.steps.get(post_step)
     if batch is not None and batch.out is not None:
         return Path(batch.out) / "v" / str(index) / "variant"
-    step = run.steps.get(f"{VARIANT_POST_STEP}@{index}")
+    step = run.steps.get(f"{post_step}@{index}")
     return Path(step.out) / "variant" if step is not None and step.out is not None else None
 
 

@@ -147,10 +147,12 @@ def fuzz(
     executions: int,
     seed: int,
     tokens: list[bytes] | None = None,
+    stop_on_crash: bool = False,
 ) -> FuzzResult:
     """Run every seed (each costs an execution), then mutate corpus entries until `executions`
     is spent. An input that reaches new coverage joins the corpus; a crash is kept once per
-    signature (not a corpus entry)."""
+    signature (not a corpus entry). `stop_on_crash`: end at the first crash (a prefix of the
+    full run: the same inputs up to there; for measuring, the gate spends its whole budget)."""
     rng = random.Random(f"trace-fuzz:{seed}")
     toks = list(tokens or [])
     result = FuzzResult()
@@ -161,6 +163,8 @@ def fuzz(
         seen, _ = _try(result, seen, unit, data, run)
         result.corpus.append((unit, data))
     while result.corpus and result.executions < executions:
+        if stop_on_crash and result.crashes:
+            break
         unit, data = result.corpus[rng.randrange(len(result.corpus))]
         same = [d for u, d in result.corpus if u == unit]
         child = mutate(data, rng, toks, rng.choice(same))

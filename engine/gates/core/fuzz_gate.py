@@ -51,7 +51,7 @@ TIMEOUT = 5.0  # seconds per invocation in the loop: longer is a hang, not a cra
 MINIMISE_SHARE = 4  # minimisation may spend executions // MINIMISE_SHARE more
 NOT_MEASURABLE = "fuzz-not-measurable"
 _SUMMARY = re.compile(r"SUMMARY: (\w+Sanitizer): (\S+)")
-_FRAME0 = re.compile(r"#0 0x[0-9a-f]+ (?:in (\S+) )?\(?([^()\s]*?)(\+0x[0-9a-f]+)?\)?\s*$", re.M)
+_FRAME0 = re.compile(r"#0 0x[0-9a-f]+\s+(?:in (\S+))?\s*(?:\(([^()\s]+?)(\+0x[0-9a-f]+)\))?")
 
 
 def crash_of(stderr: str, returncode: int) -> str | None:
