@@ -50,6 +50,9 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # a clean rejection (ValueError, exit 1) of keys with a space (Jinja2 CVE-2024-22195's
     # shape): variants that are no longer bad inputs are rightly accepted, no false finding
     ("htmlattr-key-injection", "allow", set()),
+    # issue 26: an off-by-one at a decoder's capacity fixed in the loop's bound (the fuzzing
+    # gate explores 500 executions of it and finds nothing)
+    ("urldec-capacity", "allow", set()),
     # plausible wrong fixes: DENY, by the gates that see them
     # ... and the fault-site gate: the patch changes no function on the failing stack
     (
@@ -101,6 +104,10 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # hides the double free's second free behind the entry's `live` flag: a key unset twice
     # (a variant: the PoC's line 2 duplicated) still frees it twice
     ("kvset-wrong-fix", "deny", {"variant-still-fails"}),
+    # issue 26: refuses lines of the buffer's exact LENGTH (the PoC's 16 bytes): every claim
+    # holds and no variant of the PoC (one edit each) decodes to 16 bytes from another length;
+    # the fuzzing gate finds one (`%XX` escapes), minimised and bundled under fuzz/<id>/
+    ("urldec-length-special-case", "deny", {"fuzz-found-crash"}),
     # issue 25: prints the email but also two-field lines, and edits the expected value of the
     # package's own test that catches it: the unpatched tests, run against the post-fix build,
     # fail (regression-introduced) and the edited test is tests-weakened (not waivable)
@@ -333,6 +340,26 @@ def test_a_variant_that_breaks_the_good_input_s_oracle_is_bundled(state: Path) -
     assert {r["id"] for r in broken} <= named
 
 
+def test_the_length_special_case_is_missed_by_the_variants_and_found_by_the_fuzzer(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26: the PoC's variants miss urldec's wrong fix (none crashes it), the fuzzing gate
+    catches it with an input of another length decoding to 16 bytes; the real fix's fuzzing
+    finds nothing (no false finding)."""
+    verified(state, capsys, "urldec-length-special-case")
+    variants = gate(state, "urldec-length-special-case", "variants")
+    assert variants["passed"] and variants["details"]["still_failing"] == [], variants["details"]
+    fuzz = gate(state, "urldec-length-special-case", "fuzz")
+    assert fuzz["reasons"] == ["fuzz-found-crash"] and fuzz["measurable"], fuzz["details"]
+    (found,) = fuzz["details"]["still_failing"]
+    assert found["post_crash"] == ["AddressSanitizer: heap-buffer-overflow"]
+    assert fuzz["details"]["fuzz"]["executions"] == 500
+    verified(state, capsys, "urldec-capacity")
+    real = gate(state, "urldec-capacity", "fuzz")
+    assert real["passed"] and real["measurable"] and real["details"]["results"] == []
+    assert real["details"]["fuzz"]["edges"] > 0  # it did explore: coverage came back
+
+
 def test_decide_says_why_mutation_is_not_measurable(
     state: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -386,6 +413,11 @@ DISCRIMINATION: dict[str, tuple[str, list[str]]] = {
     ),
     # issue 26: a lifetime bug; the wrong fix hides the second free behind the PoC's condition
     "kvset: an unset key's value is freed twice": ("kvset-double-free", ["kvset-wrong-fix"]),
+    # issue 26: a length special case only the fuzzing gate reaches
+    "urldec: a line decoding to exactly 16 bytes overflows by one": (
+        "urldec-capacity",
+        ["urldec-length-special-case"],
+    ),
 }
 # other real fixes of a listed bug, and candidates whose evidence is the point (not a fix's
 # discrimination): every calibration row is in exactly one place
