@@ -470,11 +470,11 @@ def test_thresholds_come_from_the_policy_file(
         assert codes["policy-unknown-version"].sources == ["gate:mutation"]
     # the same name and version with other thresholds: edited without a version bump
     unbumped = lenient_dir / "unbumped.toml"
-    unbumped.write_text(lenient_file.read_text().replace('version = "0.0.1"', 'version = "1.3.0"'))
+    unbumped.write_text(lenient_file.read_text().replace('version = "0.0.1"', 'version = "1.4.0"'))
     d = _decide_with(unbumped, strict_rec, routed)
     (mismatch,) = [r for r in d.reasons if r.code == "policy-unknown-version"]
     assert mismatch.details == [
-        "applied thresholds min_score=0.8, but trace-signing 1.3.0 sets min_score=0.0 "
+        "applied thresholds min_score=0.8, but trace-signing 1.4.0 sets min_score=0.0 "
         "(was the policy edited without a version bump?)"
     ]
 
@@ -512,6 +512,12 @@ BAD_SIGNING = [
     ('[gates.coverage]\nrequired = true', '[gates.coverage]\nrequired = true\nreruns = 2',
      "gates.coverage.reruns", "'reruns' on gate 'coverage'"),
     ("reruns = 2", "reruns = 9", "gates.regression.reruns", "less than or equal to 5"),
+    # issue 26: the fuzzing gate's budget is its own; a seed belongs to variants and fuzz only
+    ('[gates.coverage]\nrequired = true', '[gates.coverage]\nrequired = true\nexecutions = 9',
+     "gates.coverage.executions", "'executions' on gate 'coverage'"),
+    ('[gates.coverage]\nrequired = true', '[gates.coverage]\nrequired = true\nseed = 1',
+     "gates.coverage.seed", "'seed' on gate 'coverage'"),
+    ("executions = 500", "executions = 0", "gates.fuzz.executions", "greater than or equal to 1"),
 ]  # fmt: skip
 
 
