@@ -186,6 +186,9 @@ def test_a_changed_reproducer_reruns_the_mutants_and_not_the_builds(tmp_path: Pa
     # the differential oracle's third side: no upstream fix named, so its derivations are the
     # pre-fix side's own (re-keyed, never built twice) and its gate says not measurable
     variants += ["gate-differential", "upstream-fix-run@1", "variant-upstream"]
+    # the fuzzing gate (issue 26) starts from the PoC's runs and the variants: it explores
+    # again (its coverage build, a derivation inside fuzz-plan, does not read them: cached)
+    variants += ["fuzz-plan", "fuzz-post", "fuzz-pre", "gate-fuzz"]
     assert rebuilt == sorted(
         [
             "coverage-run",
