@@ -250,3 +250,25 @@ def test_the_default_budget_finds_the_length_special_case_with_10_of_10_seeds(
         assert "heap-buffer-overflow" in crash.signature
         found[seed] = crash.found_at
     assert len(found) == 10 and max(found.values()) <= budget, found
+
+
+def test_no_coverage_from_any_seed_stops_before_the_budget_is_spent() -> None:
+    """A target with nothing instrumented (a script) gives no guidance: the seeds run, nothing
+    more, and the gate then says not measurable (fuzz_gate: no edges)."""
+    calls = []
+
+    def blind(unit: int, data: bytes) -> Outcome:
+        calls.append(data)
+        return Outcome(0)
+
+    result = fuzz([(0, b"a"), (0, b"b")], blind, executions=500, seed=0)
+    assert result.executions == 2 and result.edges == 0 and len(calls) == 2
+
+
+def test_hangs_never_join_the_corpus_and_end_the_exploration() -> None:
+    def slow(unit: int, data: bytes) -> Outcome:
+        return Outcome(3, hung=len(data) > 3)
+
+    result = fuzz([(0, b"abc")], slow, executions=500, seed=0)
+    assert all(len(d) <= 3 for _, d in result.corpus)
+    assert result.hangs == 8 and result.executions < 500

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 MAP_SIZE = 1 << 16
 MAX_INPUT = 1 << 14  # a mutated input never grows past this
 MAX_CRASHES = 4  # distinct crash signatures kept (each costs a minimisation)
+MAX_HANGS = 8  # inputs that time out before exploration stops (each costs the timeout)
 INTERESTING = (0, 1, 0x7F, 0x80, 0xFF, ord("%"), ord("\\"), ord("\n"), ord("0"), ord("A"))
 HEX = b"0123456789abcdefABCDEF"
 
@@ -131,6 +132,8 @@ def _try(result: FuzzResult, seen: int, unit: int, data: bytes, run: Runner) -> 
     result.executions += 1
     out = run(unit, data)
     result.hangs += out.hung
+    if out.hung:
+        return seen, False  # a hang is neither a crash nor a corpus entry
     if out.crash is not None:
         known = {c.signature for c in result.crashes}
         if out.crash not in known and len(result.crashes) < MAX_CRASHES:
@@ -151,8 +154,10 @@ def fuzz(
 ) -> FuzzResult:
     """Run every seed (each costs an execution), then mutate corpus entries until `executions`
     is spent. An input that reaches new coverage joins the corpus; a crash is kept once per
-    signature (not a corpus entry). `stop_on_crash`: end at the first crash (a prefix of the
-    full run: the same inputs up to there; for measuring, the gate spends its whole budget)."""
+    signature (not a corpus entry). No coverage from any seed (nothing instrumented ran: a
+    script, a prebuilt binary) ends it there, as do MAX_HANGS hangs. `stop_on_crash`: end at
+    the first crash (a prefix of the full run: the same inputs up to there; for measuring, the
+    gate spends its whole budget)."""
     rng = random.Random(f"trace-fuzz:{seed}")
     toks = list(tokens or [])
     result = FuzzResult()
@@ -162,8 +167,8 @@ def fuzz(
             break
         seen, _ = _try(result, seen, unit, data, run)
         result.corpus.append((unit, data))
-    while result.corpus and result.executions < executions:
-        if stop_on_crash and result.crashes:
+    while seen and result.corpus and result.executions < executions:
+        if (stop_on_crash and result.crashes) or result.hangs >= MAX_HANGS:
             break
         unit, data = result.corpus[rng.randrange(len(result.corpus))]
         same = [d for u, d in result.corpus if u == unit]

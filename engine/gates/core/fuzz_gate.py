@@ -47,7 +47,7 @@ from .variants import Invocation, Unit, _variant, units_of
 
 DEFAULT_EXECUTIONS = 500
 DEFAULT_SEED = 0
-TIMEOUT = 5.0  # seconds per invocation in the loop: longer is a hang, not a crash
+TIMEOUT = 2.0  # seconds per invocation in the loop: longer is a hang, not a crash
 MINIMISE_SHARE = 4  # minimisation may spend executions // MINIMISE_SHARE more
 NOT_MEASURABLE = "fuzz-not-measurable"
 _SUMMARY = re.compile(r"SUMMARY: (\w+Sanitizer): (\S+)")
