@@ -27,7 +27,7 @@ from engine.gates.core.fuzz import (
     mutate,
 )
 from engine.gates.core.fuzz_gate import ProgramRunner, crash_of, evaluate
-from engine.gates.core.variants import Invocation, units_of
+from engine.gates.core.variants import Invocation, Unit, generate, units_of
 
 REPO = Path(__file__).resolve().parent.parent
 FUZZ_CC = REPO / "templates" / "gates" / "fuzz-cc"
@@ -221,54 +221,60 @@ def default_executions() -> int:
     return int(policy["gates"]["fuzz"]["executions"])
 
 
+def gate_seeds(
+    invs: list[Invocation], files: dict[str, bytes], units: list[Unit]
+) -> tuple[list[tuple[int, bytes]], list[bytes]]:
+    """The seeds and dictionary the gate's fuzz-plan uses: the PoC's units, then the variants
+    gate's variants of them (its policy's budget and seed; good.txt a good input), and the
+    variant plan's dictionary (from the patch and the patched file)."""
+    policy = tomli.loads((REPO / "policy" / "signing.toml").read_text())["gates"]["variants"]
+    sources = [(WRONG / "fix.patch").read_text(), URLDEC.read_text()]
+    variants, tokens = generate(
+        invs,
+        files,
+        sources,
+        seed=policy["seed"],
+        budget=policy["budget"],
+        good=frozenset({"good.txt"}),
+    )
+    index = {u.name: k for k, u in enumerate(units)}
+    seeds = [(k, u.data) for k, u in enumerate(units)]
+    seeds += [(index[v.unit], v.files[v.unit]) for v in variants if v.unit in v.files]
+    return seeds, tokens
+
+
 @pytest.mark.skipif(not shutil.which("gcc") or not shutil.which("patch"), reason="needs gcc")
 def test_the_default_budget_finds_the_length_special_case_with_10_of_10_seeds(
     tmp_path: Path,
 ) -> None:
-    """Each seed runs until its first crash (a prefix of the full, deterministic run): the crash
-    must come within the signing policy's executions, and decode to the buffer's 16 bytes from
-    a line of another length (one of its lines: the input may have several)."""
+    """Seeded as the gate seeds it (the PoC's units, the variants, the dictionary), each seed
+    runs until its first crash (a prefix of the full, deterministic run): the crash must come
+    within the signing policy's executions, from a line of another length than 16 decoding to
+    16 bytes (one of its lines: the input may have several)."""
     target = _instrumented(tmp_path)
-    invs = [Invocation("bin/urldec", "program", ("poc.txt",))]
-    files = {"poc.txt": (WRONG / "poc.txt").read_bytes()}
+    invs = [
+        Invocation("bin/urldec", "program", ("good.txt",)),
+        Invocation("bin/urldec", "program", ("poc.txt",)),
+    ]
+    files = {n: (WRONG / n).read_bytes() for n in ("good.txt", "good.out", "poc.txt")}
     units = units_of(invs, files)
     work = tmp_path / "run" / "work"
     work.mkdir(parents=True)
     runner = ProgramRunner(str(target), invs, files, units, str(work))
-    assert runner(0, files["poc.txt"]).crash is None  # the wrong fix passes the PoC itself
+    assert runner(0, units[0].data).crash is None  # the wrong fix passes the PoC itself
+    seeds, tokens = gate_seeds(invs, files, units)
+    assert not any(runner(k, d).crash for k, d in seeds)  # the variants miss it
     budget = default_executions()
     found = {}
     for seed in range(10):
         result = fuzz(
-            [(0, files["poc.txt"])], runner, executions=budget, seed=seed, stop_on_crash=True
+            seeds, runner, executions=budget, seed=seed, tokens=tokens, stop_on_crash=True
         )
         assert result.crashes, f"seed {seed}: no crash in {budget} executions"
         (crash,) = result.crashes
-        lines = crash.data.split(b"\n")
-        texts = [x.split(b"\0")[0] for x in lines]  # a C string ends at its NUL
+        texts = [x.split(b"\0")[0] for x in crash.data.split(b"\n")]  # a C string ends at NUL
         assert any(len(x) != 16 and decoded_length(x) == 16 for x in texts), (seed, crash.data)
         assert "heap-buffer-overflow" in crash.signature
         found[seed] = crash.found_at
     assert len(found) == 10 and max(found.values()) <= budget, found
-
-
-def test_no_coverage_from_any_seed_stops_before_the_budget_is_spent() -> None:
-    """A target with nothing instrumented (a script) gives no guidance: the seeds run, nothing
-    more, and the gate then says not measurable (fuzz_gate: no edges)."""
-    calls = []
-
-    def blind(unit: int, data: bytes) -> Outcome:
-        calls.append(data)
-        return Outcome(0)
-
-    result = fuzz([(0, b"a"), (0, b"b")], blind, executions=500, seed=0)
-    assert result.executions == 2 and result.edges == 0 and len(calls) == 2
-
-
-def test_hangs_never_join_the_corpus_and_end_the_exploration() -> None:
-    def slow(unit: int, data: bytes) -> Outcome:
-        return Outcome(3, hung=len(data) > 3)
-
-    result = fuzz([(0, b"abc")], slow, executions=500, seed=0)
-    assert all(len(d) <= 3 for _, d in result.corpus)
-    assert result.hangs == 8 and result.executions < 500
+    print(f"first crash at execution, by seed: {found}")
