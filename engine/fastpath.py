@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from engine import __version__
+from engine.readonly import read_only_connection
 
 SKIP = frozenset({".git", ".trace", "__pycache__", ".hypothesis"})  # = engine.hashing.SKIP_NAMES
 TABLE = (
@@ -156,7 +157,7 @@ def try_noop(argv: Sequence[str]) -> int | None:
     if not db_path.is_file():
         return None
     try:
-        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        db = read_only_connection(db_path)
         try:
             row = db.execute(
                 "SELECT reads, stamp, outs, warnings FROM fastpath_v2 WHERE name = ?",

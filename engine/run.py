@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from engine import __version__, expression
-from engine.cache import CachedResult, Index
+from engine.cache import CachedResult, Index, IndexView
 from engine.errors import NixError
 from engine.files import write_atomic
 from engine.hashing import digest_bytes, key_digest
@@ -191,7 +191,7 @@ def _why(old: dict[str, Any] | None, new: dict[str, Any], changed_upstream: set[
 
 
 def plan(
-    graph: Graph, index: Index, known_keys: Mapping[str, str] | None = None
+    graph: Graph, index: IndexView, known_keys: Mapping[str, str] | None = None
 ) -> tuple[Plan, dict[str, CachedResult]]:
     """`known_keys`: every step's key as a verified load cache recorded it for this very graph
     and engine (engine/loadcache.py), so hashing is skipped; components are still computed."""
@@ -422,10 +422,13 @@ def _build(job: _Job) -> _Built:
     run.nix_calls += 1
     traced = rep.traced
     evaluated = len(traced) == len(dirty) and all(traced.get(i) for i in range(len(dirty)))
+    if evaluated:
+        keep_expression(expr_file, job.index.state_dir, job.index)
     if evaluated and rep.nix_failed:  # whatever did build is kept: the next run reuses it
         raise rep.nix_error("nix-build")
     clock.mark("build")
     if not evaluated:
+        drop_expression(expr_file)
         # An evaluation error (or Nix failing before evaluation ended): the two-process path
         # decides, blaming an evaluation error on its step (and trying a from-scratch
         # evaluation when a recorded .drv cannot be read); what nix-build built is reused.
@@ -631,14 +634,38 @@ def write_expression(
     index: Index | None = None,
     known: Mapping[str, tuple[str, str]] | None = None,
 ) -> tuple[expression.Expression, Path]:
-    """Render the dirty steps (their frontier, given `known`) into STATE/build/<digest>.nix."""
+    """Render the dirty steps (their frontier, given `known`) into a file of a new temporary
+    folder outside the state directory: a graph that does not evaluate is bad input, which
+    exits 2 having written nothing there (the file stays in the temporary folder, for its
+    hint). `keep_expression` moves it to STATE/build/<digest>.nix once it evaluated."""
+    import tempfile
+
     keys = {sid: sp.key for sid, sp in p.steps.items()}
     expr = expression.build(graph, keys, dirty, known)
-    expr_file = state_dir / "build" / f"{digest_bytes(expr.text.encode())[:32]}.nix"
-    write_atomic(expr_file, expr.text)
-    if index is not None:
-        index.prune_build_files(keep=KEEP_BUILD_FILES)  # the newest, to read after a failure
+    folder = Path(tempfile.mkdtemp(prefix="trace-build-"))
+    expr_file = folder / f"{digest_bytes(expr.text.encode())[:32]}.nix"
+    expr_file.write_text(expr.text, encoding="utf-8")
     return expr, expr_file
+
+
+def keep_expression(expr_file: Path, state_dir: Path, index: Index | None = None) -> Path:
+    """The evaluated expression at STATE/build/<digest>.nix (the newest KEEP_BUILD_FILES are
+    kept, to read after a failed build); its temporary folder is removed."""
+    import shutil
+
+    kept = state_dir / "build" / expr_file.name
+    write_atomic(kept, expr_file.read_bytes())
+    shutil.rmtree(expr_file.parent, ignore_errors=True)
+    if index is not None:
+        index.prune_build_files(keep=KEEP_BUILD_FILES)
+    return kept
+
+
+def drop_expression(expr_file: Path) -> None:
+    """Remove an expression's temporary folder (a fallback evaluates one of its own)."""
+    import shutil
+
+    shutil.rmtree(expr_file.parent, ignore_errors=True)
 
 
 class Evaluated(NamedTuple):
@@ -670,11 +697,13 @@ def evaluate(
     rc, drvs, err = nix.instantiate(expr_file)
     seconds = (t1 - t0, time.perf_counter() - t1)
     if rc == 0 and len(drvs) == len(dirty):
-        return Evaluated(expr_file, drvs, len(expr.rendered), seconds)
+        kept = keep_expression(expr_file, state_dir, index)
+        return Evaluated(kept, drvs, len(expr.rendered), seconds)
     failure = blame.nix_failure(rc, err, "nix-instantiate")
     if failure is not None:
         raise failure
     if expr.referenced:  # e.g. a recorded .drv Nix cannot read: evaluate from scratch
+        drop_expression(expr_file)
         full = evaluate(graph, p, dirty, nix, state_dir, index)
         return full._replace(seconds=(seconds[0] + full.seconds[0], seconds[1] + full.seconds[1]))
     if rc == 0:

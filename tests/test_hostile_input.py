@@ -54,16 +54,19 @@ def _run(argv: list[str | bytes], cwd: Path) -> subprocess.CompletedProcess[byte
     )
 
 
-def _snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:
-    """Every entry under root (not following symlinks): type bits, size, and a file's bytes."""
-    found: dict[str, tuple[int, int, bytes]] = {}
+def _snapshot(root: Path) -> dict[str, tuple[int, int, int, bytes]]:
+    """Every entry under root, root included (not following symlinks): type bits, size,
+    modification time (a directory's changes when an entry is made or removed in it, even
+    one made and removed again) and a file's bytes."""
+    found: dict[str, tuple[int, int, int, bytes]] = {}
     for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
+        for name in [".", *dirs, *files]:
             path = Path(folder) / name
             st = path.lstat()
             regular = path.is_file() and not path.is_symlink()
             data = path.read_bytes() if regular and st.st_size < 1 << 20 else b""
-            found[str(path.relative_to(root))] = (st.st_mode & 0o170000, st.st_size, data)
+            kind = st.st_mode & 0o170000
+            found[os.path.normpath(path.relative_to(root))] = (kind, st.st_size, st.st_mtime_ns, data)
     return found
 
 

@@ -72,6 +72,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.progress",
             "engine.userkey",
             "engine.fastpath",
+            "engine.readonly",
         ),
     ),
 )

@@ -72,23 +72,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     except OSError:
         before = None
     with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
-        hasher.flush(index.db)
         with Progress(enabled=not args.quiet and not args.json) as progress:
             reporter = progress if clock is None else clock.wrapping(progress)
             result = run_graph(
                 graph, index, jobs=args.jobs, reporter=reporter, known_keys=known_keys
             )
+        db = index.writable()  # the graph evaluated: no longer bad input
+        hasher.flush(db)
         if known_keys is None:
             keys = {sid: r.key for sid, r in result.steps.items()}
-            loadcache.store(index.db, state, cache_key, graph, keys)
+            loadcache.store(db, state, cache_key, graph, keys)
         key = fastpath.name(args.graph, root(args))
         if result.ok:
             outs = {sid: r.out for sid, r in result.steps.items() if r.out}
             fastpath.record(
-                index.db, key, graph.reads, outs, since_ns, before=before, warnings=warnings(result)
+                db, key, graph.reads, outs, since_ns, before=before, warnings=warnings(result)
             )
         else:
-            fastpath.forget(index.db, key)
+            fastpath.forget(db, key)
     otel_export(args, clock, result, f"trace run {args.graph}")
     if args.timings:
         laps = {"load": loaded, **result.timings}

@@ -270,7 +270,7 @@ def verify_candidate(
             hasher=hasher,
             variant=cid,
         )
-        hasher.flush(index.db)
+        hasher.flush(index.writable())
         began = dt.datetime.now(dt.UTC)
         with Progress(enabled=progress) as reporter:
             try:
