@@ -72,7 +72,8 @@ def stamp(reads: Iterable[tuple[Path, Sequence[str]]]) -> list[Entry]:
 
 def name(entry: Path, root: Path) -> str:
     return json.dumps(
-        [__version__, str(entry.resolve()), str(root), os.environ.get("TRACE_DATA_DIR", "")]
+        # realpath: a symlink loop stays as written (the full load refuses it), never a crash
+        [__version__, os.path.realpath(entry), str(root), os.environ.get("TRACE_DATA_DIR", "")]
     )
 
 

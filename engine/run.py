@@ -250,6 +250,22 @@ def render_expression(
     return expr.text, expr.owner
 
 
+def evaluate_before_state(graph: Graph, state: Path) -> None:
+    """A run that is to make the state directory `state` evaluates its graph first (every step
+    is dirty then: nothing is cached), so a graph that does not evaluate is refused (exit 2)
+    before the directory exists; once it exists, the run evaluates under the index's lock,
+    which writes nothing before the graph evaluated. One more nix-instantiate, on first runs
+    only."""
+    if state.exists():
+        return
+    from engine.nix import Nix
+
+    with IndexView.open(state) as empty:
+        p, _ = plan(graph, empty)
+    if p.dirty:
+        evaluate(graph, p, p.dirty, Nix(graph.nix), state)
+
+
 def known_drvs(p: Plan, cached: Mapping[str, CachedResult]) -> dict[str, tuple[str, str]]:
     """Clean step -> (.drv, output) of its cached result: what the frontier may import."""
     known: dict[str, tuple[str, str]] = {}

@@ -52,7 +52,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from engine.cache import Index
     from engine.hashing import StatCache
     from engine.progress import Progress
-    from engine.run import run_graph
+    from engine.run import evaluate_before_state, run_graph
 
     # Files modified from (about) now on are never stamped for the fast path: the coarse file
     # system clock may lag the wall clock, hence the margin.
@@ -71,6 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         before: list[fastpath.Entry] | None = fastpath.stamp(graph.reads)
     except OSError:
         before = None
+    evaluate_before_state(graph, state)
     with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
         with Progress(enabled=not args.quiet and not args.json) as progress:
             reporter = progress if clock is None else clock.wrapping(progress)

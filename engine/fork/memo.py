@@ -256,7 +256,7 @@ class Run:
             entries, digest = got
             # trace's own files (the entry pipeline, package-set.nix) are exempt: every full run
             # writes them again from the inputs, so an edit of one is undone, and seen, next run
-            own = Path(path).is_relative_to(self.cfg.state)
+            own = any(Path(path).is_relative_to(d) for d in (self.cfg.state, self.cfg.generated))
             if racy and not own and any(e[2] >= limit or e[4] >= limit for e in entries):
                 return None
             h.update(digest)

@@ -123,7 +123,7 @@ def build_verify(
     from engine.candidate import load_candidate
     from engine.errors import InputError, UsageError
     from engine.progress import Progress
-    from engine.run import run_graph
+    from engine.run import evaluate_before_state, run_graph
     from engine.verify.blame import blame_candidate
     from engine.verify.trusted import from_store
     from engine.verify.verdict import judge
@@ -136,6 +136,10 @@ def build_verify(
         raise UsageError(f"--fork {fork} is not a directory", hint="pass the package set's root")
     state = (state_dir or fork / ".trace").resolve()
     graph, hasher = load_verify_graph(candidate, fork, state, signing_policy)
+    try:
+        evaluate_before_state(graph, state)
+    except InputError as exc:
+        raise blame_candidate(exc, candidate) from None
     with nothing_written_on_bad_input(state), Index(state, wait=wait) as index:
         with Progress(enabled=progress) as progress_reporter:
             reporter = progress_reporter if clock is None else clock.wrapping(progress_reporter)
