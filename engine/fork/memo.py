@@ -59,7 +59,8 @@ from engine.fastpath import Entry, stamp
 from engine.fork.config import ForkConfig
 from engine.fork.report import Outcome
 
-FORMAT = "trace.fork-memo/v1"
+FORMAT = "trace.fork-memo/v2"
+COMMIT_PARTS = ("head", "source")  # what a commit moves (the carry-over may keep a verdict)
 KEY_ENV = "TRACE_MEMO_KEY"
 RACY_NS = 1_000_000_000  # files modified this close to the run's start are never memoised
 NIX_TOOLS = ("nix", "nix-build", "nix-instantiate", "nix-store")
@@ -81,6 +82,7 @@ _PART_LABELS = {  # what a stale entry's message names, per part of the context
     "today": "the date (waivers expire)",
     "fork": "the fork's layout",
     "source": "the fork's source (a commit or an edit)",
+    "host": "the system or Nix version",
     "head": "the fork's commit",
     "dirty": "the work tree's dirty state",
     "policy": "the policy",
@@ -213,9 +215,9 @@ class Run:
             "engine": __version__,
             "today": dt.datetime.now(dt.UTC).date().isoformat(),
             "fork": {k: str(v) for k, v in vars(cfg).items() if k != "source"},
-            "source": None
-            if src is None
-            else [str(src.store_path), src.nar_hash, src.system, src.nix_version],
+            # what a commit moves (COMMIT_PARTS: head, source) apart from what it does not
+            "source": None if src is None else [str(src.store_path), src.nar_hash],
+            "host": None if src is None else [src.system, src.nix_version],
             "head": list(head),
             "dirty": dirty,
             "policy": _dir_digests(policy),
@@ -226,10 +228,13 @@ class Run:
             "shared": self._stamp_digest(self.shared_reads),
         }
         self._shared = context["shared"]
-        self._context = hashlib.sha256(_canon(context)).hexdigest()
         # each part's digest, kept beside an entry to say which part moved when an honest entry
-        # is stale (never trusted: an entry is accepted only by its MAC)
+        # is stale, and to try an entry made at another commit (`_carried`); never trusted: an
+        # entry is accepted only by its MAC, under a context made of these digests
         self._parts = {k: hashlib.sha256(_canon(v)).hexdigest() for k, v in context.items()}
+        self._context = hashlib.sha256(_canon(self._parts)).hexdigest()
+        self.head = head
+        self.carried: dict[str, str] = {}  # candidate file -> the commit its verdict was made at
 
     # ---- stamps: each read stamped once per run --------------------------------------------
 
@@ -283,6 +288,38 @@ class Run:
             return f"stale: {', '.join(moved) or 'its context'} changed since it was made"
         return "the memo entry is not authentic (edited, copied, or made under another key)"
 
+    def _carried(
+        self, file: Path, doc: dict[str, Any], body: dict[str, Any], mac: str
+    ) -> str | None:
+        """An entry made at another commit keeps its verdict when that commit is all that moved
+        (its MAC holds under this run's context with the entry's own commit parts) and every
+        file Nix read of the package set (engine/fork/nixreads.py), every other file the
+        verdict was made from and the listings of the directories read are unchanged. None
+        when it holds, else why not (then the full path runs)."""
+        from engine.fork.nixreads import unchanged
+
+        made = doc.get("parts")
+        if not isinstance(made, dict) or not all(
+            isinstance(made.get(k), str) for k in COMMIT_PARTS
+        ):
+            return self._not_current(file, doc, mac)
+        parts = {**self._parts, **{k: made[k] for k in COMMIT_PARTS}}
+        context = hashlib.sha256(_canon(parts)).hexdigest()
+        if not hmac.compare_digest(mac, self._mac(file, body, context)):
+            return self._not_current(file, doc, mac)
+        carry = body.get("carry")
+        root = package_root(self.cfg)
+        if not isinstance(carry, dict) or root is None:
+            return "stale: the fork's commit changed (and what Nix read of it was not recorded)"
+        reads = [(str(p), list(ex)) for p, ex in carry["reads"]]
+        if self._stamp_digest(reads) != carry["stamp"]:
+            return "a file the verdict was made from changed"
+        moved = unchanged(root, carry["nix_reads"])
+        if moved is not None:
+            return f"the fork's commit changed {moved}, which Nix read for this candidate"
+        self.carried[str(file)] = str(carry.get("commit") or "another commit")
+        return None
+
     def _where(self, file: Path) -> Path:
         name = hashlib.sha256(str(file).encode()).hexdigest()[:32]
         return self.cfg.state / "fork" / "memo" / f"{name}.json"
@@ -306,10 +343,13 @@ class Run:
         if not isinstance(mac, str) or not isinstance(body, dict):
             return "the memo entry is not authentic (edited, copied, or made under another key)"
         if not hmac.compare_digest(mac, self._mac(file, body)):
-            return self._not_current(file, doc, mac)
-        reads = [(str(p), list(ex)) for p, ex in body["reads"]]
-        if self._stamp_digest(reads) != body["stamp"]:
-            return "a file the verdict was made from changed"
+            carried = self._carried(file, doc, body, mac)
+            if isinstance(carried, str):
+                return carried
+        else:
+            reads = [(str(p), list(ex)) for p, ex in body["reads"]]
+            if self._stamp_digest(reads) != body["stamp"]:
+                return "a file the verdict was made from changed"
         missing = [p for p in body["outs"] if not os.path.lexists(p)]
         if missing:
             return f"{missing[0]} is no longer in the store"
@@ -321,7 +361,16 @@ class Run:
             return "the bundle or a result file is not the one that run wrote"
         if outcome.decision == "allow" and outcome.signed == "no" and can_sign_keyless():
             return "allowed and unsigned, and a keyless identity is available now"
-        steps = {"built": 0, "reused": 0, "substituted": 0, "cached": len(outcome.steps)}
+        steps: dict[str, object] = {
+            "built": 0,
+            "reused": 0,
+            "substituted": 0,
+            "cached": len(outcome.steps),
+        }
+        made_at = self.carried.get(str(file))
+        if made_at is not None:  # the bundle pins that commit: say so
+            kept = f"verdict of commit {made_at[:12]}: nothing it read changed since"
+            steps["note"] = f"{outcome.note}; {kept}" if outcome.note else kept
         return Outcome(**{**asdict(outcome), **steps})
 
     # ---- after a full run ---------------------------------------------------------------------
@@ -332,8 +381,11 @@ class Run:
         outcome: Outcome,
         reads: Iterable[tuple[Path, Sequence[str]]],
         outs: Iterable[str],
+        carry: tuple[Iterable[tuple[Path, Sequence[str]]], dict[str, str]] | None = None,
     ) -> None:
-        """Keep what a full trusted run of `file` found (written by `commit`, after the run)."""
+        """Keep what a full trusted run of `file` found (written by `commit`, after the run).
+        `carry`: the reads other than the package set and what Nix read of the package set
+        (relative path -> digest), when a later commit may keep the verdict (`_carried`)."""
         self._stamps.clear()  # that run may have written files a later lookup stamps
         wrote = written_stamp(written(self.cfg, outcome.candidate))
         if wrote is None or outcome.decision == "error":
@@ -345,6 +397,13 @@ class Run:
             "outcome": asdict(outcome),
             "written": wrote,
         }
+        if carry is not None:
+            other, nix_reads = carry
+            self._pending[file]["carry"] = {
+                "reads": sorted({(str(p), tuple(ex)) for p, ex in other}),
+                "nix_reads": nix_reads,
+                "commit": self.head[0],
+            }
 
     def forget(self, file: Path) -> None:
         self._stamps.clear()
@@ -367,6 +426,13 @@ class Run:
                 self._where(file).unlink(missing_ok=True)
                 continue
             body = {**entry, "reads": reads, "stamp": digest}
+            if "carry" in entry:
+                other: Reads = [(p, list(ex)) for p, ex in entry["carry"]["reads"]]
+                body["carry"] = {
+                    **entry["carry"],
+                    "reads": other,
+                    "stamp": self._stamp_digest(other),
+                }
             doc = {
                 "format": FORMAT,
                 "body": body,
@@ -378,6 +444,16 @@ class Run:
             done += 1
         self._pending.clear()
         return done
+
+
+def package_root(cfg: ForkConfig) -> Path | None:
+    """The package set as Nix reads it under `nix run .#verify` (the source store path), where
+    what Nix read is recorded for the carry-over; None in a work-tree run (trace itself hashes
+    the whole tree there, so no record would be Nix's alone)."""
+    if cfg.source is None:
+        return None
+    rel = cfg.package_set.relative_to(cfg.root).as_posix()
+    return cfg.source.store_path if rel == "." else cfg.source.store_path / rel
 
 
 def signing_identity(args: Any) -> dict[str, object]:
