@@ -85,10 +85,10 @@ class IndexView:
     state_dir: Path
     db: sqlite3.Connection
 
-    @classmethod
-    def open(cls, state_dir: Path) -> IndexView:
+    @staticmethod
+    def open(state_dir: Path) -> IndexView:
         """The state directory's index as it is now (an empty one when there is none yet)."""
-        view = cls.__new__(cls)
+        view = IndexView.__new__(IndexView)  # never an Index: that one takes the lock
         view.state_dir = state_dir
         # not an index this trace wrote (or none yet): nothing cached
         view.db = _read_existing(state_dir / "state.db") or _empty()
