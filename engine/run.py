@@ -256,14 +256,16 @@ def evaluate_before_state(graph: Graph, state: Path) -> None:
     before the directory exists; once it exists, the run evaluates under the index's lock,
     which writes nothing before the graph evaluated. One more nix-instantiate, on first runs
     only."""
-    if state.exists():
+    if os.path.lexists(state):
         return
+    from engine.loader import check_path
     from engine.nix import Nix
 
+    check_path(state, "state directory", key="--state-dir")
     with IndexView.open(state) as empty:
         p, _ = plan(graph, empty)
-    if p.dirty:
-        evaluate(graph, p, p.dirty, Nix(graph.nix), state)
+    if p.dirty:  # nothing kept: whether the directory can be made, the index says next
+        evaluate(graph, p, p.dirty, Nix(graph.nix), None)
 
 
 def known_drvs(p: Plan, cached: Mapping[str, CachedResult]) -> dict[str, tuple[str, str]]:
@@ -421,9 +423,7 @@ def _build(job: _Job) -> _Built:
     dirty, run, clock = job.dirty, job.run, job.clock
     if len(dirty) > REALISE_CHUNK:
         return _instantiate_and_realise(job)
-    expr, expr_file = write_expression(
-        job.graph, job.plan, dirty, job.index.state_dir, job.index, job.known
-    )
+    expr, expr_file = write_expression(job.graph, job.plan, dirty, job.known)
     run.evaluated, run.rendered = True, len(expr.rendered)
     clock.mark("render")
     drv_of: dict[str, str] = {}
@@ -646,8 +646,6 @@ def write_expression(
     graph: Graph,
     p: Plan,
     dirty: list[str],
-    state_dir: Path,
-    index: Index | None = None,
     known: Mapping[str, tuple[str, str]] | None = None,
 ) -> tuple[expression.Expression, Path]:
     """Render the dirty steps (their frontier, given `known`) into a file of a new temporary
@@ -696,11 +694,12 @@ def evaluate(
     p: Plan,
     dirty: list[str],
     nix: Any,
-    state_dir: Path,
+    state_dir: Path | None,
     index: Index | None = None,
     known: Mapping[str, tuple[str, str]] | None = None,
 ) -> Evaluated:
-    """Render the dirty steps into one file and instantiate it (one .drv per step).
+    """Render the dirty steps into one file and instantiate it (one .drv per step); the file
+    is kept in STATE/build once it evaluated (`state_dir` None: not kept).
 
     With `known` (clean steps' recorded derivations), only the frontier is rendered; should that
     evaluation fail, a from-scratch one decides. An evaluation error is bad input (exit 2) blamed
@@ -708,11 +707,14 @@ def evaluate(
     from engine import blame
 
     t0 = time.perf_counter()
-    expr, expr_file = write_expression(graph, p, dirty, state_dir, index, known)
+    expr, expr_file = write_expression(graph, p, dirty, known)
     t1 = time.perf_counter()
     rc, drvs, err = nix.instantiate(expr_file)
     seconds = (t1 - t0, time.perf_counter() - t1)
     if rc == 0 and len(drvs) == len(dirty):
+        if state_dir is None:
+            drop_expression(expr_file)
+            return Evaluated(expr_file, drvs, len(expr.rendered), seconds)
         kept = keep_expression(expr_file, state_dir, index)
         return Evaluated(kept, drvs, len(expr.rendered), seconds)
     failure = blame.nix_failure(rc, err, "nix-instantiate")
