@@ -33,6 +33,11 @@ to the full trusted path, which records a new entry. An entry is recorded only i
 was modified since one second before the run began (racy-clean, as git's index), so an edit
 made during a run is never memoised as unchanged.
 
+A commit moves the context's commit parts (COMMIT_PARTS). An entry made at another commit still
+answers when its MAC holds under this run's context with the entry's own commit parts (so nothing
+else moved) and every file Nix read of the package set, recorded at that full run by
+engine/fork/nixreads.py, is unchanged in the new commit's source tree (`Run._carried`).
+
 What the memo does NOT defend against: someone who can read the key file (the user's account,
 root) can forge any entry, exactly as they could run trace with a patched engine; a determinism
 re-check is not repeated while the memo holds (at most one UTC day: the date is in the digest).
