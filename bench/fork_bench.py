@@ -10,6 +10,10 @@ Rows (medians of --repeat no-op runs, after one untimed run that builds everythi
   fork no-op 40k    the same package set plus --files generated files (committed; generated here,
                     never committed to trace) and --big-candidates candidates (copies of one
                     fixture candidate, each with an id of its own)
+  fork unrelated commit
+                    the first row's fork after a commit that edits a file none of its candidates'
+                    packages read (issue 28): the verdicts are kept from the memo of the commit
+                    before (engine/fork/memo.py, the carry-over), with no Nix process
 
 Every run is a real `trace fork --no-sign --json` subprocess whose PATH holds a shim in front of
 nix, nix-instantiate, nix-store, nix-build and git: each call is counted and timed, so
@@ -48,7 +52,8 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "fork"
 TOOLS = ("nix", "nix-instantiate", "nix-store", "nix-build", "git")
 NIX_TOOLS = TOOLS[:-1]
-OWN_GOALS = {"fork no-op": 0.25, "fork no-op 40k": 0.5}
+OWN_GOALS = {"fork no-op": 0.25, "fork no-op 40k": 0.5, "fork unrelated commit": 0.5}
+UNRELATED = "pkgs/cjson/parse.c"  # a file no bench candidate's package reads
 BASE = "pager-last-page"
 OTHERS = ("roster-wrong-field", "stamp-release", "textcols-zero-width")
 GIT_ENV = {
@@ -198,6 +203,15 @@ def measure(row: ForkRow, work: Path, repeat: int, log_: list[str]) -> ForkRow:
     log = work / f"{root.name}.calls"
     env = {**shim(work / "bin", log), "TRACE_MEMO_KEY": str(work / "memo.key")}
     source = source_args(root)
+    if row.case == "fork unrelated commit":
+        for _ in range(2):  # builds, then the full trusted path (memoised): not timed
+            fork_run(root, env, log, source)
+        edited = root / UNRELATED
+        edited.write_text(edited.read_text() + "/* unrelated */\n")
+        _git(root, "commit", "-q", "-am", "an unrelated commit")
+        source = source_args(root)  # the new commit's source store path, as the app passes it
+        log_.append(f"{row.case}: committed an edit of {UNRELATED}")
+        return _timed(row, root, env, log, source, repeat, log_)
     t0 = time.perf_counter()
     fork_run(root, env, log, source)  # builds what is missing: not timed
     log_.append(f"{row.case}: first run (builds) {time.perf_counter() - t0:.1f} s")
@@ -206,6 +220,18 @@ def measure(row: ForkRow, work: Path, repeat: int, log_: list[str]) -> ForkRow:
     # the first run already memoises where no file it read was modified within a second of its
     # start (racy-clean): then this run is a memo hit too
     log_.append(f"{row.case}: second run (full path or memo hit) {time.perf_counter() - t0:.1f} s")
+    return _timed(row, root, env, log, source, repeat, log_)
+
+
+def _timed(
+    row: ForkRow,
+    root: Path,
+    env: dict[str, str],
+    log: Path,
+    source: list[str],
+    repeat: int,
+    log_: list[str],
+) -> ForkRow:
     load = os.getloadavg()[0]
     for _ in range(repeat):
         wall, own, nix, git, cpu = fork_run(root, env, log, source)
@@ -219,25 +245,32 @@ def measure(row: ForkRow, work: Path, repeat: int, log_: list[str]) -> ForkRow:
 
 
 def fork_rows(
-    work: Path, repeat: int = 3, candidates: int = 2, big_candidates: int = 50, files: int = 40_000
+    work: Path,
+    repeat: int = 3,
+    candidates: int = 2,
+    big_candidates: int = 50,
+    files: int = 40_000,
+    cases: list[str] | None = None,
 ) -> tuple[list[ForkRow], list[str]]:
     notes: list[str] = []
     rows = [
-        measure(ForkRow("fork no-op", candidates, 0), work, repeat, notes),
-        measure(ForkRow("fork no-op 40k", big_candidates, files), work, repeat, notes),
+        ForkRow("fork no-op", candidates, 0),
+        ForkRow("fork no-op 40k", big_candidates, files),
+        ForkRow("fork unrelated commit", candidates, 0),
     ]
-    return rows, notes
+    done = [measure(r, work, repeat, notes) for r in rows if not cases or r.case in cases]
+    return done, notes
 
 
 def fork_table(rows: list[ForkRow]) -> str:
-    head = f"{'case':<15} {'cands':>5} {'files':>6}  {'wall s':>7}  {'own s':>6}  {'goal':>6}"
+    head = f"{'case':<21} {'cands':>5} {'files':>6}  {'wall s':>7}  {'own s':>6}  {'goal':>6}"
     head += f"  met  {'nix':>4}  goal  met  {'git':>4}  {'cpu s':>6}"
     lines = [head, "-" * len(head)]
     for r in rows:
         own = statistics.median(r.own)
         nix = max(r.nix)
         lines.append(
-            f"{r.case:<15} {r.candidates:>5} {r.files:>6}  {statistics.median(r.wall):7.3f}"
+            f"{r.case:<21} {r.candidates:>5} {r.files:>6}  {statistics.median(r.wall):7.3f}"
             f"  {own:6.3f}  {f'<={r.goal}':>6}  {'yes' if own <= r.goal else 'NO ':<3}"
             f"  {nix:>4}  {'0':>4}  {'yes' if nix == 0 else 'NO ':<3}  {max(r.git):>4}"
             f"  {statistics.median(r.cpu):6.3f}"
@@ -289,12 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big-candidates", type=int, default=50)
     ap.add_argument("--files", type=int, default=40_000)
     ap.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir")
+    ap.add_argument(
+        "--case", action="append", choices=list(OWN_GOALS), help="only this row (repeatable)"
+    )
     args = ap.parse_args(argv)
     if args.repeat < 1 or args.candidates < 1 or args.big_candidates < 1 or args.files < 0:
         ap.error("need --repeat, --candidates and --big-candidates >= 1 and --files >= 0")
     with tempfile.TemporaryDirectory(prefix="trace-fork-bench-", dir=args.workdir) as tmp:
         rows, notes = fork_rows(
-            Path(tmp), args.repeat, args.candidates, args.big_candidates, args.files
+            Path(tmp), args.repeat, args.candidates, args.big_candidates, args.files, args.case
         )
     print(fork_table(rows))
     for note in notes:

@@ -30,6 +30,7 @@ from typing import Any
 
 from engine.errors import BusyError, InputError
 from engine.loader import check_path
+from engine.readonly import read_only_connection
 
 GCROOTS_BASE = Path("/nix/var/nix/gcroots/per-user")
 
@@ -63,7 +64,108 @@ class CachedResult:
 _LATER_COLUMNS = ("built_on TEXT", "checked_on TEXT")
 
 
-class Index:
+_SCHEMA = """
+    CREATE TABLE IF NOT EXISTS results (
+        key TEXT PRIMARY KEY, step_id TEXT, drv TEXT, out TEXT, outcome TEXT,
+        deterministic INTEGER, created REAL);
+    CREATE TABLE IF NOT EXISTS last_keys (
+        graph TEXT, step_id TEXT, key TEXT, components TEXT,
+        PRIMARY KEY (graph, step_id));
+"""
+
+
+_COLUMNS = "key, step_id, drv, out, outcome, deterministic, built_on, checked_on"
+
+
+class IndexView:
+    """The index's answers (results, latest keys), read without taking the state directory's
+    lock or writing anything: what `trace plan` and the refusals before a run read, so that bad
+    input found then exits 2 with the state directory untouched. `Index` adds the writes."""
+
+    state_dir: Path
+    db: sqlite3.Connection
+
+    @staticmethod
+    def open(state_dir: Path) -> IndexView:
+        """The state directory's index as it is now (an empty one when there is none yet)."""
+        view = IndexView.__new__(IndexView)  # never an Index: that one takes the lock
+        view.state_dir = state_dir
+        # not an index this trace wrote (or none yet): nothing cached
+        view.db = _read_existing(state_dir / "state.db") or _empty()
+        return view
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> IndexView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- results ----
+    def results(self, keys: Iterable[str]) -> dict[str, CachedResult]:
+        keys = list(keys)
+        found: dict[str, CachedResult] = {}
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self.db.execute(
+                f"SELECT {_COLUMNS} FROM results WHERE key IN ({marks})",
+                chunk,
+            ):
+                if type(row[2]) is not str or type(row[3]) is not str:
+                    continue  # not a row this index wrote: no result, so the step builds
+                found[row[0]] = CachedResult(
+                    key=row[0],
+                    step_id=row[1],
+                    drv=row[2],
+                    out=row[3],
+                    outcome=json.loads(row[4]) if row[4] is not None else None,
+                    deterministic=None if row[5] is None else bool(row[5]),
+                    built_on=row[6] if type(row[6]) is str else None,
+                    checked_on=row[7] if type(row[7]) is str else None,
+                )
+        return found
+
+    def last_keys(self, graph: str) -> dict[str, str]:
+        """step id -> the key it had in this graph's latest run."""
+        return dict(self.db.execute("SELECT step_id, key FROM last_keys WHERE graph = ?", (graph,)))
+
+    def last_components(self, graph: str, step_id: str) -> dict[str, Any] | None:
+        """What a step's key was computed from last time (to explain why it is dirty now)."""
+        row = self.db.execute(
+            "SELECT components FROM last_keys WHERE graph = ? AND step_id = ?", (graph, step_id)
+        ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+
+def _read_existing(db_path: Path) -> sqlite3.Connection | None:
+    """A read-only connection to an index with every table and column, else None."""
+    if not db_path.is_file():
+        return None
+    try:
+        db = read_only_connection(db_path)
+    except sqlite3.Error:
+        return None
+    try:
+        db.execute(f"SELECT {_COLUMNS} FROM results LIMIT 0").fetchall()
+        db.execute("SELECT components FROM last_keys LIMIT 0").fetchall()
+    except sqlite3.Error:
+        db.close()
+        return None
+    return db
+
+
+def _empty() -> sqlite3.Connection:
+    db = sqlite3.connect(":memory:")
+    db.executescript(_SCHEMA)
+    for column in _LATER_COLUMNS:
+        db.execute(f"ALTER TABLE results ADD COLUMN {column}")
+    return db
+
+
+class Index(IndexView):
     def __init__(self, state_dir: Path, *, wait: float = 0) -> None:
         self.state_dir = state_dir
         check_path(state_dir, "state directory", key="--state-dir")
@@ -85,24 +187,32 @@ class Index:
                 f"another trace process is using {state_dir}",
                 hint="wait for it to finish, or pass --wait SECONDS to wait for it",
             )
-        self.db = sqlite3.connect(state_dir / "state.db", isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(
-            """
-            CREATE TABLE IF NOT EXISTS results (
-                key TEXT PRIMARY KEY, step_id TEXT, drv TEXT, out TEXT, outcome TEXT,
-                deterministic INTEGER, created REAL);
-            CREATE TABLE IF NOT EXISTS last_keys (
-                graph TEXT, step_id TEXT, key TEXT, components TEXT,
-                PRIMARY KEY (graph, step_id));
-            """
-        )
-        have = {row[1] for row in self.db.execute("PRAGMA table_info(results)")}
-        for column in _LATER_COLUMNS:
-            if column.split()[0] not in have:
-                self.db.execute(f"ALTER TABLE results ADD COLUMN {column}")
+        self._writer: sqlite3.Connection | None = None
+        db_path = state_dir / "state.db"
+        # Under the lock no other process writes: a complete index with no WAL to replay is
+        # read without creating a file, until the first write (`writable`). Bad input found
+        # while the index is open (a graph that does not evaluate) so leaves it as it was.
+        reader = None if os.path.lexists(f"{db_path}-wal") else _read_existing(db_path)
+        self.db = reader or self.writable()
         self.gcroots = self._gcroot_dir()
+
+    def writable(self) -> sqlite3.Connection:
+        """The connection that writes (opened, and the schema made, on first use); `db` is it
+        from then on."""
+        if self._writer is None:
+            db = sqlite3.connect(self.state_dir / "state.db", isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+            have = {row[1] for row in db.execute("PRAGMA table_info(results)")}
+            for column in _LATER_COLUMNS:
+                if column.split()[0] not in have:
+                    db.execute(f"ALTER TABLE results ADD COLUMN {column}")
+            reader = getattr(self, "db", None)
+            if reader is not None:
+                reader.close()
+            self._writer = self.db = db
+        return self._writer
 
     def close(self) -> None:
         self.db.close()
@@ -115,33 +225,6 @@ class Index:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ---- results ----
-    def results(self, keys: Iterable[str]) -> dict[str, CachedResult]:
-        keys = list(keys)
-        found: dict[str, CachedResult] = {}
-        for i in range(0, len(keys), 500):
-            chunk = keys[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            for row in self.db.execute(
-                f"SELECT key, step_id, drv, out, outcome, deterministic, built_on, checked_on "
-                f"FROM results "
-                f"WHERE key IN ({marks})",
-                chunk,
-            ):
-                if type(row[2]) is not str or type(row[3]) is not str:
-                    continue  # not a row this index wrote: no result, so the step builds
-                found[row[0]] = CachedResult(
-                    key=row[0],
-                    step_id=row[1],
-                    drv=row[2],
-                    out=row[3],
-                    outcome=json.loads(row[4]) if row[4] is not None else None,
-                    deterministic=None if row[5] is None else bool(row[5]),
-                    built_on=row[6] if type(row[6]) is str else None,
-                    checked_on=row[7] if type(row[7]) is str else None,
-                )
-        return found
-
     def record(
         self, results: Iterable[CachedResult], last: dict[str, tuple[str, str, Any]], graph: str
     ) -> None:
@@ -150,9 +233,10 @@ class Index:
         for r in results:
             self.add_root(r.key, r.out)
         now = time.time()
-        with self.db:
-            self.db.execute("BEGIN")
-            self.db.executemany(
+        db = self.writable()
+        with db:
+            db.execute("BEGIN")
+            db.executemany(
                 "INSERT OR REPLACE INTO results (key, step_id, drv, out, outcome, deterministic,"
                 " created, built_on, checked_on) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
@@ -170,24 +254,13 @@ class Index:
                     for r in results
                 ],
             )
-            self.db.executemany(
+            db.executemany(
                 "INSERT OR REPLACE INTO last_keys VALUES (?, ?, ?, ?)",
                 [
                     (graph, sid, key, json.dumps(comp, sort_keys=True))
                     for sid, (key, _, comp) in last.items()
                 ],
             )
-
-    def last_keys(self, graph: str) -> dict[str, str]:
-        """step id -> the key it had in this graph's latest run."""
-        return dict(self.db.execute("SELECT step_id, key FROM last_keys WHERE graph = ?", (graph,)))
-
-    def last_components(self, graph: str, step_id: str) -> dict[str, Any] | None:
-        """What a step's key was computed from last time (to explain why it is dirty now)."""
-        row = self.db.execute(
-            "SELECT components FROM last_keys WHERE graph = ? AND step_id = ?", (graph, step_id)
-        ).fetchone()
-        return None if row is None else dict(json.loads(row[0]))
 
     # ---- GC roots ----
     def _gcroot_dir(self) -> Path:
@@ -245,9 +318,10 @@ class Index:
                 gone.append(gid)
             elif state is not True:
                 unsure.append(gid)
-        with self.db:
-            self.db.execute("BEGIN")
-            self.db.executemany("DELETE FROM last_keys WHERE graph = ?", [(g,) for g in gone])
+        db = self.writable()
+        with db:
+            db.execute("BEGIN")
+            db.executemany("DELETE FROM last_keys WHERE graph = ?", [(g,) for g in gone])
         return gone, unsure
 
     def prune_build_files(self, keep: int = 0) -> int:
@@ -273,9 +347,10 @@ class Index:
         ]
         for key in dropped:
             (self.gcroots / key).unlink(missing_ok=True)
-        with self.db:
-            self.db.execute("BEGIN")
-            self.db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in dropped])
+        db = self.writable()
+        with db:
+            db.execute("BEGIN")
+            db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in dropped])
         return dropped
 
 

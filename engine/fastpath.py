@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from engine import __version__
+from engine.readonly import read_only_connection
 
 SKIP = frozenset({".git", ".trace", "__pycache__", ".hypothesis"})  # = engine.hashing.SKIP_NAMES
 # v3: + sandbox, the [nix] extra_sandbox_paths and their identity (engine/hostpaths.py)
@@ -72,7 +73,8 @@ def stamp(reads: Iterable[tuple[Path, Sequence[str]]]) -> list[Entry]:
 
 def name(entry: Path, root: Path) -> str:
     return json.dumps(
-        [__version__, str(entry.resolve()), str(root), os.environ.get("TRACE_DATA_DIR", "")]
+        # realpath: a symlink loop stays as written (the full load refuses it), never a crash
+        [__version__, os.path.realpath(entry), str(root), os.environ.get("TRACE_DATA_DIR", "")]
     )
 
 
@@ -161,7 +163,7 @@ def try_noop(argv: Sequence[str]) -> int | None:
     if not db_path.is_file():
         return None
     try:
-        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        db = read_only_connection(db_path)
         try:
             row = db.execute(
                 "SELECT reads, stamp, outs, warnings, sandbox FROM fastpath_v3 WHERE name = ?",

@@ -239,6 +239,15 @@ class _Resolver:
         self._digests: dict[Path, str] = {}
         self.entry: Path | None = None  # the pipeline file the user named
 
+    def _root_hint(self) -> str:
+        """What to do about a path outside the root, naming only options the command has: a
+        verify graph's root is the fork (`--fork`), a plain graph's `--root`."""
+        if "fork" in self.context:
+            return (
+                "keep the candidate's files and every input inside the fork (`--fork DIR` names it)"
+            )
+        return "keep inputs inside the project (or pass --root DIR)"
+
     def digested(self) -> list[Path]:
         return list(self._digests)
 
@@ -293,7 +302,7 @@ class _Resolver:
         if not shipped and not target.is_relative_to(self.root):
             raise InputError(
                 f"path '{value}' escapes the project root {self.root}",
-                hint="keep inputs inside the project (or pass --root)",
+                hint=self._root_hint(),
                 file=f.path,
                 key=".".join(key),
                 line=f.line(*key),

@@ -20,6 +20,7 @@ from typing import Any
 import rfc8785
 
 from engine.errors import InputError
+from engine.readonly import read_only_connection
 
 # Names never part of a hashed tree: version-control and trace's own state.
 SKIP_NAMES = frozenset({".git", ".trace", "__pycache__", ".hypothesis"})
@@ -98,7 +99,7 @@ class StatCache:
         cache = cls(remember_trees=remember_trees)
         if db_path.is_file():
             try:
-                db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+                db = read_only_connection(db_path)
                 try:
                     cache._load(db)
                 finally:

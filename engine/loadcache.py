@@ -37,6 +37,7 @@ from engine.errors import InputError
 from engine.hashing import StatCache, digest_bytes, tree_digest
 from engine.loader import read_bytes, read_text, resolve
 from engine.model import Graph, InputRef
+from engine.readonly import read_only_connection
 
 TABLE = "CREATE TABLE IF NOT EXISTS load_cache (name TEXT PRIMARY KEY, mac TEXT, payload BLOB)"
 FORMAT = 4  # 2: the graph as dataclasses (engine/model.py); 3: + unique trees; 4: sources first
@@ -151,7 +152,7 @@ def lookup(
     if secret is None or not db_path.is_file():
         return None
     try:
-        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        db = read_only_connection(db_path)
         try:
             row = db.execute(
                 "SELECT mac, payload FROM load_cache WHERE name = ?", (key,)

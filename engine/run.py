@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from engine import __version__, expression
-from engine.cache import CachedResult, Index
+from engine.cache import CachedResult, Index, IndexView
 from engine.errors import NixError
 from engine.files import write_atomic
 from engine.hashing import digest_bytes, key_digest
@@ -218,7 +218,7 @@ def _why(old: dict[str, Any] | None, new: dict[str, Any], changed_upstream: set[
 
 
 def plan(
-    graph: Graph, index: Index, known_keys: Mapping[str, str] | None = None
+    graph: Graph, index: IndexView, known_keys: Mapping[str, str] | None = None
 ) -> tuple[Plan, dict[str, CachedResult]]:
     """`known_keys`: every step's key as a verified load cache recorded it for this very graph
     and engine (engine/loadcache.py), so hashing is skipped; components are still computed."""
@@ -275,6 +275,24 @@ def render_expression(
     keys = {sid: sp.key for sid, sp in p.steps.items()}
     expr = expression.build(graph, keys, targets, known)
     return expr.text, expr.owner
+
+
+def evaluate_before_state(graph: Graph, state: Path) -> None:
+    """A run that is to make the state directory `state` evaluates its graph first (every step
+    is dirty then: nothing is cached), so a graph that does not evaluate is refused (exit 2)
+    before the directory exists; once it exists, the run evaluates under the index's lock,
+    which writes nothing before the graph evaluated. One more nix-instantiate, on first runs
+    only."""
+    if os.path.lexists(state):
+        return
+    from engine.loader import check_path
+    from engine.nix import Nix
+
+    check_path(state, "state directory", key="--state-dir")
+    with IndexView.open(state) as empty:
+        p, _ = plan(graph, empty)
+    if p.dirty:  # nothing kept: whether the directory can be made, the index says next
+        evaluate(graph, p, p.dirty, Nix(graph.nix), None)
 
 
 def known_drvs(p: Plan, cached: Mapping[str, CachedResult]) -> dict[str, tuple[str, str]]:
@@ -443,9 +461,7 @@ def _build(job: _Job) -> _Built:
     dirty, run, clock = job.dirty, job.run, job.clock
     if len(dirty) > REALISE_CHUNK:
         return _instantiate_and_realise(job)
-    expr, expr_file = write_expression(
-        job.graph, job.plan, dirty, job.index.state_dir, job.index, job.known
-    )
+    expr, expr_file = write_expression(job.graph, job.plan, dirty, job.known)
     run.evaluated, run.rendered = True, len(expr.rendered)
     clock.mark("render")
     drv_of: dict[str, str] = {}
@@ -460,10 +476,13 @@ def _build(job: _Job) -> _Built:
     run.nix_calls += 1
     traced = rep.traced
     evaluated = len(traced) == len(dirty) and all(traced.get(i) for i in range(len(dirty)))
+    if evaluated:
+        keep_expression(expr_file, job.index.state_dir, job.index)
     if evaluated and rep.nix_failed:  # whatever did build is kept: the next run reuses it
         raise rep.nix_error("nix-build")
     clock.mark("build")
     if not evaluated:
+        drop_expression(expr_file)
         # An evaluation error (or Nix failing before evaluation ended): the two-process path
         # decides, blaming an evaluation error on its step (and trying a from-scratch
         # evaluation when a recorded .drv cannot be read); what nix-build built is reused.
@@ -723,18 +742,40 @@ def write_expression(
     graph: Graph,
     p: Plan,
     dirty: list[str],
-    state_dir: Path,
-    index: Index | None = None,
     known: Mapping[str, tuple[str, str]] | None = None,
 ) -> tuple[expression.Expression, Path]:
-    """Render the dirty steps (their frontier, given `known`) into STATE/build/<digest>.nix."""
+    """Render the dirty steps (their frontier, given `known`) into a file of a new temporary
+    folder outside the state directory: a graph that does not evaluate is bad input, which
+    exits 2 having written nothing there (the file stays in the temporary folder, for its
+    hint). `keep_expression` moves it to STATE/build/<digest>.nix once it evaluated."""
+    import tempfile
+
     keys = {sid: sp.key for sid, sp in p.steps.items()}
     expr = expression.build(graph, keys, dirty, known)
-    expr_file = state_dir / "build" / f"{digest_bytes(expr.text.encode())[:32]}.nix"
-    write_atomic(expr_file, expr.text)
-    if index is not None:
-        index.prune_build_files(keep=KEEP_BUILD_FILES)  # the newest, to read after a failure
+    folder = Path(tempfile.mkdtemp(prefix="trace-build-"))
+    expr_file = folder / f"{digest_bytes(expr.text.encode())[:32]}.nix"
+    expr_file.write_text(expr.text, encoding="utf-8")
     return expr, expr_file
+
+
+def keep_expression(expr_file: Path, state_dir: Path, index: Index | None = None) -> Path:
+    """The evaluated expression at STATE/build/<digest>.nix (the newest KEEP_BUILD_FILES are
+    kept, to read after a failed build); its temporary folder is removed."""
+    import shutil
+
+    kept = state_dir / "build" / expr_file.name
+    write_atomic(kept, expr_file.read_bytes())
+    shutil.rmtree(expr_file.parent, ignore_errors=True)
+    if index is not None:
+        index.prune_build_files(keep=KEEP_BUILD_FILES)
+    return kept
+
+
+def drop_expression(expr_file: Path) -> None:
+    """Remove an expression's temporary folder (a fallback evaluates one of its own)."""
+    import shutil
+
+    shutil.rmtree(expr_file.parent, ignore_errors=True)
 
 
 class Evaluated(NamedTuple):
@@ -749,11 +790,12 @@ def evaluate(
     p: Plan,
     dirty: list[str],
     nix: Any,
-    state_dir: Path,
+    state_dir: Path | None,
     index: Index | None = None,
     known: Mapping[str, tuple[str, str]] | None = None,
 ) -> Evaluated:
-    """Render the dirty steps into one file and instantiate it (one .drv per step).
+    """Render the dirty steps into one file and instantiate it (one .drv per step); the file
+    is kept in STATE/build once it evaluated (`state_dir` None: not kept).
 
     With `known` (clean steps' recorded derivations), only the frontier is rendered; should that
     evaluation fail, a from-scratch one decides. An evaluation error is bad input (exit 2) blamed
@@ -761,16 +803,21 @@ def evaluate(
     from engine import blame
 
     t0 = time.perf_counter()
-    expr, expr_file = write_expression(graph, p, dirty, state_dir, index, known)
+    expr, expr_file = write_expression(graph, p, dirty, known)
     t1 = time.perf_counter()
     rc, drvs, err = nix.instantiate(expr_file)
     seconds = (t1 - t0, time.perf_counter() - t1)
     if rc == 0 and len(drvs) == len(dirty):
-        return Evaluated(expr_file, drvs, len(expr.rendered), seconds)
+        if state_dir is None:
+            drop_expression(expr_file)
+            return Evaluated(expr_file, drvs, len(expr.rendered), seconds)
+        kept = keep_expression(expr_file, state_dir, index)
+        return Evaluated(kept, drvs, len(expr.rendered), seconds)
     failure = blame.nix_failure(rc, err, "nix-instantiate")
     if failure is not None:
         raise failure
     if expr.referenced:  # e.g. a recorded .drv Nix cannot read: evaluate from scratch
+        drop_expression(expr_file)
         full = evaluate(graph, p, dirty, nix, state_dir, index)
         return full._replace(seconds=(seconds[0] + full.seconds[0], seconds[1] + full.seconds[1]))
     if rc == 0:

@@ -1,7 +1,10 @@
 """The hostile-input catalogue, against the real CLI in a subprocess with a deadline: every case
 exits 2 (bad input) within the deadline, prints no traceback, names the user's own file (never
-trace's shipped pipeline), and writes nothing (the project tree is byte-for-byte unchanged and
-no state directory appears). Complements tests/test_engine_badinput.py (in-process, one row per
+trace's shipped pipeline), and writes nothing: in a fresh project no state directory (or GC-root
+folder) appears, and in one whose state directory earlier runs filled, that directory stays as
+it was; either way every name, size, modification time and byte of the tree is unchanged
+(issue 28: refused before the index is opened, or with the index only read).
+Complements tests/test_engine_badinput.py (in-process, one row per
 pipeline-file mistake) with what only a real process shows: hangs on FIFOs and devices, symlink
 loops, non-UTF-8 argv, deep nesting. Property-based cases (hypothesis) feed arbitrary bytes and
 nesting to the loader in-process."""
@@ -20,11 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine.cache import gcroot_folder
 from engine.candidate import load_candidate
 from engine.errors import InputError
 from engine.graph import load_graph
 from engine.loader import MAX_DEPTH, read_document
-from tests.enginekit import KINDS, REPO, make_project
+from tests.enginekit import KINDS, MINIPKGS, REPO, TEXT_TEMPLATE, make_project
 
 DEADLINE = 60.0  # seconds; a hang fails the case
 FORK = REPO / "tests" / "fixtures" / "fork"
@@ -54,16 +58,24 @@ def _run(argv: list[str | bytes], cwd: Path) -> subprocess.CompletedProcess[byte
     )
 
 
-def _snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:
-    """Every entry under root (not following symlinks): type bits, size, and a file's bytes."""
-    found: dict[str, tuple[int, int, bytes]] = {}
+def _snapshot(root: Path) -> dict[str, tuple[int, int, int, bytes]]:
+    """Every entry under root, root included (not following symlinks): type bits, size,
+    modification time (a directory's changes when an entry is made or removed in it, even
+    one made and removed again) and a file's bytes."""
+    found: dict[str, tuple[int, int, int, bytes]] = {}
     for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
+        for name in [".", *dirs, *files]:
             path = Path(folder) / name
             st = path.lstat()
             regular = path.is_file() and not path.is_symlink()
             data = path.read_bytes() if regular and st.st_size < 1 << 20 else b""
-            found[str(path.relative_to(root))] = (st.st_mode & 0o170000, st.st_size, data)
+            kind = st.st_mode & 0o170000
+            found[os.path.normpath(path.relative_to(root))] = (
+                kind,
+                st.st_size,
+                st.st_mtime_ns,
+                data,
+            )
     return found
 
 
@@ -174,6 +186,24 @@ def in_package_set(make: Callable[[Path], None]) -> Callable[[Path], None]:
 def escaping_patch(c: Path) -> None:
     shutil.copy(c / "fix.patch", c.parents[3] / "outside.patch")
     toml_set("patches", '["../../../../outside.patch"]')(c)
+
+
+def not_evaluating(command: str) -> Callable[[Path], list[str]]:
+    """A graph that loads and renders but does not evaluate (an undefined Nix variable)."""
+
+    def setup(p: Path) -> list[str]:
+        make_project(p, STEP)
+        (p / "templates" / "text.nix.j2").write_text('pkgs.runCommand "a" { x = nosuch; } ""\n')
+        return [command, "graph.toml", *(["-q"] if command == "run" else [])]
+
+    return setup
+
+
+def outside_candidate(p: Path) -> list[str]:
+    """A candidate (all its files) outside the fork: `trace verify C --fork FORK`."""
+    shutil.copytree(FORK, p, symlinks=True)
+    shutil.copytree(p / CAND, p.parent / "elsewhere")
+    return ["verify", "../elsewhere/candidate.toml", "--fork", ".", "-q"]
 
 
 CASES: dict[str, Case] = {
@@ -389,6 +419,26 @@ CASES: dict[str, Case] = {
         "candidate.toml, key 'patches'",
         fork=True,
     ),
+    "candidate-outside-the-fork": Case(
+        outside_candidate, "escapes the project root", "candidate.toml, key 'patches'", fork=True
+    ),
+    "candidate-package-does-not-evaluate": Case(
+        candidate(toml_set("package", '"nosuchpkg"'), "verify", ("-q",)),
+        "attribute 'nosuchpkg' missing",
+        "candidate.toml",
+        fork=True,
+    ),
+    "decide-never-verified": Case(
+        candidate(lambda c: None, "decide"), "never verified", "candidate.toml", fork=True
+    ),
+    "bundle-never-verified": Case(
+        candidate(lambda c: None, "bundle", ("--out", "../bundle")),
+        "never verified",
+        "candidate.toml",
+        fork=True,
+    ),
+    "graph-does-not-evaluate-plan": Case(not_evaluating("plan"), "does not evaluate", "graph.toml"),
+    "graph-does-not-evaluate-run": Case(not_evaluating("run"), "does not evaluate", "graph.toml"),
     "advisory-nested-100000": Case(
         candidate(
             lambda c: (c / "advisory.json").write_text("[" * 100_000 + "]" * 100_000), "route"
@@ -400,11 +450,43 @@ CASES: dict[str, Case] = {
 }
 
 
+def _existing_state(project: Path, fork: bool) -> None:
+    """Give the project a state directory with content, as earlier runs leave it: a real
+    `trace run` of a good graph (an engine project), or an index with a recorded key, a
+    stat cache and a generated file (a fork: a real verify is minutes)."""
+    if not fork:
+        shutil.copytree(MINIPKGS, project / "ok" / "pkgs")
+        (project / "ok" / "text.nix.j2").write_text(TEXT_TEMPLATE)
+        kinds = KINDS.replace('"pkgs"', '"ok/pkgs"').replace("templates/", "ok/")
+        (project / "ok.toml").write_text(kinds + STEP)
+        proc = _run(["run", "ok.toml", "-q"], project)
+        assert proc.returncode == 0, proc.stderr.decode()
+        return
+    from engine.cache import Index
+    from engine.hashing import StatCache
+
+    with Index(project / ".trace") as index:
+        index.record([], {"a": ("k" * 64, "a", {})}, "earlier-graph")
+        hasher = StatCache(index.writable())
+        hasher.file_digest(project / "default.nix")
+        hasher.flush()
+    (project / ".trace" / "build").mkdir()
+    (project / ".trace" / "build" / "earlier.nix").write_text("{ }\n")
+
+
+@pytest.mark.parametrize("state", ["fresh", "existing-state-dir"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_hostile_input_exits_2_names_the_file_and_writes_nothing(name: str, tmp_path: Path) -> None:
+def test_hostile_input_exits_2_names_the_file_and_writes_nothing(
+    name: str, state: str, tmp_path: Path
+) -> None:
     case = CASES[name]
     project = tmp_path / "p"
     argv = case.setup(project)
+    if state != "fresh":
+        if case.where.startswith("--state-dir"):
+            pytest.skip("the case is about the state directory itself")
+        _existing_state(project, case.fork)
+    existed = (project / ".trace").exists()
     before = _snapshot(tmp_path)
     proc = _run(argv, project)  # raises TimeoutExpired on a hang
     err = proc.stderr.decode("utf-8", "backslashreplace")
@@ -414,8 +496,12 @@ def test_hostile_input_exits_2_names_the_file_and_writes_nothing(name: str, tmp_
     assert case.fragment in err, f"{name}: {case.fragment!r} not in\n{err}"
     assert case.where in err, f"{name}: {case.where!r} not in\n{err}"
     assert not any(s in err.split("hint:")[0] for s in SHIPPED), f"{name}: blames trace:\n{err}"
-    assert _snapshot(tmp_path) == before, f"{name}: wrote something"
-    assert not (project / ".trace").exists()
+    assert not case.fork or "--root" not in err, f"{name}: names an option verify lacks:\n{err}"
+    after = _snapshot(tmp_path)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"{name}: wrote {changed}"
+    assert (project / ".trace").exists() == existed
+    assert (gcroot_folder(project / ".trace").exists()) == existed, f"{name}: a GC-root folder"
 
 
 def test_the_catalogue_covers_every_class() -> None:

@@ -73,6 +73,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.userkey",
             "engine.fastpath",
             "engine.hostpaths",
+            "engine.readonly",
         ),
     ),
 )

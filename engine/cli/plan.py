@@ -32,7 +32,7 @@ def register(sub: Any) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from engine import loadcache
-    from engine.cache import Index
+    from engine.cache import Index, IndexView
     from engine.hashing import StatCache
     from engine.run import evaluate, known_drvs, plan, render_expression
 
@@ -41,20 +41,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     cache_key = loadcache.name(args.graph, root(args), None, None)
     hit = loadcache.lookup(state, root(args), cache_key, hasher)
     graph, known_keys = hit or (load_graph_of(args, hasher), None)
+    # Planned and evaluated on a read-only view: a graph that does not render or evaluate is
+    # bad input, refused (exit 2) before the index is opened, with nothing written.
+    with IndexView.open(state) as view:
+        p, cached = plan(graph, view, known_keys)
+    # clean upstream steps: imported, not rendered again
+    known = known_drvs(p, cached) if p.dirty else {}
+    if p.dirty and args.no_eval:  # a template that does not render is bad input
+        render_expression(graph, p, p.dirty, known)
+    elif p.dirty:  # ... and so is a graph that does not evaluate
+        from engine.nix import Nix
+
+        evaluate(graph, p, p.dirty, Nix(graph.nix), state, None, known)
     with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
-        hasher.flush(index.db)
-        p, cached = plan(graph, index, known_keys)
+        hasher.flush(index.writable())
         if known_keys is None:
             keys = {s: sp.key for s, sp in p.steps.items()}
-            loadcache.store(index.db, state, cache_key, graph, keys)
-        # clean upstream steps: imported, not rendered again
-        known = known_drvs(p, cached) if p.dirty else {}
-        if p.dirty and args.no_eval:  # a template that does not render is bad input
-            render_expression(graph, p, p.dirty, known)
-        elif p.dirty:  # ... and so is a graph that does not evaluate
-            from engine.nix import Nix
-
-            evaluate(graph, p, p.dirty, Nix(graph.nix), state, index, known)
+            loadcache.store(index.writable(), state, cache_key, graph, keys)
     if args.json:
         print(
             json.dumps(

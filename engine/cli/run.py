@@ -55,7 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from engine.cache import Index
     from engine.hashing import StatCache
     from engine.progress import Progress
-    from engine.run import rebuild_steps, run_graph
+    from engine.run import evaluate_before_state, rebuild_steps, run_graph
 
     # Files modified from (about) now on are never stamped for the fast path: the coarse file
     # system clock may lag the wall clock, hence the margin.
@@ -75,8 +75,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         before: list[fastpath.Entry] | None = fastpath.stamp(graph.reads)
     except OSError:
         before = None
+    evaluate_before_state(graph, state)
     with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
-        hasher.flush(index.db)
         with Progress(enabled=not args.quiet and not args.json) as progress:
             reporter = progress if clock is None else clock.wrapping(progress)
             result = run_graph(
@@ -87,14 +87,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                 known_keys=known_keys,
                 rebuild=rebuild,
             )
+        db = index.writable()  # the graph evaluated: no longer bad input
+        hasher.flush(db)
         if known_keys is None:
             keys = {sid: r.key for sid, r in result.steps.items()}
-            loadcache.store(index.db, state, cache_key, graph, keys)
+            loadcache.store(db, state, cache_key, graph, keys)
         key = fastpath.name(args.graph, root(args))
         if result.ok and not rebuild:  # a --rebuild's findings are this run's, never stamped
             outs = {sid: r.out for sid, r in result.steps.items() if r.out}
             fastpath.record(
-                index.db,
+                db,
                 key,
                 graph.reads,
                 outs,
@@ -104,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 sandbox=(graph.nix.extra_sandbox_paths, graph.nix.sandbox_identity),
             )
         else:
-            fastpath.forget(index.db, key)
+            fastpath.forget(db, key)
     otel_export(args, clock, result, f"trace run {args.graph}")
     if args.timings:
         laps = {"load": loaded, **result.timings}

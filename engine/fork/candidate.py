@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from engine.evidence.payload import PayloadEntry
     from engine.evidence.replay import RunHost
     from engine.fork.memo import Run
+    from engine.fork.nixreads import NixReads
     from engine.model import Graph
     from engine.policy.routing import RouteDecision
     from engine.policy.signing import Decision
@@ -273,9 +274,10 @@ def verify_candidate(
             hasher=hasher,
             variant=cid,
         )
-        hasher.flush(index.db)
+        hasher.flush(index.writable())
         chosen = rebuild_steps(graph, *rebuild)  # `--rebuild`: engine/run.py
         began = dt.datetime.now(dt.UTC)
+        watcher = nix_reads_watcher(cfg) if memo is not None else None
         with Progress(enabled=progress) as reporter:
             try:
                 run = run_graph(graph, index, jobs=jobs, reporter=reporter, rebuild=chosen)
@@ -284,6 +286,7 @@ def verify_candidate(
         run = from_store(graph, run, index, recheck=True)  # the index is never evidence
         for line in run.rebuild_findings():
             print(f"trace: {cid}: {line}", file=sys.stderr)
+        nix_read = watcher.collect() if watcher is not None else None
         ran = (began, dt.datetime.now(dt.UTC))
         verify = judge(candidate, graph, run)
         result = cfg.state / "verify" / f"{cid}.json"
@@ -362,8 +365,54 @@ def verify_candidate(
         reads = [*graph.reads, *_candidate_reads(candidate)]
         outs = [str(r.out) for r in run.steps.values() if r.out]
         sandbox = (graph.nix.extra_sandbox_paths, graph.nix.sandbox_identity)
-        memo.remember(file, outcome, reads, outs, sandbox)
+        carry = carry_over(cfg, graph, run, reads, nix_read)
+        memo.remember(file, outcome, reads, outs, sandbox, carry)
     return outcome
+
+
+def nix_reads_watcher(cfg: ForkConfig) -> NixReads | None:
+    """Watch what Nix reads of the package set during a full run (engine/fork/nixreads.py)."""
+    from engine.fork.memo import package_root
+    from engine.fork.nixreads import NixReads
+
+    root = package_root(cfg)
+    return None if root is None else NixReads(root)
+
+
+def carry_over(
+    cfg: ForkConfig,
+    graph: Graph,
+    run: RunResult,
+    reads: list[tuple[Path, tuple[str, ...]]],
+    nix_read: dict[str, str] | None,
+) -> tuple[list[tuple[Path, tuple[str, ...]]], dict[str, str]] | None:
+    """What lets a later commit keep this verdict: every read but the package set, and what Nix
+    read of it; None when that is not the whole story: nothing recorded, or a derivation of the
+    run depends on the whole source store path (a later commit changes it whatever Nix read)."""
+    if nix_read is None or cfg.source is None or graph.package_set is None:
+        return None
+    drvs = sorted({r.drv for r in run.steps.values() if r.drv})
+    if not drvs or str(cfg.source.store_path) in _closure(drvs):
+        return None
+    own = graph.package_set.path
+    return [r for r in reads if Path(r[0]) != own], nix_read
+
+
+def _closure(drvs: list[str]) -> set[str]:
+    """Every store path the derivations need to build (one nix-store; unknown: everything)."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(
+            ["nix-store", "--query", "--requisites", *drvs],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {"?"}
+    return set(proc.stdout.split()) if proc.returncode == 0 else {"?"}
 
 
 def _candidate_reads(candidate: Candidate) -> list[tuple[Path, tuple[str, ...]]]:

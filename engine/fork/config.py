@@ -28,6 +28,17 @@ class ForkConfig:
     bundles: Path
     source: Source | None = None  # the flake's own source (`nix run .#verify`), else None
 
+    @property
+    def generated(self) -> Path:
+        """Where trace writes the files a verify graph is loaded from (each candidate's entry
+        pipeline, the flake's package-set.nix): STATE/fork when the state directory is inside
+        the package set (the default FORK/.trace), else PACKAGE_SET/.trace/fork. A bundle's
+        replay record names them relative to the fork, so they stay inside it wherever
+        --state-dir puts the index, results and bundles."""
+        if self.state.is_relative_to(self.package_set):
+            return self.state / "fork"
+        return self.package_set / ".trace" / "fork"
+
 
 @dataclass(frozen=True)
 class Source:

@@ -50,10 +50,10 @@ def _declared_excludes(files: list[Path]) -> list[str]:
 
 
 def source_package_set(cfg: ForkConfig) -> Path:
-    """STATE/fork/package-set.nix: the package set from the flake's own source store path,
-    imported purely (no user config or overlays; the system named). Its digest is the package
-    set's digest: the store path is content-addressed, so git-ignored files, `result` links and
-    anything else Nix did not copy cannot change a key."""
+    """GENERATED/package-set.nix (`ForkConfig.generated`): the package set from the flake's own
+    source store path, imported purely (no user config or overlays; the system named). Its
+    digest is the package set's digest: the store path is content-addressed, so git-ignored
+    files, `result` links and anything else Nix did not copy cannot change a key."""
     src = cfg.source
     assert src is not None
     rel = cfg.package_set.relative_to(cfg.root).as_posix()
@@ -68,7 +68,7 @@ def source_package_set(cfg: ForkConfig) -> Path:
         f"  system = {json.dumps(src.system)};\n"
         "}\n"
     )
-    path = cfg.state / "fork" / "package-set.nix"
+    path = cfg.generated / "package-set.nix"
     write_if_changed(path, text.encode())
     return path
 
@@ -106,7 +106,7 @@ def pipeline_entry(cfg: ForkConfig, candidate_id: str) -> Path:
         f"{package_set}"
         f"package_set_exclude = {json.dumps(exclude)}\n"
     )
-    entry = cfg.state / "fork" / candidate_id / "pipeline.toml"
+    entry = cfg.generated / candidate_id / "pipeline.toml"
     write_if_changed(entry, text.encode())
     return entry
 

@@ -34,6 +34,11 @@ could now be signed) falls back to the full trusted path, which records a new en
 recorded only if no file read was modified since one second before the run began (racy-clean, as
 git's index), so an edit made during a run is never memoised as unchanged.
 
+A commit moves the context's commit parts (COMMIT_PARTS). An entry made at another commit still
+answers when its MAC holds under this run's context with the entry's own commit parts (so nothing
+else moved) and every file Nix read of the package set, recorded at that full run by
+engine/fork/nixreads.py, is unchanged in the new commit's source tree (`Run._carried`).
+
 What the memo does NOT defend against: someone who can read the key file (the user's account,
 root) can forge any entry, exactly as they could run trace with a patched engine; a determinism
 re-check is not repeated while the memo holds (at most one UTC day: the date is in the digest).
@@ -60,7 +65,8 @@ from engine.fastpath import Entry, stamp
 from engine.fork.config import ForkConfig
 from engine.fork.report import Outcome
 
-FORMAT = "trace.fork-memo/v1"
+FORMAT = "trace.fork-memo/v2"
+COMMIT_PARTS = ("head", "source")  # what a commit moves (the carry-over may keep a verdict)
 KEY_ENV = "TRACE_MEMO_KEY"
 RACY_NS = 1_000_000_000  # files modified this close to the run's start are never memoised
 NIX_TOOLS = ("nix", "nix-build", "nix-instantiate", "nix-store")
@@ -82,6 +88,7 @@ _PART_LABELS = {  # what a stale entry's message names, per part of the context
     "today": "the date (waivers expire)",
     "fork": "the fork's layout",
     "source": "the fork's source (a commit or an edit)",
+    "host": "the system or Nix version",
     "head": "the fork's commit",
     "dirty": "the work tree's dirty state",
     "policy": "the policy",
@@ -215,9 +222,9 @@ class Run:
             "engine": __version__,
             "today": dt.datetime.now(dt.UTC).date().isoformat(),
             "fork": {k: str(v) for k, v in vars(cfg).items() if k != "source"},
-            "source": None
-            if src is None
-            else [str(src.store_path), src.nar_hash, src.system, src.nix_version],
+            # what a commit moves (COMMIT_PARTS: head, source) apart from what it does not
+            "source": None if src is None else [str(src.store_path), src.nar_hash],
+            "host": None if src is None else [src.system, src.nix_version],
             "head": list(head),
             "dirty": dirty,
             "policy": _dir_digests(policy),
@@ -228,10 +235,13 @@ class Run:
             "shared": self._stamp_digest(self.shared_reads),
         }
         self._shared = context["shared"]
-        self._context = hashlib.sha256(_canon(context)).hexdigest()
         # each part's digest, kept beside an entry to say which part moved when an honest entry
-        # is stale (never trusted: an entry is accepted only by its MAC)
+        # is stale, and to try an entry made at another commit (`_carried`); never trusted: an
+        # entry is accepted only by its MAC, under a context made of these digests
         self._parts = {k: hashlib.sha256(_canon(v)).hexdigest() for k, v in context.items()}
+        self._context = hashlib.sha256(_canon(self._parts)).hexdigest()
+        self.head = head
+        self.carried: dict[str, str] = {}  # candidate file -> the commit its verdict was made at
 
     # ---- stamps: each read stamped once per run --------------------------------------------
 
@@ -258,7 +268,7 @@ class Run:
             entries, digest = got
             # trace's own files (the entry pipeline, package-set.nix) are exempt: every full run
             # writes them again from the inputs, so an edit of one is undone, and seen, next run
-            own = Path(path).is_relative_to(self.cfg.state)
+            own = any(Path(path).is_relative_to(d) for d in (self.cfg.state, self.cfg.generated))
             if racy and not own and any(e[2] >= limit or e[4] >= limit for e in entries):
                 return None
             h.update(digest)
@@ -285,6 +295,38 @@ class Run:
             return f"stale: {', '.join(moved) or 'its context'} changed since it was made"
         return "the memo entry is not authentic (edited, copied, or made under another key)"
 
+    def _carried(
+        self, file: Path, doc: dict[str, Any], body: dict[str, Any], mac: str
+    ) -> str | None:
+        """An entry made at another commit keeps its verdict when that commit is all that moved
+        (its MAC holds under this run's context with the entry's own commit parts) and every
+        file Nix read of the package set (engine/fork/nixreads.py), every other file the
+        verdict was made from and the listings of the directories read are unchanged. None
+        when it holds, else why not (then the full path runs)."""
+        from engine.fork.nixreads import unchanged
+
+        made = doc.get("parts")
+        if not isinstance(made, dict) or not all(
+            isinstance(made.get(k), str) for k in COMMIT_PARTS
+        ):
+            return self._not_current(file, doc, mac)
+        parts = {**self._parts, **{k: made[k] for k in COMMIT_PARTS}}
+        context = hashlib.sha256(_canon(parts)).hexdigest()
+        if not hmac.compare_digest(mac, self._mac(file, body, context)):
+            return self._not_current(file, doc, mac)
+        carry = body.get("carry")
+        root = package_root(self.cfg)
+        if not isinstance(carry, dict) or root is None:
+            return "stale: the fork's commit changed (and what Nix read of it was not recorded)"
+        reads = [(str(p), list(ex)) for p, ex in carry["reads"]]
+        if self._stamp_digest(reads) != carry["stamp"]:
+            return "a file the verdict was made from changed"
+        moved = unchanged(root, carry["nix_reads"])
+        if moved is not None:
+            return f"the fork's commit changed {moved}, which Nix read for this candidate"
+        self.carried[str(file)] = str(carry.get("commit") or "another commit")
+        return None
+
     def _where(self, file: Path) -> Path:
         name = hashlib.sha256(str(file).encode()).hexdigest()[:32]
         return self.cfg.state / "fork" / "memo" / f"{name}.json"
@@ -308,10 +350,13 @@ class Run:
         if not isinstance(mac, str) or not isinstance(body, dict):
             return "the memo entry is not authentic (edited, copied, or made under another key)"
         if not hmac.compare_digest(mac, self._mac(file, body)):
-            return self._not_current(file, doc, mac)
-        reads = [(str(p), list(ex)) for p, ex in body["reads"]]
-        if self._stamp_digest(reads) != body["stamp"]:
-            return "a file the verdict was made from changed"
+            carried = self._carried(file, doc, body, mac)
+            if isinstance(carried, str):
+                return carried
+        else:
+            reads = [(str(p), list(ex)) for p, ex in body["reads"]]
+            if self._stamp_digest(reads) != body["stamp"]:
+                return "a file the verdict was made from changed"
         paths, identity = body.get("sandbox") or ([], None)
         if self._sandbox_identity(paths) != identity:
             return "stale: the files behind [nix] extra_sandbox_paths changed since it was made"
@@ -326,7 +371,16 @@ class Run:
             return "the bundle or a result file is not the one that run wrote"
         if outcome.decision == "allow" and outcome.signed == "no" and can_sign_keyless():
             return "allowed and unsigned, and a keyless identity is available now"
-        steps = {"built": 0, "reused": 0, "substituted": 0, "cached": len(outcome.steps)}
+        steps: dict[str, object] = {
+            "built": 0,
+            "reused": 0,
+            "substituted": 0,
+            "cached": len(outcome.steps),
+        }
+        made_at = self.carried.get(str(file))
+        if made_at is not None:  # the bundle pins that commit: say so
+            kept = f"verdict of commit {made_at[:12]}: nothing it read changed since"
+            steps["note"] = f"{outcome.note}; {kept}" if outcome.note else kept
         return Outcome(**{**asdict(outcome), **steps})
 
     def _sandbox_identity(self, paths: list[str]) -> str | None:
@@ -347,9 +401,12 @@ class Run:
         reads: Iterable[tuple[Path, Sequence[str]]],
         outs: Iterable[str],
         sandbox: tuple[Sequence[str], str | None] = ((), None),
+        carry: tuple[Iterable[tuple[Path, Sequence[str]]], dict[str, str]] | None = None,
     ) -> None:
         """Keep what a full trusted run of `file` found (written by `commit`, after the run);
-        `sandbox`: the graph's extra_sandbox_paths and the identity its derivations carry."""
+        `sandbox`: the graph's extra_sandbox_paths and the identity its derivations carry;
+        `carry`: the reads other than the package set and what Nix read of the package set
+        (relative path -> digest), when a later commit may keep the verdict (`_carried`)."""
         self._stamps.clear()  # that run may have written files a later lookup stamps
         wrote = written_stamp(written(self.cfg, outcome.candidate))
         if wrote is None or outcome.decision == "error":
@@ -362,6 +419,13 @@ class Run:
             "written": wrote,
             "sandbox": [list(sandbox[0]), sandbox[1]],
         }
+        if carry is not None:
+            other, nix_reads = carry
+            self._pending[file]["carry"] = {
+                "reads": sorted({(str(p), tuple(ex)) for p, ex in other}),
+                "nix_reads": nix_reads,
+                "commit": self.head[0],
+            }
 
     def forget(self, file: Path) -> None:
         self._stamps.clear()
@@ -384,6 +448,13 @@ class Run:
                 self._where(file).unlink(missing_ok=True)
                 continue
             body = {**entry, "reads": reads, "stamp": digest}
+            if "carry" in entry:
+                other: Reads = [(p, list(ex)) for p, ex in entry["carry"]["reads"]]
+                body["carry"] = {
+                    **entry["carry"],
+                    "reads": other,
+                    "stamp": self._stamp_digest(other),
+                }
             doc = {
                 "format": FORMAT,
                 "body": body,
@@ -395,6 +466,16 @@ class Run:
             done += 1
         self._pending.clear()
         return done
+
+
+def package_root(cfg: ForkConfig) -> Path | None:
+    """The package set as Nix reads it under `nix run .#verify` (the source store path), where
+    what Nix read is recorded for the carry-over; None in a work-tree run (trace itself hashes
+    the whole tree there, so no record would be Nix's alone)."""
+    if cfg.source is None:
+        return None
+    rel = cfg.package_set.relative_to(cfg.root).as_posix()
+    return cfg.source.store_path if rel == "." else cfg.source.store_path / rel
 
 
 def signing_identity(args: Any) -> dict[str, object]:

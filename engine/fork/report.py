@@ -62,7 +62,10 @@ class ForkReport:
 
 
 def check_clean(cfg: ForkConfig, allow_dirty: bool) -> bool:
-    changed = dirty_paths(cfg.root, [cfg.state, cfg.bundles])
+    """Refuse a dirty work tree; trace's own folders (the state directory and bundles wherever
+    they are, the generated files, FORK/.trace) are not the fork's changes."""
+    own = [cfg.state, cfg.bundles, cfg.generated, cfg.root / ".trace"]
+    changed = dirty_paths(cfg.root, own)
     if changed and not allow_dirty:
         shown = "\n    ".join(changed[:10]) + ("\n    …" if len(changed) > 10 else "")
         raise InputError(

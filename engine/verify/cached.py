@@ -31,7 +31,7 @@ from engine.paths import cli
 from engine.verify_result import MACHINE_KEYS
 
 if TYPE_CHECKING:
-    from engine.cache import Index
+    from engine.cache import IndexView
     from engine.candidate import Candidate
     from engine.model import Graph
     from engine.run import Plan, RunResult
@@ -89,7 +89,7 @@ def _applied(components: dict[str, Any] | None) -> str:
 
 
 def _policy_refusal(
-    planned: Plan, candidate: Candidate, index: Index, signing_policy: Path | None
+    planned: Plan, candidate: Candidate, index: IndexView, signing_policy: Path | None
 ) -> InputError | None:
     """The refusal when the only change is the gate steps' policy: the candidate was verified,
     with these inputs, under another signing policy than the one given here."""
@@ -144,19 +144,17 @@ def cached_verify(
     `signing_policy`: the policy that decides (its thresholds are the gates'; None: the default
     by location, as `trace verify` has it). Raises InputError when the candidate was not
     verified with its current inputs under that policy."""
-    from engine.cache import Index
-    from engine.run import plan, run_graph
+    from engine.cache import Index, IndexView
+    from engine.run import run_graph
     from engine.verify.pipeline import load_verify_graph
     from engine.verify.trusted import from_store
     from engine.verify.verdict import judge
 
+    graph, hasher = load_verify_graph(candidate, fork, state, signing_policy)
+    with IndexView.open(state) as view:  # refused before the index is opened: nothing written
+        _refuse_dirty(graph, candidate, view, state, signing_policy)
     with Index(state, wait=wait) as index:
-        graph = load_verify_graph(candidate, fork, index, signing_policy)
-        planned, _ = plan(graph, index)
-        if planned.dirty:
-            raise _policy_refusal(planned, candidate, index, signing_policy) or _refusal(
-                planned, candidate, state
-            )
+        _refuse_dirty(graph, candidate, index, state, signing_policy)  # again, under the lock
         run = run_graph(graph, index)
         if run.evaluated or run.nix_calls:
             raise TraceError(
@@ -164,7 +162,21 @@ def cached_verify(
                 hint="report this: a clean plan builds nothing",
             )
         run = from_store(graph, run, index, recheck=True)
+        hasher.flush(index.writable())
     return graph, run, judge(candidate, graph, run)
+
+
+def _refuse_dirty(
+    graph: Graph, candidate: Candidate, index: IndexView, state: Path, policy: Path | None
+) -> None:
+    """Refuse (InputError) when a step of the graph has no result for its current key."""
+    from engine.run import plan
+
+    planned, _ = plan(graph, index)
+    if planned.dirty:
+        raise _policy_refusal(planned, candidate, index, policy) or _refusal(
+            planned, candidate, state
+        )
 
 
 def evidence_view(result: VerifyResult) -> Any:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engine.cache import Index
     from engine.candidate import Candidate
+    from engine.hashing import StatCache
     from engine.model import Graph
     from engine.otel import StepClock
     from engine.run import RunResult
@@ -59,15 +59,17 @@ def project_root(fork: Path) -> Path:
 
 
 def load_verify_graph(
-    candidate: Candidate, fork: Path, index: Index, signing_policy: Path | None = None
-) -> Graph:
+    candidate: Candidate, fork: Path, state: Path, signing_policy: Path | None = None
+) -> tuple[Graph, StatCache]:
     """The fork's verify graph instantiated for one candidate (its gates applying
-    `signing_policy`'s thresholds), inputs hashed with the index's stat cache. The one way
-    `trace verify`, `trace decide` and `trace bundle` load it."""
+    `signing_policy`'s thresholds), inputs hashed with the state directory's stat cache, read
+    without opening the index (bad input is refused before anything is written); the caller
+    persists the cache's new entries (`flush(index.writable())`) once the graph evaluated. The
+    one way `trace verify`, `trace decide` and `trace bundle` load it."""
     from engine.graph import load_graph
     from engine.hashing import StatCache
 
-    hasher = StatCache(index.db)
+    hasher = StatCache.read_only(state / "state.db")
     graph = load_graph(
         graph_entry(fork),
         root=project_root(fork),
@@ -75,8 +77,7 @@ def load_verify_graph(
         hasher=hasher,
         variant=candidate.spec.id,
     )
-    hasher.flush()
-    return graph
+    return graph, hasher
 
 
 def run_verify(
@@ -125,7 +126,7 @@ def build_verify(
     from engine.candidate import load_candidate
     from engine.errors import InputError, UsageError
     from engine.progress import Progress
-    from engine.run import rebuild_steps, run_graph
+    from engine.run import evaluate_before_state, rebuild_steps, run_graph
     from engine.verify.blame import blame_candidate
     from engine.verify.trusted import from_store
     from engine.verify.verdict import judge
@@ -137,14 +138,19 @@ def build_verify(
     if not fork.is_dir():
         raise UsageError(f"--fork {fork} is not a directory", hint="pass the package set's root")
     state = (state_dir or fork / ".trace").resolve()
+    graph, hasher = load_verify_graph(candidate, fork, state, signing_policy)
+    chosen = rebuild_steps(graph, *rebuild)  # an unknown step: exit 2, nothing written
+    try:
+        evaluate_before_state(graph, state)
+    except InputError as exc:
+        raise blame_candidate(exc, candidate) from None
     with nothing_written_on_bad_input(state), Index(state, wait=wait) as index:
-        graph = load_verify_graph(candidate, fork, index, signing_policy)
-        chosen = rebuild_steps(graph, *rebuild)
         with Progress(enabled=progress) as progress_reporter:
             reporter = progress_reporter if clock is None else clock.wrapping(progress_reporter)
             try:
                 result = run_graph(graph, index, jobs=jobs, reporter=reporter, rebuild=chosen)
             except InputError as exc:
                 raise blame_candidate(exc, candidate) from None
+        hasher.flush(index.writable())
         result = from_store(graph, result, index, recheck=recheck)
     return graph, result, judge(candidate, graph, result)
