@@ -1,4 +1,4 @@
-"""Warm `trace verify --bundle` and `trace decide` (engine/cli/warm.py): a repeat with nothing
+"""Warm `trace verify --bundle` and `trace decide` (engine/fork/warm.py): a repeat with nothing
 changed replays the authenticated memo; a changed patch, policy, index or memo entry never
 serves a stale or forged result.
 
@@ -23,7 +23,7 @@ import pytest
 
 import engine.cli.decide as decide_cli
 import engine.cli.verify as verify_cli
-from engine.cli import warm
+from engine.fork import warm
 from engine.signing.keys import keygen
 from tests.enginekit import cli
 

@@ -54,7 +54,7 @@ def built_evidence(
     from engine.verify.cached import cached_verify, check_result_file
 
     graph, run, result = cached_verify(cand, fork.resolve(), state, signing_policy=signing_policy)
-    if seen is not None:  # the caller memoises what the verdict was made from (engine/cli/warm.py)
+    if seen is not None:  # the caller memoises what the verdict was made from (engine/fork/warm.py)
         seen.append((graph, run))
     if result_file is not None:
         check_result_file(result_file, result)

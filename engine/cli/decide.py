@@ -128,8 +128,8 @@ def _decision_text(d: Decision, out: Path) -> str:
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
-    # a repeat with nothing changed replays the last run (engine/cli/warm.py)
-    from engine.cli.warm import graph_reads, memoised, store_outs
+    # a repeat with nothing changed replays the last run (engine/fork/warm.py)
+    from engine.fork.warm import graph_reads, memoised, store_outs
     from engine.verify.pipeline import find_fork
 
     cand = args.candidate

@@ -161,8 +161,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     fork = (args.fork or find_fork(args.candidate) or Path.cwd()).resolve()
     if args.bundle is None:
         return _verify(args, fork)[0]
-    # with a bundle: a repeat with nothing changed replays the last run (engine/cli/warm.py)
-    from engine.cli.warm import graph_reads, memoised, store_outs
+    # with a bundle: a repeat with nothing changed replays the last run (engine/fork/warm.py)
+    from engine.fork.warm import graph_reads, memoised, store_outs
 
     state = (args.state_dir or fork / ".trace").resolve()
 
