@@ -136,7 +136,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
     fork = (args.fork or find_fork(cand) or cand.absolute().parent).resolve()
     state = (args.state_dir or fork / ".trace").resolve()
 
-    def full() -> tuple[int, list[tuple[str, tuple[str, ...]]], list[str], list[Path]]:
+    def full() -> tuple[int, list[tuple[str, tuple[str, ...]]] | None, list[str], list[Path]]:
         seen: list[tuple[Graph, RunResult]] = []
         status, out = _decide(args, seen)
         graph, run = seen[0]

@@ -166,7 +166,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     state = (args.state_dir or fork / ".trace").resolve()
 
-    def full() -> tuple[int, list[tuple[str, tuple[str, ...]]], list[str], list[Path]]:
+    def full() -> tuple[int, list[tuple[str, tuple[str, ...]]] | None, list[str], list[Path]]:
         status, (graph, run, _), written = _verify(args, fork)
         return status, graph_reads(graph, args.candidate), store_outs(run), written
 

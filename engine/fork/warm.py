@@ -287,7 +287,7 @@ def memoised(
     args: argparse.Namespace,
     fork: Path,
     state: Path,
-    full: Callable[[], tuple[int, list[Read], list[str], list[Path]]],
+    full: Callable[[], tuple[int, list[Read] | None, list[str], list[Path]]],
 ) -> int:
     """Replay this command line's memoised run, or run `full` (returning its status, reads,
     store paths read and files written) and memoise it."""
@@ -298,16 +298,19 @@ def memoised(
             return replay(body)
     with captured() as printed:
         status, reads, outs, written = full()
-    if warm is not None:
+    if warm is not None and reads is not None:
         warm.remember(reads, outs, written, printed(), status)
     return status
 
 
-def graph_reads(graph: Any, candidate_file: Path) -> list[Read]:
-    """What a verify graph and its candidate read (as the fork memo records them)."""
+def graph_reads(graph: Any, candidate_file: Path) -> list[Read] | None:
+    """What a verify graph and its candidate read (as the fork memo records them); None (not
+    memoised) for a graph that does not list its reads (a test's stand-in)."""
     from engine.candidate import load_candidate
     from engine.fork.candidate import _candidate_reads
 
+    if not hasattr(graph, "reads"):
+        return None
     cand = load_candidate(candidate_file)
     found = [*graph.reads, *_candidate_reads(cand)]
     return [(str(p), tuple(ex)) for p, ex in found]
