@@ -44,16 +44,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 # fails with a message saying to mark it: it never slows the fast tier silently.
 
 FAST_NIX: tuple[str, ...] = (
-    # every gate, end to end on the fixture fork: a right fix, a wrong one, a weakened test
-    "tests/test_gates_calibration.py::test_calibration[pager-last-page",
-    "tests/test_gates_calibration.py::test_calibration[pager-wrong-fix",
-    "tests/test_gates_nix.py::",
-    # the verify pipeline, the trust boundary and the bundle
+    # every gate, end to end on the fixture fork (tests/test_gates_calibration.py's rows): a right
+    # fix (all gates pass), a wrong one (mutation, variants, fault site), a weakened test
+    # (regression), a detector switched off, a PoC value special-cased (scope, differential)
+    "tests/test_gates_calibration.py::test_calibration[pager-last-page-",
+    "tests/test_gates_calibration.py::test_calibration[cparse-wrong-fix-",
+    "tests/test_gates_calibration.py::test_calibration[roster-loosened-test-",
+    "tests/test_gates_calibration.py::test_calibration[cparse-blind-drop-asan-",
+    "tests/test_gates_calibration.py::test_calibration[ledger-poc-amount-",
+    # verify -> decide -> bundle -> sign -> verify-bundle --replay; the warm memo
     "tests/test_e2e_bundle.py::test_trace_verify_bundle_signs_and_the_replay_agrees",
     "tests/test_warm.py::",
-    # trace run itself: plan, build, the fast path
+    # trace run itself: cold, no-op, incremental, failure
     "tests/test_engine_run.py::",
-    # the fork path (`trace fork`, its memo)
+    # the fork path (`trace fork`: the fork's policy, its bundles)
+    "tests/test_fork_policy_bundle.py::",
+)
     "tests/test_fork_policy_bundle.py::",
 )
 BUILD_TOOLS = {  # tool -> the arguments that make a call a build (empty: every call)
