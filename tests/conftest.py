@@ -60,8 +60,6 @@ FAST_NIX: tuple[str, ...] = (
     # the fork path (`trace fork`: the fork's policy, its bundles)
     "tests/test_fork_policy_bundle.py::",
 )
-    "tests/test_fork_policy_bundle.py::",
-)
 BUILD_TOOLS = {  # tool -> the arguments that make a call a build (empty: every call)
     "nix-build": (),
     "nix-store": ("--realise", "--realize", "-r"),
