@@ -55,6 +55,7 @@ FAST_NIX: tuple[str, ...] = (
     # verify -> decide -> bundle -> sign -> verify-bundle --replay; the warm memo
     "tests/test_e2e_bundle.py::test_trace_verify_bundle_signs_and_the_replay_agrees",
     "tests/test_warm.py::",
+    "tests/test_watch.py::",
     # trace run itself: cold, no-op, incremental, failure
     "tests/test_engine_run.py::",
     # the fork path (`trace fork`: the fork's policy, its bundles)
