@@ -110,20 +110,22 @@ def test_the_loop_runs_again_only_after_a_change(tmp_path: Path) -> None:
 
 @pytest.mark.nix
 def test_trace_watch_rebuilds_an_edited_input_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    new = uuid.uuid4().hex  # new derivations: built here, not reused from the store
     graph = make_project(
         tmp_path,
-        """
+        f"""
         [steps.a]
         kind = "text"
-        inputs = { data = "data/in.txt" }
+        params = {{ message = "a {new}" }}
+        inputs = {{ data = "data/in.txt" }}
         [steps.b]
         kind = "text"
+        params = {{ message = "b {new}" }}
         needs = ["a"]
         [steps.c]
         kind = "text"
-        params = { message = "independent" }
+        params = {{ message = "c {new}" }}
         """,
-        salt=uuid.uuid4().hex,  # new derivations: built here, not reused from the store
     )
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "in.txt").write_text("one\n")
