@@ -128,10 +128,17 @@ def _check_listed(items: list[pytest.Item]) -> None:
 def _guard_builds(config: pytest.Config, unmarked: set[str]) -> None:
     """Put Nix's build commands behind shims that refuse a build started by a test of the fast
     tier that is not marked `nix` (PYTEST_CURRENT_TEST names the test running)."""
+    shims = Path(tempfile.mkdtemp(prefix="trace-tests-nix-guard-"))
+    write_shims(shims, unmarked)
+    os.environ["PATH"] = f"{shims}{os.pathsep}{os.environ['PATH']}"
+
+
+def write_shims(shims: Path, unmarked: set[str]) -> None:
+    """One script per tool of BUILD_TOOLS in `shims`: exit 97 with a message when the test
+    running (PYTEST_CURRENT_TEST) is in `unmarked` and the call builds; else the real tool."""
     import shutil
     import stat
 
-    shims = Path(tempfile.mkdtemp(prefix="trace-tests-nix-guard-"))
     allowed = shims / "unmarked.txt"
     allowed.write_text("".join(f"{n}\n" for n in sorted(unmarked)))
     for tool, build_args in BUILD_TOOLS.items():
@@ -154,4 +161,3 @@ def _guard_builds(config: pytest.Config, unmarked: set[str]) -> None:
             f'exec {real} "$@"\n'
         )
         script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    os.environ["PATH"] = f"{shims}{os.pathsep}{os.environ['PATH']}"
