@@ -56,8 +56,11 @@ FAST_NIX: tuple[str, ...] = (
     "tests/test_e2e_bundle.py::test_trace_verify_bundle_signs_and_the_replay_agrees",
     "tests/test_warm.py::",
     "tests/test_watch.py::",
-    # trace run itself: cold, no-op, incremental, failure
-    "tests/test_engine_run.py::",
+    # trace run itself: cold, no-op, one input changed, failure (not the 97 s GC test)
+    "tests/test_engine_run.py::test_cold_build_builds_every_step",
+    "tests/test_engine_run.py::test_noop_run_builds_and_evaluates_nothing",
+    "tests/test_engine_run.py::test_one_input_changed_rebuilds_exactly_its_cone",
+    "tests/test_engine_run.py::test_failure_is_reported_not_cached_and_downstream_skipped",
     # the fork path (`trace fork`: the fork's policy, its bundles)
     "tests/test_fork_policy_bundle.py::",
 )
