@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import select
 import signal
 import subprocess
 import time
@@ -32,23 +31,18 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--watch-size", type=int, default=1000, help="steps of the watch row's graph")
 
 
-def _until_ok(proc: subprocess.Popen[str], timeout: float = 900) -> list[str]:
+def _until_ok(proc: subprocess.Popen[str]) -> list[str]:
+    """The lines of one round, up to its last ("  ok" or "  FAILED"): blocking reads (a select()
+    on the pipe would not see lines already in the reader's buffer)."""
     assert proc.stdout is not None
     seen: list[str] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
-        if not ready:
-            continue
-        line = proc.stdout.readline()
-        if not line:
-            break
+    for line in proc.stdout:
         seen.append(line)
-        if line.startswith("  ok") or line.startswith("  FAILED"):
+        if line.startswith(("  ok", "  FAILED")):
             return seen
     from tools import BenchError
 
-    raise BenchError("trace watch printed no round end:\n" + "".join(seen[-20:]))
+    raise BenchError("trace watch ended without a round end:\n" + "".join(seen[-20:]))
 
 
 def run(args: argparse.Namespace, work: Path) -> list[Any]:
