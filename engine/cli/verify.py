@@ -157,7 +157,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
         from engine.errors import UsageError
 
         raise UsageError("--sign/--key sign a bundle", hint="add --bundle DIR")
-    clock = otel_clock(args)
     fork = (args.fork or find_fork(args.candidate) or Path.cwd()).resolve()
     if args.bundle is None:
         return _verify(args, fork)[0]
@@ -177,6 +176,7 @@ def _verify(
     args: argparse.Namespace, fork: Path
 ) -> tuple[int, tuple[Graph, RunResult, VerifyResult], list[Path]]:
     """The full run: its status, what it verified, the files it wrote."""
+    clock = otel_clock(args)
     policy: Path | None = args.signing_policy
     if args.bundle is not None:
         from engine.evidence.replay import signing_policy_pin
