@@ -226,6 +226,7 @@ def test_warm_verify_bundle_and_decide_replay_and_a_changed_patch_does_not(
     # during that run, so it would be racily new for a memo)
     rc, out, err = cli("verify", str(world.cand), "--fork", str(world.fork), "-q")
     assert rc == 0, out + err
+    time.sleep(1.1)  # a precondition (the fork's mtime older than the racy margin), not a timing
     first = cli(*_verify_args(world), "--key", str(world.key))
     assert first[0] == 0 and "signed (key)" in first[1], first
     decided = cli("decide", str(world.cand), "--fork", str(world.fork))
