@@ -170,6 +170,9 @@ def test_no_key_or_keyless_signing_means_no_memo(
     fork, state, args = files
     keyless = argparse.Namespace(**vars(args), sign=True)
     assert warm.open_memo("verify", keyless, fork, state) is None
+    for asked in ({"rebuild": ["post-fix"]}, {"rebuild_all": True}, {"otel": "spans.jsonl"}):
+        again = argparse.Namespace(**vars(args), **asked)  # a run that must really run
+        assert warm.open_memo("verify", again, fork, state) is None, asked
     monkeypatch.setenv("TRACE_MEMO_KEY", "")
     assert warm.open_memo("decide", args, fork, state) is None
     inside = state / "memo.key"  # a key inside the state dir: whoever writes there could forge

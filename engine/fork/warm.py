@@ -26,7 +26,8 @@ applies them to one command line instead of one fork candidate:
   records a new entry. An entry is recorded only when no file read was modified since one second
   before the run began (racy-clean, as git's index), so an edit made during a run is never
   memoised as unchanged. Keyless signing (`--sign`) is never memoised (who can sign changes
-  without any file changing), nor a run asked for OpenTelemetry spans (`--otel`).
+  without any file changing), nor a run asked for OpenTelemetry spans (`--otel`) or for
+  rebuilds (`--rebuild`, `--rebuild-all`).
 
 What it does not defend against is the fork memo's: whoever can read the key can forge entries,
 as they could run a patched trace; a determinism re-check is not repeated while the entry holds
@@ -199,6 +200,8 @@ def open_memo(command: str, args: argparse.Namespace, fork: Path, state: Path) -
         return None  # keyless: whether a signature can be made changes with no file changing
     if getattr(args, "otel", None):
         return None  # spans of a real run were asked for
+    if getattr(args, "rebuild", None) or getattr(args, "rebuild_all", False):
+        return None  # a --check rebuild was asked for: never answered from a memo
     path = key_path()
     key = None if path is None else userkey.load(path, (fork, state))
     if key is None:
