@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +32,135 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from engine.cache import sweep_orphans
 
     sweep_orphans()
+
+
+# ---- test tiers (issue 30, docs/testing.md) ---------------------------------------------------
+# `./scripts/test` runs the fast tier (`--fast`): every test that builds nothing with Nix, plus
+# the explicit, small list FAST_NIX of real-build tests that cover each gate and the fork path.
+# `./scripts/test --all` (and .ci/run) runs everything. A real-build test is one marked `nix`,
+# or one that uses a fixture defined in a module marked `nix` (marked here, at collection): a
+# new real-build test goes to --all by itself unless it is added to FAST_NIX. In the fast tier,
+# an unlisted test that still starts a Nix build (nix-build, nix-store --realise, nix build)
+# fails with a message saying to mark it: it never slows the fast tier silently.
+
+FAST_NIX: tuple[str, ...] = (
+    # every gate, end to end on the fixture fork (tests/test_gates_calibration.py's rows): a right
+    # fix (all gates pass), a wrong one (mutation, variants, fault site), a weakened test
+    # (regression), a detector switched off, a PoC value special-cased (scope, differential)
+    "tests/test_gates_calibration.py::test_calibration[pager-last-page-",
+    "tests/test_gates_calibration.py::test_calibration[cparse-wrong-fix-",
+    "tests/test_gates_calibration.py::test_calibration[roster-loosened-test-",
+    "tests/test_gates_calibration.py::test_calibration[cparse-blind-drop-asan-",
+    "tests/test_gates_calibration.py::test_calibration[ledger-poc-amount-",
+    # verify -> decide -> bundle -> sign -> verify-bundle --replay; the warm memo
+    "tests/test_e2e_bundle.py::test_trace_verify_bundle_signs_and_the_replay_agrees",
+    "tests/test_warm.py::",
+    "tests/test_watch.py::",
+    # trace run itself: cold, no-op, one input changed, failure (not the 97 s GC test)
+    "tests/test_engine_run.py::test_cold_build_builds_every_step",
+    "tests/test_engine_run.py::test_noop_run_builds_and_evaluates_nothing",
+    "tests/test_engine_run.py::test_one_input_changed_rebuilds_exactly_its_cone",
+    "tests/test_engine_run.py::test_failure_is_reported_not_cached_and_downstream_skipped",
+    # the fork path (`trace fork`: the fork's policy, its bundles)
+    "tests/test_fork_policy_bundle.py::",
+)
+BUILD_TOOLS = {  # tool -> the arguments that make a call a build (empty: every call)
+    "nix-build": (),
+    "nix-store": ("--realise", "--realize", "-r"),
+    "nix": ("build",),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the fast tier: tests without real Nix builds plus the FAST_NIX list (conftest.py)",
+    )
+
+
+def _builds(item: pytest.Item) -> bool:
+    """Marked `nix`, or using a fixture defined in a module marked `nix`."""
+    import sys
+
+    if item.get_closest_marker("nix") is not None:
+        return True
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info else []:
+        for fixturedef in defs:
+            module = sys.modules.get(getattr(fixturedef.func, "__module__", ""))
+            marks = getattr(module, "pytestmark", [])
+            for mark in marks if isinstance(marks, list) else [marks]:
+                if getattr(mark, "name", None) == "nix":
+                    return True
+    return False
+
+
+def _listed(nodeid: str) -> bool:
+    return any(nodeid.startswith(prefix) for prefix in FAST_NIX)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("nix") is None and _builds(item):
+            item.add_marker(pytest.mark.nix)
+    if not config.getoption("--fast"):
+        return
+    _check_listed(items)
+    keep = [i for i in items if i.get_closest_marker("nix") is None or _listed(i.nodeid)]
+    dropped = [i for i in items if i not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+    _guard_builds(config, {i.nodeid for i in keep if i.get_closest_marker("nix") is None})
+
+
+def _check_listed(items: list[pytest.Item]) -> None:
+    """Every FAST_NIX entry names collected tests (a renamed test must not leave the fast tier
+    without its real builds)."""
+    files = {i.nodeid.partition("::")[0] for i in items}
+    stale = [
+        p
+        for p in FAST_NIX
+        if p.partition("::")[0] in files and not any(i.nodeid.startswith(p) for i in items)
+    ]
+    if stale:
+        raise pytest.UsageError(f"FAST_NIX in tests/conftest.py names no test: {stale}")
+
+
+def _guard_builds(config: pytest.Config, unmarked: set[str]) -> None:
+    """Put Nix's build commands behind shims that refuse a build started by a test of the fast
+    tier that is not marked `nix` (PYTEST_CURRENT_TEST names the test running)."""
+    shims = Path(tempfile.mkdtemp(prefix="trace-tests-nix-guard-"))
+    write_shims(shims, unmarked)
+    os.environ["PATH"] = f"{shims}{os.pathsep}{os.environ['PATH']}"
+
+
+def write_shims(shims: Path, unmarked: set[str]) -> None:
+    """One script per tool of BUILD_TOOLS in `shims`: exit 97 with a message when the test
+    running (PYTEST_CURRENT_TEST) is in `unmarked` and the call builds; else the real tool."""
+    import shutil
+    import stat
+
+    allowed = shims / "unmarked.txt"
+    allowed.write_text("".join(f"{n}\n" for n in sorted(unmarked)))
+    for tool, build_args in BUILD_TOOLS.items():
+        real = shutil.which(tool)
+        if real is None:
+            continue
+        pattern = "|".join(build_args) or "*"
+        script = shims / tool
+        script.write_text(
+            "#!/bin/sh\n"
+            'test="${PYTEST_CURRENT_TEST% (*}"\n'
+            f'building=""; [ "{pattern}" = "*" ] && building=1\n'
+            f'for a in "$@"; do case "$a" in {pattern}) building=1;; esac; done\n'
+            f'if [ -n "$building" ] && [ -n "$test" ] && grep -qxF "$test" {allowed}; then\n'
+            f'  echo "trace tests: $test runs a Nix build ({tool}) but is not marked nix:" >&2\n'
+            '  echo "  mark it @pytest.mark.nix (it then runs in ./scripts/test --all), or add it'
+            ' to FAST_NIX in tests/conftest.py" >&2\n'
+            "  exit 97\n"
+            "fi\n"
+            f'exec {real} "$@"\n'
+        )
+        script.chmod(script.stat().st_mode | stat.S_IEXEC)

@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "engine",
         (
             "engine.otel",
+            "engine.watch",
             "engine.run",
             "engine.loadcache",
             "engine.remote",

@@ -248,6 +248,7 @@ def test_trace_fork_gates_and_decides_with_the_same_policy_file(world: World) ->
     assert rc == 0 and doc["passed"], doc
 
 
+@pytest.mark.nix  # builds (found by the fast tier's build guard, issue 30)
 def test_decide_and_bundle_default_to_the_policy_verify_used(tmp_path: Path) -> None:
     """A fork's own trace/policy/signing.toml is the default for verify, decide and bundle alike
     (its catalogue may be the shipped one, named `trace:policy/reasons.toml`)."""

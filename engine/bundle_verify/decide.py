@@ -20,8 +20,10 @@ from engine.files import write_atomic
 
 if TYPE_CHECKING:
     from engine.candidate import Candidate
+    from engine.model import Graph
     from engine.policy.evidence import Evidence
     from engine.policy.signing import Decision
+    from engine.run import RunResult
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ def built_evidence(
     result_file: Path | None,
     gate_files: Sequence[Path],
     signing_policy: Path,
+    seen: list[tuple[Graph, RunResult]] | None = None,
 ) -> Evidence:
     """The evidence source of `trace decide`: the verdict judged from the cached builds (refused
     when the candidate was not verified with its current inputs), never a result file; a
@@ -50,7 +53,9 @@ def built_evidence(
     from engine.policy.evidence import Evidence, SourceRef
     from engine.verify.cached import cached_verify, check_result_file
 
-    _, run, result = cached_verify(cand, fork.resolve(), state, signing_policy=signing_policy)
+    graph, run, result = cached_verify(cand, fork.resolve(), state, signing_policy=signing_policy)
+    if seen is not None:  # the caller memoises what the verdict was made from (engine/fork/warm.py)
+        seen.append((graph, run))
     if result_file is not None:
         check_result_file(result_file, result)
     extra = read_gate_files(gate_files)
@@ -85,6 +90,7 @@ def decide_candidate(
     maintainers: Path | None = None,
     routing: Path | None = None,
     signing: Path | None = None,
+    seen: list[tuple[Graph, RunResult]] | None = None,
 ) -> Decided:
     """Route and decide one candidate and write the decision record (durably, atomically)."""
     from engine.candidate import load_candidate
@@ -111,7 +117,7 @@ def decide_candidate(
             maintainers=maintainers,
         )
         waived = load_waivers(waivers, catalogue, trust)
-    evidence = built_evidence(cand, fork, state, result, gates, signing_path)
+    evidence = built_evidence(cand, fork, state, result, gates, signing_path, seen)
     decision = decide(evidence, route, policy, catalogue, waived, today)
     where = (out or state / "decisions" / f"{cand.spec.id}.json").resolve()
     doc = decision.model_dump(mode="json", by_alias=True)

@@ -34,6 +34,7 @@ Handler = Callable[[argparse.Namespace], int]
 # checks this table against what each module really registers. The order is `trace --help`'s.
 COMMANDS: tuple[str, ...] = (
     "run",
+    "watch",
     "plan",
     "graph",
     "schema",

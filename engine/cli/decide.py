@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import UsageError
 
 if TYPE_CHECKING:
+    from engine.model import Graph
     from engine.policy.signing import Decision, Reason
+    from engine.run import RunResult
 
 
 def register(sub: Any) -> None:
@@ -126,6 +128,24 @@ def _decision_text(d: Decision, out: Path) -> str:
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
+    # a repeat with nothing changed replays the last run (engine/fork/warm.py)
+    from engine.fork.warm import graph_reads, memoised, store_outs
+    from engine.verify.pipeline import find_fork
+
+    cand = args.candidate
+    fork = (args.fork or find_fork(cand) or cand.absolute().parent).resolve()
+    state = (args.state_dir or fork / ".trace").resolve()
+
+    def full() -> tuple[int, list[tuple[str, tuple[str, ...]]] | None, list[str], list[Path]]:
+        seen: list[tuple[Graph, RunResult]] = []
+        status, out = _decide(args, seen)
+        graph, run = seen[0]
+        return status, graph_reads(graph, cand), store_outs(run), [out]
+
+    return memoised("decide", args, fork, state, full)
+
+
+def _decide(args: argparse.Namespace, seen: list[tuple[Graph, RunResult]]) -> tuple[int, Path]:
     from engine.bundle_verify.decide import decide_candidate
 
     decided = decide_candidate(
@@ -140,10 +160,11 @@ def cmd_decide(args: argparse.Namespace) -> int:
         maintainers=args.maintainers,
         routing=args.routing,
         signing=args.signing,
+        seen=seen,
     )
     if args.json:
         print(json.dumps(decided.record, indent=2, sort_keys=True))
     else:
         print(_decision_text(decided.decision, decided.out))
     sys.stdout.flush()
-    return 0 if decided.decision.decision == "allow" else 1
+    return (0 if decided.decision.decision == "allow" else 1), decided.out

@@ -1,0 +1,165 @@
+"""`trace watch` (engine/watch.py, engine/cli/watch.py): every edit the fast path's stale tests
+make (cp -p, rename over, truncate and restore, touch -d, tar x) is noticed, an unreadable read or
+one modified during a run takes a full plan, and the loop runs again only on a change; with real
+builds, an edited input rebuilds its step and what needs it, and Ctrl-C stops the watch (exit 0).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine import watch
+from tests.enginekit import make_project
+from tests.test_engine_stale import EDITS
+
+PAST = 1_600_000_000_000_000_000
+
+
+def _tree(tmp: Path) -> tuple[Path, list[tuple[Path, list[str]]]]:
+    data = tmp / "proj" / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    f = data / "in.txt"
+    f.write_text("hello\n")
+    for p in (f, data):
+        os.utime(p, ns=(PAST, PAST))
+    return f, [(data, [])]
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(edit=st.sampled_from(sorted(EDITS)), content=st.text(min_size=1, max_size=40))
+def test_every_edit_of_the_stale_tests_is_noticed(tmp_path: Path, edit: str, content: str) -> None:
+    f, reads = _tree(tmp_path)
+    before = watch.snapshot(reads)
+    assert before is not None and watch.changed(before, watch.snapshot(reads)) == []
+    EDITS[edit](f, content)
+    if content != "hello\n":
+        assert str(f) in watch.changed(before, watch.snapshot(reads)), edit
+
+
+def test_same_tick_edits_are_told_apart_by_content(tmp_path: Path) -> None:
+    """An edit that keeps every stat field (as a same-tick edit could): a recent file's digest."""
+    f, reads = _tree(tmp_path)
+    f.write_text("fresh\n")  # modified now: ambiguous, so its digest is kept
+    before = watch.snapshot(reads)
+    assert before is not None and any(p == str(f) for p, _ in before.digests)
+    forged = watch.Snapshot(before.entries, ((str(f), "0" * 64),))
+    assert watch.changed(forged, watch.snapshot(reads)) == [str(f)]
+
+
+def test_an_unreadable_read_or_one_edited_during_the_run_takes_a_full_plan(
+    tmp_path: Path,
+) -> None:
+    f, reads = _tree(tmp_path)
+    before = watch.snapshot(reads)
+    f.unlink()
+    (f.parent).chmod(0o000)
+    try:
+        if os.geteuid() != 0:  # root reads anything: the unreadable case is a missing tree then
+            assert watch.snapshot(reads) is None
+    finally:
+        f.parent.chmod(0o755)
+    assert watch.changed(before, None) and watch.changed(None, before)
+    racy = watch.snapshot(reads, since_ns=PAST - 1)  # everything "modified after the load"
+    assert racy is not None and racy.racy
+    assert watch.changed(racy, watch.snapshot(reads))
+
+
+class _Result:
+    def __init__(self, built: list[str]) -> None:
+        self.ok = True
+        self.steps = {
+            s: type("R", (), {"id": s, "status": "built", "reasons": ["input changed"]})()
+            for s in built
+        }
+
+
+def test_the_loop_runs_again_only_after_a_change(tmp_path: Path) -> None:
+    f, reads = _tree(tmp_path)
+    runs: list[int] = []
+    rounds: list[watch.Round] = []
+    polls = [0]
+
+    def load_and_run(loaded: Any) -> _Result:
+        loaded(reads)
+        runs.append(1)
+        return _Result(["s0"] if len(runs) > 1 else [])
+
+    def sleep(_: float) -> None:
+        polls[0] += 1
+        if polls[0] == 3:  # two quiet polls, then an edit
+            EDITS["cp -p"](f, "edited\n")
+
+    assert watch.watch(load_and_run, rounds.append, rounds=2, sleep=sleep) == 2
+    assert polls[0] == 3 and rounds[0].why == ["first run"]
+    assert rounds[1].why == [str(f)] and rounds[1].rebuilt == [("s0", "built", ["input changed"])]
+    assert "  built s0 (input changed)" in list(watch.lines(rounds[1]))
+
+
+@pytest.mark.nix
+def test_trace_watch_rebuilds_an_edited_input_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    new = uuid.uuid4().hex  # new derivations: built here, not reused from the store
+    graph = make_project(
+        tmp_path,
+        f"""
+        [steps.a]
+        kind = "text"
+        params = {{ message = "a {new}" }}
+        inputs = {{ data = "data/in.txt" }}
+        [steps.b]
+        kind = "text"
+        params = {{ message = "b {new}" }}
+        needs = ["a"]
+        [steps.c]
+        kind = "text"
+        params = {{ message = "c {new}" }}
+        """,
+    )
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "in.txt").write_text("one\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "watch", str(graph), "--interval", "0.1"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    seen: list[str] = []
+
+    def until(text: str) -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            assert line, "".join(seen) + proc.stderr.read()  # type: ignore[union-attr]
+            seen.append(line)
+            if text in line:
+                return
+        raise AssertionError("".join(seen))
+
+    try:
+        until("  ok")
+        first = "".join(seen)
+        assert "watch: first run" in first and "built c" in first, first
+        seen.clear()
+        EDITS["rename over"](tmp_path / "data" / "in.txt", "two\n")
+        until("  ok")
+        second = "".join(seen)
+        assert "in.txt" in second and "built a" in second and "built b" in second, second
+        assert "built c" not in second, second  # c was not dirty
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "trace watch: stopped" in err, err
