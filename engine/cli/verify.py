@@ -10,15 +10,16 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.cli.args import add_otel_arg, otel_clock, otel_export, positive_int
-from engine.verify.pipeline import build_verify, find_fork
+from engine.pipeline.verify import build_verify
+from engine.verify.pipeline import find_fork
 
 if TYPE_CHECKING:
-    from engine.model import Graph
-    from engine.run import RunResult
+    from engine.pipeline.models import Judged
     from engine.verify_result import VerifyResult
 
 
@@ -118,8 +119,7 @@ def _bundle(
     args: argparse.Namespace,
     fork: Path,
     policy: Path,
-    verified: tuple[Graph, RunResult, VerifyResult],
-    ran: tuple[dt.datetime, dt.datetime],
+    verified: Judged,
 ) -> int:
     from engine.bundle_verify.produce import produce_bundle, report_lines
     from engine.cli.options import request_from_args
@@ -135,7 +135,6 @@ def _bundle(
             signing_policy=policy,  # the bundle decides with the policy the gates applied
         ),
         verified,
-        ran,
     )
     print("\n".join(report_lines(outcome)), file=sys.stderr if args.json else sys.stdout)
     return 1 if outcome.denied else 0
@@ -169,9 +168,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         recheck=args.bundle is not None,
         clock=clock,
     )
-    ran = (began, dt.datetime.now(dt.UTC))
-    otel_export(args, clock, verified[1], f"trace verify {verified[2].candidate}")
-    result = verified[2]
+    # the bundle's run is this whole verify (load, build, checks)
+    verified = replace(verified, ran=(began, dt.datetime.now(dt.UTC)))
+    otel_export(args, clock, verified.run, f"trace verify {verified.verify.candidate}")
+    result = verified.verify
     text = result.model_dump_json(indent=2, by_alias=True) + "\n"
     out = args.out or (args.state_dir or fork / ".trace") / "verify" / f"{result.candidate}.json"
     from engine.files import write_atomic
@@ -185,5 +185,5 @@ def cmd_verify(args: argparse.Namespace) -> int:
     status = 0 if result.passed else 1
     if args.bundle is not None:
         assert policy is not None
-        status = max(status, _bundle(args, fork, policy, verified, ran))
+        status = max(status, _bundle(args, fork, policy, verified))
     return status

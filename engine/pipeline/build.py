@@ -1,0 +1,109 @@
+"""The build stage, fresh or cached: the verify graph's run, every outcome read from the store
+(engine.verify.trusted: the index is never evidence); then the judge stage (`judge_built`).
+
+`build_fresh` builds what is dirty (`trace verify`, `trace fork`, `trace draft`); `build_cached`
+builds nothing and refuses when any step is dirty (`trace decide`, `trace bundle`: see
+engine.verify.cached for the refusals)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine.errors import InputError, TraceError
+from engine.pipeline.models import Built, Judged
+
+if TYPE_CHECKING:
+    from engine.cache import Index
+    from engine.candidate import Candidate
+    from engine.model import Graph
+    from engine.otel import StepClock
+
+
+def build_fresh(
+    candidate: Candidate,
+    graph: Graph,
+    index: Index,
+    *,
+    jobs: int | None = None,
+    progress: bool = False,
+    recheck: bool = False,
+    clock: StepClock | None = None,
+) -> Built:
+    """Build the dirty steps of `graph` (a build's bad input blamed on the candidate), then check
+    the steps the index answered against the store (`recheck`: their determinism too); `clock`
+    notes when each step reached each state (`--otel`)."""
+    from engine.progress import Progress
+    from engine.run import run_graph
+    from engine.verify.blame import blame_candidate
+    from engine.verify.trusted import from_store
+
+    began = dt.datetime.now(dt.UTC)
+    with Progress(enabled=progress) as progress_reporter:
+        reporter = progress_reporter if clock is None else clock.wrapping(progress_reporter)
+        try:
+            run = run_graph(graph, index, jobs=jobs, reporter=reporter)
+        except InputError as exc:
+            raise blame_candidate(exc, candidate) from None
+    run = from_store(graph, run, index, recheck=recheck)
+    return Built(candidate, graph, run, (began, dt.datetime.now(dt.UTC)))
+
+
+def build_cached(
+    candidate: Candidate,
+    fork: Path,
+    state: Path,
+    *,
+    signing_policy: Path | None = None,
+    wait: float = 0,
+) -> Built:
+    """The verify graph and its run answered from the index, checked against the store.
+
+    `signing_policy`: the policy that decides (its thresholds are the gates'; None: the default
+    by location, as `trace verify` has it). Raises InputError when the candidate was not
+    verified with its current inputs under that policy. `ran` is this check."""
+    from engine.cache import Index
+    from engine.run import plan, run_graph
+    from engine.verify.cached import policy_refusal, refusal
+    from engine.verify.pipeline import load_verify_graph
+    from engine.verify.trusted import from_store
+
+    began = dt.datetime.now(dt.UTC)
+    with Index(state, wait=wait) as index:
+        graph = load_verify_graph(candidate, fork, index, signing_policy)
+        planned, _ = plan(graph, index)
+        if planned.dirty:
+            raise policy_refusal(planned, candidate, index, signing_policy) or refusal(
+                planned, candidate, state
+            )
+        run = run_graph(graph, index)
+        if run.evaluated or run.nix_calls:
+            raise TraceError(
+                f"internal error: a clean plan made {run.nix_calls} nix call(s)",
+                hint="report this: a clean plan builds nothing",
+            )
+        run = from_store(graph, run, index, recheck=True)
+    return Built(candidate, graph, run, (began, dt.datetime.now(dt.UTC)))
+
+
+def judge_built(built: Built) -> Judged:
+    """The judge stage: the verdict from the build's run (engine.verify.verdict.judge)."""
+    from engine.verify.verdict import judge
+
+    verify = judge(built.candidate, built.graph, built.run)
+    return Judged(built.candidate, built.graph, built.run, built.ran, verify)
+
+
+def verified_cached(
+    candidate: Candidate,
+    fork: Path,
+    state: Path,
+    *,
+    signing_policy: Path | None = None,
+    wait: float = 0,
+) -> Judged:
+    """`build_cached`, judged: the one evidence source of `trace decide` and `trace bundle`."""
+    return judge_built(
+        build_cached(candidate, fork, state, signing_policy=signing_policy, wait=wait)
+    )
