@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.remote",
             "engine.graph",
             "engine.candidate",
+            "engine.oracles",
             "engine.expression",
             "engine.blame",
             "engine.nix",
