@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from engine.errors import InputError, TraceError
 from engine.pipeline.models import Built, Judged
@@ -50,27 +50,30 @@ def build_fresh(
     return Built(candidate, graph, run, (began, dt.datetime.now(dt.UTC)))
 
 
+class CachedOptions(TypedDict, total=False):
+    """`signing_policy`: the policy that decides (its thresholds are the gates'; None: the
+    default by location, as `trace verify` has it); `wait`: for the state's lock."""
+
+    signing_policy: Path | None
+    wait: float
+
+
 def build_cached(
-    candidate: Candidate,
-    fork: Path,
-    state: Path,
-    *,
-    signing_policy: Path | None = None,
-    wait: float = 0,
+    candidate: Candidate, fork: Path, state: Path, **options: Unpack[CachedOptions]
 ) -> Built:
     """The verify graph and its run answered from the index, checked against the store.
 
-    `signing_policy`: the policy that decides (its thresholds are the gates'; None: the default
-    by location, as `trace verify` has it). Raises InputError when the candidate was not
-    verified with its current inputs under that policy. `ran` is this check."""
+    Raises InputError when the candidate was not verified with its current inputs under the
+    signing policy of `options`. `ran` is this check."""
     from engine.cache import Index
     from engine.run import plan, run_graph
     from engine.verify.cached import policy_refusal, refusal
     from engine.verify.pipeline import load_verify_graph
     from engine.verify.trusted import from_store
 
+    signing_policy = options.get("signing_policy")
     began = dt.datetime.now(dt.UTC)
-    with Index(state, wait=wait) as index:
+    with Index(state, wait=options.get("wait", 0)) as index:
         graph = load_verify_graph(candidate, fork, index, signing_policy)
         planned, _ = plan(graph, index)
         if planned.dirty:
@@ -96,14 +99,7 @@ def judge_built(built: Built) -> Judged:
 
 
 def verified_cached(
-    candidate: Candidate,
-    fork: Path,
-    state: Path,
-    *,
-    signing_policy: Path | None = None,
-    wait: float = 0,
+    candidate: Candidate, fork: Path, state: Path, **options: Unpack[CachedOptions]
 ) -> Judged:
     """`build_cached`, judged: the one evidence source of `trace decide` and `trace bundle`."""
-    return judge_built(
-        build_cached(candidate, fork, state, signing_policy=signing_policy, wait=wait)
-    )
+    return judge_built(build_cached(candidate, fork, state, **options))

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from engine.pipeline.build import build_fresh, judge_built
 from engine.pipeline.load import locate
@@ -15,59 +15,47 @@ if TYPE_CHECKING:
     from engine.verify_result import VerifyResult
 
 
-def run_verify(
-    candidate_file: Path,
-    *,
-    fork: Path | None = None,
-    state_dir: Path | None = None,
-    jobs: int | None = None,
-    progress: bool = False,
-    wait: float = 0,
-    signing_policy: Path | None = None,
-) -> VerifyResult:
+class VerifyOptions(TypedDict, total=False):
+    """How `trace verify` runs: the fork (default: found upward from the candidate, else the
+    working directory), the state directory (default FORK/.trace), `-j`, the progress display,
+    how long to wait for the state's lock, and the signing policy whose thresholds the gates
+    apply (default: by location)."""
+
+    fork: Path | None
+    state_dir: Path | None
+    jobs: int | None
+    progress: bool
+    wait: float
+    signing_policy: Path | None
+    clock: StepClock | None  # notes when each step reached each state (`--otel`)
+
+
+def run_verify(candidate_file: Path, **options: Unpack[VerifyOptions]) -> VerifyResult:
     """Load the candidate and the fork's graph, build what is dirty, judge. The Python API."""
-    return build_verify(
-        candidate_file,
-        fork=fork,
-        state_dir=state_dir,
-        jobs=jobs,
-        progress=progress,
-        wait=wait,
-        signing_policy=signing_policy,
-    ).verify
+    return build_verify(candidate_file, **options).verify
 
 
 def build_verify(
-    candidate_file: Path,
-    *,
-    fork: Path | None = None,
-    state_dir: Path | None = None,
-    jobs: int | None = None,
-    progress: bool = False,
-    wait: float = 0,
-    signing_policy: Path | None = None,
-    recheck: bool = False,
-    clock: StepClock | None = None,
+    candidate_file: Path, *, recheck: bool = False, **options: Unpack[VerifyOptions]
 ) -> Judged:
     """`run_verify`, also returning the graph and the run the verdict was judged from.
 
-    `signing_policy`: whose thresholds the gates apply (None: the default by location). Steps
-    answered from the index are checked against and re-read from the store (`from_store`);
-    `recheck`: their determinism is measured again too (for a bundle); `clock` notes when each
-    step reached each state (`--otel`)."""
+    Steps answered from the index are checked against and re-read from the store
+    (`from_store`); `recheck`: their determinism is measured again too (for a bundle)."""
     from engine.cache import Index, nothing_written_on_bad_input
     from engine.verify.pipeline import load_verify_graph
 
-    located = locate(candidate_file, fork, state_dir)
+    located = locate(candidate_file, options.get("fork"), options.get("state_dir"))
+    wait, policy = options.get("wait", 0), options.get("signing_policy")
     with nothing_written_on_bad_input(located.state), Index(located.state, wait=wait) as index:
-        graph = load_verify_graph(located.candidate, located.fork, index, signing_policy)
+        graph = load_verify_graph(located.candidate, located.fork, index, policy)
         built = build_fresh(
             located.candidate,
             graph,
             index,
-            jobs=jobs,
-            progress=progress,
+            jobs=options.get("jobs"),
+            progress=options.get("progress", False),
             recheck=recheck,
-            clock=clock,
+            clock=options.get("clock"),
         )
     return judge_built(built)
