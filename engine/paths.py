@@ -48,6 +48,8 @@ KEY_SOURCES = (
     "hashing.py",
     "render.py",
     "expression.py",
+    "plan.py",
+    "evaluation.py",
     "run.py",
     "nix.py",
 )

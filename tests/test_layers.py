@@ -42,6 +42,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "engine.otel",
             "engine.run",
+            "engine.evaluation",
+            "engine.plan",
             "engine.loadcache",
             "engine.remote",
             "engine.graph",

@@ -21,8 +21,6 @@ MAX_FUNCTION = 80
 KNOWN_LONG_MODULES = {
     "graph.py": "the pipeline-file loader: split its resolver and file reader out (contested: "
     "issue 28's messages land here this round)",
-    "run.py": "planning, building and evaluation in one module: split planning out (contested: "
-    "issue 28 and issue 30 change it this round)",
 }
 # "path::function" -> why it is still too long
 KNOWN_LONG_FUNCTIONS = {

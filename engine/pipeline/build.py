@@ -66,7 +66,8 @@ def build_cached(
     Raises InputError when the candidate was not verified with its current inputs under the
     signing policy of `options`. `ran` is this check."""
     from engine.cache import Index
-    from engine.run import plan, run_graph
+    from engine.plan import plan
+    from engine.run import run_graph
     from engine.verify.cached import policy_refusal, refusal
     from engine.verify.pipeline import load_verify_graph
     from engine.verify.trusted import from_store

@@ -33,7 +33,7 @@ from engine.verify_result import MACHINE_KEYS
 if TYPE_CHECKING:
     from engine.cache import Index
     from engine.candidate import Candidate
-    from engine.run import Plan
+    from engine.plan import Plan
     from engine.verify_result import VerifyResult
 
 SHOWN_STEPS = 6

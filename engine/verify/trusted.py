@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from engine.cache import Index
     from engine.model import Graph
     from engine.nix import Nix
-    from engine.run import Plan, RunResult, StepResult
+    from engine.plan import Plan
+    from engine.run import RunResult, StepResult
 
 SHOWN = 4
 
@@ -56,8 +57,8 @@ class StateMismatch(InputError):
 
 def instantiate_steps(graph: Graph, planned: Plan, step_ids: list[str], expr: Path) -> list[str]:
     """The .drv paths the graph instantiates now for `step_ids` (one `nix-instantiate`)."""
+    from engine.evaluation import render_expression
     from engine.nix import Nix
-    from engine.run import render_expression
 
     text, _ = render_expression(graph, planned, step_ids)
     expr.parent.mkdir(parents=True, exist_ok=True)
@@ -85,7 +86,7 @@ def _derivations(
 ) -> dict[str, str]:
     """Each index-answered step's derivation: instantiated again (`recheck`), else the row's."""
     from engine.hashing import digest_bytes
-    from engine.run import plan
+    from engine.plan import plan
 
     if not recheck:  # a plain `trace verify`: the rows' own derivations (see the module docstring)
         return {sid: str(run.steps[sid].drv) for sid in cached}
