@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel
-
 from engine.fork.config import ForkConfig
 from engine.fork.entry import pipeline_entry, signing_source, swap_dir, write_if_changed
 from engine.fork.once import RunOnce
@@ -24,6 +22,8 @@ from engine.pipeline.sign import key_hint_of, sign_keyless, sign_with_key
 from engine.verify.pipeline import project_root
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from engine.cache import Index
     from engine.candidate import Candidate
     from engine.evidence.bundle import Assembled
