@@ -59,7 +59,7 @@ from pydantic import (
 )
 
 from engine.errors import InputError
-from engine.graph import find_line
+from engine.graphfile import find_line
 from engine.loader import (
     Document,
     check_path,

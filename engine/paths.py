@@ -45,6 +45,8 @@ KEY_SOURCES = (
     "model.py",
     "spec.py",
     "graph.py",
+    "graphfile.py",
+    "graphparams.py",
     "hashing.py",
     "render.py",
     "expression.py",

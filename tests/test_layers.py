@@ -47,6 +47,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.loadcache",
             "engine.remote",
             "engine.graph",
+            "engine.graphfile",
+            "engine.graphparams",
             "engine.candidate",
             "engine.oracles",
             "engine.expression",

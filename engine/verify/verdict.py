@@ -20,7 +20,7 @@ from engine import __version__
 from engine.candidate import Candidate
 from engine.errors import InputError
 from engine.gates.core import expectation
-from engine.graph import find_line
+from engine.graphfile import find_line
 from engine.model import Graph
 from engine.records import GateRecord, RunRecord, Side
 from engine.run import RunResult, StepResult
