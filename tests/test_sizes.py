@@ -25,7 +25,6 @@ KNOWN_LONG_FUNCTIONS = {
     "gates/core/coverage.py::evaluate": "the sandbox package (issue 29, sandbox29 moves it)",
     "gates/core/mutation.py::evaluate": "the sandbox package (issue 29, sandbox29 moves it)",
     "gates/core/variant_gate.py::evaluate": "the sandbox package (issue 29, sandbox29 moves it)",
-    "report/view.py::build_view": "the report page (issue 31 rewrites it)",
 }
 
 
