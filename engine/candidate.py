@@ -40,7 +40,8 @@ present, every patch a real diff. Routing happens before any model has written a
 reproducer, so `load_candidate(path, for_routing=True)` reads what routing needs only: `id`,
 `package`, `origin` and `[advisory]` (whose OSV file must exist); `patches`, `[reproducer]` and
 `[expect]` may be absent and the files they name need not exist yet. Unknown keys and wrong
-types are still errors. The oracles' rules: engine/gates/core/oracle.py and the README.
+types are still errors. The oracles' models: engine/oracles.py; their rules:
+engine/gates/core/oracle.py.
 """
 
 from __future__ import annotations
@@ -49,18 +50,16 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    field_validator,
-    model_validator,
 )
 
 from engine.errors import InputError
-from engine.graph import find_line
+from engine.graphfile import find_line
 from engine.loader import (
     Document,
     check_path,
@@ -70,24 +69,8 @@ from engine.loader import (
     resolve,
     validate,
 )
+from engine.oracles import Acceptance, Expectation, Oracle, Strict
 from engine.paths import cli
-
-SIGNALS = {
-    "SIGHUP": 1,
-    "SIGINT": 2,
-    "SIGQUIT": 3,
-    "SIGILL": 4,
-    "SIGTRAP": 5,
-    "SIGABRT": 6,
-    "SIGBUS": 7,
-    "SIGFPE": 8,
-    "SIGKILL": 9,
-    "SIGSEGV": 11,
-    "SIGPIPE": 13,
-    "SIGALRM": 14,
-    "SIGTERM": 15,
-}
-
 
 # A candidate id names files (STATE/verify/<id>.json, written through `.<name>.<hex>.tmp`) and
 # bundle folders: 128 characters keeps every such name well under the 255-byte limit.
@@ -96,18 +79,7 @@ GOLDEN_HEAD = 4000  # characters of a golden file the judge gets for its message
 GOLDEN_MAX = 1 << 20  # the harness keeps 1 MiB of a stream's head: a longer golden never matches
 
 
-class _Strict(BaseModel):
-    """Unknown keys are errors and types strict: `runs = "3"` or `exit_code = "1"` are refused,
-    not converted."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-# An exit status as a process reports it (0-255); a signal is `signal`, not a code.
-ExitCode = Annotated[int, Field(ge=0, le=255)]
-
-
-class Advisory(_Strict):
+class Advisory(Strict):
     osv: str = Field(description="OSV advisory JSON file")
     upstream_fix: str | None = Field(default=None, description="upstream fix reference (URL)")
     upstream_patches: list[str] = Field(
@@ -118,135 +90,13 @@ class Advisory(_Strict):
     )
 
 
-class Reproducer(_Strict):
+class Reproducer(Strict):
     script: str = Field(description="shell script run against the build ($TARGET = package)")
     data: list[str] = Field(default_factory=list, description="files copied into the run's cwd")
     runs: int = Field(default=3, ge=1, le=50, description="independent runs per side")
 
 
-def _regex(v: str | None) -> str | None:
-    if v is not None:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from None
-    return v
-
-
-class Oracle(_Strict):
-    """How the target behaves on one invocation: every field given must hold. Judged on what the
-    harness saw the target itself do (engine/gates/core/oracle.py), never on the reproducer's
-    own exit or output."""
-
-    exit_code: ExitCode | Annotated[list[ExitCode], Field(min_length=1)] | None = Field(
-        default=None,
-        description="the target's exit status, or a list of accepted ones (a set), e.g. [1, 2]",
-    )
-    signal: str | None = Field(
-        default=None, description="the signal the target died of, e.g. SIGSEGV, SIGABRT"
-    )
-    sanitizer: str | None = Field(
-        default=None,
-        description="the target's own sanitizer report: 'Tool' or 'Tool: kind', e.g. "
-        "'AddressSanitizer: heap-buffer-overflow'",
-    )
-    output: str | None = Field(
-        default=None, description="regex searched (multi-line) in the target's stdout + stderr"
-    )
-    stdout: str | None = Field(
-        default=None,
-        description="regex searched (multi-line) in the target's own stdout as the harness "
-        "captured it; in [expect] it declares a wrong output (the target may exit 0)",
-    )
-    stderr: str | None = Field(
-        default=None, description="regex searched (multi-line) in the target's own stderr"
-    )
-    golden: str | None = Field(
-        default=None,
-        description="file (relative to the candidate) the target's stdout must equal exactly "
-        "(as captured: store paths, pids and addresses normalised)",
-    )
-    not_golden: str | None = Field(
-        default=None,
-        description="file holding the CORRECT stdout: the target's stdout must differ from it "
-        "(in [expect]: a wrong-output bug)",
-    )
-
-    @field_validator("signal")
-    @classmethod
-    def _signal(cls, v: str | None) -> str | None:
-        return _known_signal(v)
-
-    @field_validator("output", "stdout", "stderr")
-    @classmethod
-    def _regexes(cls, v: str | None) -> str | None:
-        return _regex(v)
-
-    def codes(self) -> list[int] | None:
-        if self.exit_code is None:
-            return None
-        return [self.exit_code] if isinstance(self.exit_code, int) else sorted(set(self.exit_code))
-
-    def misbehaviour(self) -> bool:
-        """Does this oracle declare a misbehaviour (a failure or a wrong output)?"""
-        codes = self.codes()
-        fields = (self.signal, self.sanitizer, self.output, self.stdout, self.stderr)
-        return any(fields) or bool(self.not_golden) or bool(codes and set(codes) != {0})
-
-
-def _known_signal(v: str | None) -> str | None:
-    if v is not None and v not in SIGNALS:
-        raise ValueError(f"unknown signal {v!r}; use one of {', '.join(SIGNALS)}")
-    return v
-
-
-class InvocationOracle(Oracle):
-    """An oracle for the target invocations it selects (all selectors given must match)."""
-
-    target: str | None = Field(default=None, description="the program, 'bin/NAME' or 'NAME'")
-    args: str | None = Field(
-        default=None, description="regex searched in the invocation's arguments joined by spaces"
-    )
-    index: int | None = Field(
-        default=None,
-        ge=1,
-        le=1_000_000,
-        description="1-based position in the run record's canonical order (by program, then "
-        "arguments)",
-    )
-
-    @field_validator("args")
-    @classmethod
-    def _args(cls, v: str | None) -> str | None:
-        return _regex(v)
-
-    @model_validator(mode="after")
-    def _selects(self) -> InvocationOracle:
-        if self.target is None and self.args is None and self.index is None:
-            raise ValueError("a per-invocation oracle needs a selector: target, args or index")
-        return self
-
-
-class Expectation(Oracle):
-    """[expect]: how the UNPATCHED target must misbehave. Top-level fields: some invocation
-    meets them all; [[expect.invocation]]: every invocation each selects meets it."""
-
-    invocation: list[InvocationOracle] = Field(
-        default_factory=list, description="per-invocation oracles ([[expect.invocation]])"
-    )
-
-
-class Acceptance(Oracle):
-    """[accept]: how the PATCHED target must behave. Top-level fields: every invocation no
-    [[accept.invocation]] selects (default: exit code 0); a signal or a sanitizer report is
-    never acceptable."""
-
-    invocation: list[InvocationOracle] = Field(
-        default_factory=list, description="per-invocation oracles ([[accept.invocation]])"
-    )
-
-
-class ModelInfo(_Strict):
+class ModelInfo(Strict):
     id: str
     prompt: str | None = Field(default=None, description="prompt file (its digest is recorded)")
     parameters: dict[str, Any] = Field(default_factory=dict)
@@ -259,7 +109,7 @@ RATIONALE = (
 REVIEW = "a FILE, path relative to the candidate file (e.g. review.md): an independent review"
 
 
-class CandidateFile(_Strict):
+class CandidateFile(Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=MAX_ID)
     package: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_'-]*(\.[A-Za-z_][A-Za-z0-9_'-]*)*$")
     patches: list[str] = Field(min_length=1)
@@ -277,7 +127,7 @@ class CandidateFile(_Strict):
     model: ModelInfo | None = None
 
 
-class RoutingCandidateFile(_Strict):
+class RoutingCandidateFile(Strict):
     """The candidate file as routing reads it: the same keys, only the pipeline's optional."""
 
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=MAX_ID)

@@ -8,465 +8,35 @@ and what to do; nothing is built or written when loading fails.
 
 from __future__ import annotations
 
-import contextlib
-import difflib
 import graphlib
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from engine.errors import InputError
-from engine.hashing import StatCache, digest_bytes, tree_digest
+from engine.graphfile import File, load_files, resolve_in, suggest
+from engine.graphfile import find_line as find_line  # re-exported: engine.graph is its old home
+from engine.graphparams import TYPE_NAMES, Resolver, check_type, resolve_params
+from engine.hashing import StatCache, digest_bytes
 from engine.loader import (
     check_path,
     check_regular,
-    decode,
-    parse_toml,
-    read_bytes,
     read_text,
     resolve,
 )
 from engine.model import Graph, InputRef, Kind, NixConfig, Param, Step
-from engine.paths import PREFIX, data_dir, key_source_paths, resolve_ref
+from engine.paths import key_source_paths
 from engine.spec import (
     FORBIDDEN_OPTIONS,
     MAX_REPEAT,
     MAX_STEPS,
     NixSettings,
-    ParamSpec,
-    PipelineFile,
     StepSpec,
     VarRef,
 )
 
-_TYPE_NAMES = {
-    "string": "a string",
-    "int": "an integer",
-    "bool": "true or false",
-    "float": "a number",
-    "path": "a path (string)",
-    "strings": "a list of strings",
-    "paths": "a list of paths",
-}
 
-
-def find_line(text: str, dotted: list[str]) -> int | None:
-    """Best-effort line of a dotted key in TOML text (headers and inline keys)."""
-    lines = text.splitlines()
-    for depth in range(len(dotted), 0, -1):
-        head = r"\s*\.\s*".join(re.escape(p) for p in dotted[:depth])
-        patterns = [rf"^\s*\[\[?\s*{head}\s*\]\]?\s*(#.*)?$", rf"^\s*{head}\s*="]
-        if depth >= 2:
-            tail = r"\s*\.\s*".join(re.escape(p) for p in dotted[depth - 1 : depth])
-            patterns.append(rf"^\s*{tail}\s*=")
-        for pat in patterns[:2]:
-            for i, line in enumerate(lines, 1):
-                if re.search(pat, line):
-                    if depth == len(dotted):
-                        return i
-                    # find the remaining key below that header
-                    rest = dotted[depth]
-                    for j in range(i, len(lines)):
-                        if re.match(rf"^\s*{re.escape(rest)}\s*=", lines[j]):
-                            return j + 1
-                        if j > i and lines[j].lstrip().startswith("["):
-                            break
-                    return i
-    return None
-
-
-def closest(name: str, options: list[str]) -> str | None:
-    match = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
-    return match[0] if match else None
-
-
-def _suggest(name: str, options: list[str], what: str) -> str:
-    guess = closest(name, options)
-    if guess:
-        return f"did you mean '{guess}'?"
-    known = ", ".join(sorted(options)) or "none"
-    return f"declare the {what} first; known: {known}"
-
-
-_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-
-
-class _File:
-    def __init__(self, path: Path, text: str, spec: PipelineFile, digest: str) -> None:
-        self.path = path
-        self.text = text
-        self.spec = spec
-        self.digest = digest  # sha256 of the bytes read (engine/loadcache.py checks it)
-
-        self._headers: dict[str, int] | None = None
-
-    def line(self, *dotted: str) -> int | None:
-        """Line of a key, for error messages (a scan of the file: call it only when failing)."""
-        return find_line(self.text, list(dotted))
-
-    def header_line(self, *dotted: str) -> int | None:
-        """Line of a `[table.header]`, from a map built once per file (cheap on every load)."""
-        if self._headers is None:
-            self._headers = {}
-            for i, text in enumerate(self.text.splitlines(), 1):
-                m = _HEADER.match(text)
-                if m:
-                    name = ".".join(p.strip().strip('"') for p in m.group(1).split("."))
-                    self._headers.setdefault(name, i)
-        return self._headers.get(".".join(dotted))
-
-
-def _read_file(path: Path) -> _File:
-    data = read_bytes(path, "pipeline file")
-    text = decode(data, path, "pipeline file")
-    raw = parse_toml(text, path, "pipeline file")
-    try:
-        spec = PipelineFile.model_validate(raw)
-    except ValidationError as exc:
-        raise _validation_error(exc, path, text, raw) from None
-    return _File(path, text, spec, digest_bytes(data))
-
-
-def _validation_error(exc: ValidationError, path: Path, text: str, raw: Any) -> InputError:
-    err = exc.errors()[0]
-    # pydantic adds union members and validators to locations; keep the keys the file has
-    keys: list[str] = []
-    cur: Any = raw
-    for part in err["loc"]:
-        if isinstance(cur, Mapping) and str(part) in cur:
-            keys.append(str(part))
-            cur = cur[str(part)]
-        elif isinstance(cur, list) and isinstance(part, int) and part < len(cur):
-            cur = cur[part]
-    hint = "see `trace schema` for the accepted keys and types"
-    line = find_line(text, keys)
-    msg = str(err["msg"])
-    if err["type"] == "extra_forbidden":
-        hint = f"remove or rename '{err['loc'][-1]}'; " + hint
-    elif err["type"] == "value_error" and keys in (["steps"], ["kinds"]):
-        m = re.search(r"'([^']*)' is not a valid name", msg)
-        if m:  # the line of the offending [steps.<name>] / [kinds.<name>] header
-            name = m.group(1)
-            keys.append(name)
-            for i, ln in enumerate(text.splitlines(), 1):
-                if name in ln and (ln.lstrip().startswith("[") or "=" in ln):
-                    line = i
-                    break
-        msg = msg.removeprefix("Value error, ")
-        hint = "rename it (step and kind names are used in ids, store names and keys)"
-    elif err["type"] in ("int_type", "bool_type", "string_type", "float_type"):
-        hint = (
-            f"write it as {err['type'].removesuffix('_type')} (no quotes around numbers); " + hint
-        )
-    return InputError(msg, file=path, key=".".join(keys) or None, line=line, hint=hint)
-
-
-def _load_files(entry: Path) -> list[_File]:
-    """The entry file and everything it includes, depth first, each file once."""
-    files: list[_File] = []
-    seen: set[Path] = set()
-
-    def visit(path: Path, stack: tuple[Path, ...]) -> None:
-        if path in stack:
-            chain = " -> ".join(str(p) for p in (*stack, path))
-            raise InputError(
-                f"include cycle: {chain}",
-                file=path,
-                key="include",
-                hint="remove one of the includes",
-            )
-        if path in seen:
-            return
-        seen.add(path)
-        f = _read_file(path)
-        for inc in f.spec.include:
-            target = _resolve(inc, f, "include")
-            if target.is_dir() or not target.exists():
-                is_dir = target.is_dir()
-                raise InputError(
-                    f"included file '{inc}' "
-                    + (
-                        f"is a directory ({target}), not a pipeline file"
-                        if is_dir
-                        else "does not exist"
-                    ),
-                    file=path,
-                    key="include",
-                    line=f.line("include"),
-                    hint="name the .toml file itself"
-                    if is_dir
-                    else "fix the path (relative to this file)",
-                )
-            visit(target, (*stack, path))
-        files.append(f)
-
-    visit(resolve(entry), ())
-    return files
-
-
-def _resolve(value: str, f: _File, *key: str) -> Path:
-    """`resolve_ref`, with a refused `trace:` reference located in the file that wrote it."""
-    try:
-        return resolve_ref(value, f.path.parent)
-    except InputError as exc:
-        raise InputError(
-            exc.message, file=f.path, key=".".join(key), line=f.line(*key), hint=exc.hint
-        ) from None
-
-
-def _shipped(path: Path) -> bool:
-    return path.is_relative_to(data_dir())
-
-
-def _lookup(context: Mapping[str, Any], dotted: str) -> Any:
-    cur: Any = context
-    for part in dotted.split("."):
-        if isinstance(cur, Mapping) and part in cur:
-            cur = cur[part]
-        else:
-            raise KeyError(dotted)
-    return cur
-
-
-class _Resolver:
-    def __init__(self, root: Path, context: Mapping[str, Any], hasher: StatCache) -> None:
-        self.root = root
-        self.context = context
-        self.hasher = hasher
-        self._digests: dict[Path, str] = {}
-        self.entry: Path | None = None  # the pipeline file the user named
-
-    def _root_hint(self) -> str:
-        """What to do about a path outside the root, naming only options the command has: a
-        verify graph's root is the fork (`--fork`), a plain graph's `--root`."""
-        if "fork" in self.context:
-            return (
-                "keep the candidate's files and every input inside the fork (`--fork DIR` names it)"
-            )
-        return "keep inputs inside the project (or pass --root DIR)"
-
-    def digested(self) -> list[Path]:
-        return list(self._digests)
-
-    @contextlib.contextmanager
-    def blame(self, var: str | None, f: _File, *key: str) -> Iterator[None]:
-        """A value from a file in the context (`candidate.patches`: the candidate file) that is
-        refused is reported at that file and its key, not at the pipeline that uses it."""
-        try:
-            yield
-        except InputError as exc:
-            head, _, rest = (var or "").partition(".")
-            origin = self.context.get(head)
-            if not rest or not isinstance(origin, Mapping) or not origin.get("file"):
-                raise
-            raise InputError(
-                exc.message,
-                file=str(origin["file"]),
-                key=rest,
-                hint=f"{exc.hint or 'fix the value'} (used by {f.path}, key '{'.'.join(key)}')",
-            ) from None
-
-    def var(self, ref: VarRef, f: _File, *key: str) -> Any:
-        try:
-            return _lookup(self.context, ref.var)
-        except KeyError:
-            known = ", ".join(sorted(_flatten(self.context))) or "none (no context given)"
-            if self.entry is not None and _shipped(f.path) and not _shipped(self.entry):
-                raise InputError(  # the user's include, not trace's pipeline, is the mistake
-                    f"the shipped pipeline {f.path.name} (included from here) needs "
-                    f"'{ref.var}', which this run does not provide",
-                    file=self.entry,
-                    key="include",
-                    hint="trace's verify pipeline runs for a candidate: use `trace verify "
-                    f"CANDIDATE`, not `trace run` (known variables: {known})",
-                ) from None
-            raise InputError(
-                f"unknown variable '{ref.var}'",
-                file=f.path,
-                key=".".join(key),
-                line=f.line(*key),
-                hint=f"known variables: {known}",
-            ) from None
-
-    def path(self, value: str, f: _File, *key: str, exclude: list[str] | None = None) -> InputRef:
-        """A file or tree the step reads: inside the project root, or `trace:` shipped data.
-
-        With `exclude` (the package set), the listed paths are left out of the digest. Every
-        other file counts, git-ignored ones included: Nix imports the work tree as it is.
-        """
-        shipped = value.startswith(PREFIX)
-        target = _resolve(value, f, *key)
-        if not shipped and not target.is_relative_to(self.root):
-            raise InputError(
-                f"path '{value}' escapes the project root {self.root}",
-                hint=self._root_hint(),
-                file=f.path,
-                key=".".join(key),
-                line=f.line(*key),
-            )
-        if not target.exists():
-            raise InputError(
-                f"input '{value}' does not exist (looked for {target})",
-                hint="create it or fix the path (relative to this file; `trace:` = trace's data)",
-                file=f.path,
-                key=".".join(key),
-                line=f.line(*key),
-            )
-        digest = self._digests.get(target) if exclude is None else None
-        if digest is None and exclude is not None and target.is_dir():
-            digest = tree_digest(target, self.hasher, exclude)
-        elif digest is None:
-            digest = tree_digest(target, self.hasher)
-            self._digests[target] = digest
-        # Keys name shipped data by its `trace:` reference, so they do not depend on where trace
-        # is installed; project files by their path relative to the root.
-        rel = value if shipped else str(target.relative_to(self.root))
-        return InputRef(path=target, rel=rel, digest=digest)
-
-    def package_set(self, value: str, exclude: list[str], f: _File) -> InputRef:
-        return self.path(value, f, "nix", "package_set", exclude=exclude)
-
-
-def _flatten(ctx: Mapping[str, Any], prefix: str = "") -> list[str]:
-    out: list[str] = []
-    for k, v in ctx.items():
-        name = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.extend(_flatten(v, name + "."))
-        else:
-            out.append(name)
-    return out
-
-
-def _check_type(value: Any, spec: ParamSpec | Param) -> bool:
-    t = spec.type
-    if t in ("string", "path"):
-        return isinstance(value, str)
-    if t == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if t == "bool":
-        return isinstance(value, bool)
-    if t == "float":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-def _unrepresentable(value: Any) -> str | None:
-    """Why Nix cannot hold a (type-checked) param value exactly, or None."""
-    import math
-    import sys
-
-    for v in value if isinstance(value, list) else [value]:
-        if isinstance(v, str) and "\0" in v:
-            return "contains a NUL character, which Nix strings cannot hold"
-        if isinstance(v, float) and not math.isfinite(v):
-            return f"is {v}, which Nix numbers cannot be"
-        if isinstance(v, float) and v != 0 and abs(v) < sys.float_info.min:
-            return f"is the subnormal float {v!r}, which Nix cannot read"
-        # Nix reads `-9223372036854775808` as the negation of a literal one too large
-        if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) < v < 2**63:
-            return "does not fit Nix's 64-bit integers (-(2^63 - 1) to 2^63 - 1)"
-    return None
-
-
-def _resolve_params(
-    step_id: str, step: StepSpec, kind: Kind, kind_name: str, f: _File, r: _Resolver
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    params: dict[str, Any] = {}
-    key_params: dict[str, Any] = {}
-    for name in step.params:
-        if name not in kind.params:
-            raise InputError(
-                f"kind '{kind_name}' has no parameter '{name}'",
-                file=f.path,
-                key=f"steps.{step_id}.params.{name}",
-                line=f.line("steps", step_id, "params", name) or f.line("steps", step_id),
-                hint=_suggest(name, list(kind.params), "parameter in the kind"),
-            )
-    for name, spec in kind.params.items():
-        key = ("steps", step_id, "params", name)
-        raw = step.params.get(name, spec.default)
-        var = raw.get("var") if isinstance(raw, dict) and set(raw) == {"var"} else None
-        if var is not None:
-            raw = r.var(_var_ref(var, f, *key), f, *key)
-        with r.blame(var, f, *key):
-            _resolve_param(
-                name, name in step.params, raw, spec, kind_name, step_id, f, r, params, key_params
-            )
-    return params, key_params
-
-
-def _var_ref(var: Any, f: _File, *key: str) -> VarRef:
-    if not isinstance(var, str):
-        raise InputError(
-            f"`var` must be a string (a dotted context name), got {var!r}",
-            file=f.path,
-            key=".".join(key),
-            line=f.line(*key),
-            hint='write { var = "candidate.package" }',
-        )
-    return VarRef(var=var)
-
-
-def _resolve_param(
-    name: str,
-    given: bool,
-    raw: Any,
-    spec: Param,
-    kind_name: str,
-    step_id: str,
-    f: _File,
-    r: _Resolver,
-    params: dict[str, Any],
-    key_params: dict[str, Any],
-) -> None:
-    key = ("steps", step_id, "params", name)
-    if raw is None:
-        if spec.required or given:
-            raise InputError(
-                f"parameter '{name}' of kind '{kind_name}' is required",
-                file=f.path,
-                key=".".join(key[:2]),
-                line=f.line("steps", step_id),
-                hint=f"set params.{name} to {_TYPE_NAMES[spec.type]}",
-            )
-        params[name] = None
-        key_params[name] = None
-        return
-    if not _check_type(raw, spec):
-        raise InputError(
-            f"parameter '{name}' must be {_TYPE_NAMES[spec.type]}, got {raw!r}",
-            file=f.path,
-            key=".".join(key),
-            line=f.line(*key) or f.line("steps", step_id),
-            hint=f"kind '{kind_name}' declares {name} as type '{spec.type}'",
-        )
-    bad = _unrepresentable(raw)
-    if bad:
-        raise InputError(
-            f"parameter '{name}' {bad}",
-            file=f.path,
-            key=".".join(key),
-            line=f.line(*key) or f.line("steps", step_id),
-            hint="pass a value Nix can hold exactly (builds must see the value as written)",
-        )
-    if spec.type == "path":
-        ref = r.path(raw, f, *key)
-        params[name] = ref
-        key_params[name] = {"path": ref.rel, "digest": ref.digest}
-    elif spec.type == "paths":
-        refs = [r.path(v, f, *key) for v in raw]
-        params[name] = refs
-        key_params[name] = [{"path": x.rel, "digest": x.digest} for x in refs]
-    else:
-        params[name] = raw
-        key_params[name] = raw
-
-
-def _merge_nix(files: list[_File]) -> NixSettings:
+def _merge_nix(files: list[File]) -> NixSettings:
     merged: dict[str, Any] = {}
     sandbox: list[str] = []
     for f in files:  # included files first, the entry file last: it wins
@@ -510,8 +80,8 @@ def load_graph(
     check_regular(entry, "pipeline file")
     entry = resolve(entry)
     root = (root or Path.cwd()).resolve()
-    files = _load_files(entry)
-    r = _Resolver(root, context or {}, hasher or StatCache())
+    files = load_files(entry)
+    r = Resolver(root, context or {}, hasher or StatCache())
     r.entry = entry
     kinds = _load_kinds(files)
     specs = _collect_steps(files, kinds, entry)
@@ -533,9 +103,9 @@ def load_graph(
     )
 
 
-def _load_kinds(files: list[_File]) -> dict[str, Kind]:
+def _load_kinds(files: list[File]) -> dict[str, Kind]:
     kinds: dict[str, Kind] = {}
-    kind_files: dict[str, _File] = {}
+    kind_files: dict[str, File] = {}
     for f in files:
         for name, ks in f.spec.kinds.items():
             if name in kinds:
@@ -547,9 +117,9 @@ def _load_kinds(files: list[_File]) -> dict[str, Kind]:
                     hint="rename one of them",
                 )
             for pname, pspec in ks.params.items():
-                if pspec.default is not None and not _check_type(pspec.default, pspec):
+                if pspec.default is not None and not check_type(pspec.default, pspec):
                     raise InputError(
-                        f"default of '{pname}' must be {_TYPE_NAMES[pspec.type]}",
+                        f"default of '{pname}' must be {TYPE_NAMES[pspec.type]}",
                         file=f.path,
                         key=f"kinds.{name}.params.{pname}.default",
                         line=f.line("kinds", name, "params", pname),
@@ -577,12 +147,12 @@ def _load_kinds(files: list[_File]) -> dict[str, Kind]:
     return kinds
 
 
-def _read_template(value: str, f: _File, kind: str) -> tuple[Path, str]:
+def _read_template(value: str, f: File, kind: str) -> tuple[Path, str]:
     """A kind's template text (compiled and linted on load, before anything is built: a changed
     template changes the key of every step that uses it)."""
     from engine.templatelint import lint_template
 
-    tpath = _resolve(value, f, "kinds", kind, "template")
+    tpath = resolve_in(value, f, "kinds", kind, "template")
     where = {"file": f.path, "key": f"kinds.{kind}.template", "line": f.line("kinds", kind)}
     if tpath.is_dir():
         raise InputError(
@@ -613,9 +183,9 @@ def _read_template(value: str, f: _File, kind: str) -> tuple[Path, str]:
 
 
 def _collect_steps(
-    files: list[_File], kinds: dict[str, Kind], entry: Path
-) -> dict[str, tuple[StepSpec, _File]]:
-    specs: dict[str, tuple[StepSpec, _File]] = {}
+    files: list[File], kinds: dict[str, Kind], entry: Path
+) -> dict[str, tuple[StepSpec, File]]:
+    specs: dict[str, tuple[StepSpec, File]] = {}
     for f in files:
         for sid, ss in f.spec.steps.items():
             if sid in specs:
@@ -632,7 +202,7 @@ def _collect_steps(
                     file=f.path,
                     key=f"steps.{sid}.kind",
                     line=f.line("steps", sid, "kind"),
-                    hint=_suggest(ss.kind, list(kinds), "kind under [kinds.<name>]"),
+                    hint=suggest(ss.kind, list(kinds), "kind under [kinds.<name>]"),
                 )
             specs[sid] = (ss, f)
     if not specs:
@@ -646,7 +216,7 @@ def _collect_steps(
 
 
 def _expand_repeats(
-    specs: dict[str, tuple[StepSpec, _File]], r: _Resolver
+    specs: dict[str, tuple[StepSpec, File]], r: Resolver
 ) -> tuple[dict[str, tuple[str, ...]], set[str]]:
     """step id -> the ids it expands to (id@1..id@N when `repeat` is set); the repeated ids."""
     expansions: dict[str, tuple[str, ...]] = {}
@@ -694,7 +264,7 @@ def _nix_config(nix: NixSettings, package_set: str | None) -> NixConfig:
     )
 
 
-def _resolve_nix(files: list[_File], r: _Resolver) -> tuple[NixConfig, InputRef | None]:
+def _resolve_nix(files: list[File], r: Resolver) -> tuple[NixConfig, InputRef | None]:
     nix = _merge_nix(files)
     if nix.package_set is None:
         return _nix_config(nix, None), None
@@ -706,11 +276,11 @@ def _resolve_nix(files: list[_File], r: _Resolver) -> tuple[NixConfig, InputRef 
 
 
 def _build_steps(
-    specs: dict[str, tuple[StepSpec, _File]],
+    specs: dict[str, tuple[StepSpec, File]],
     kinds: dict[str, Kind],
     expansions: dict[str, tuple[str, ...]],
     repeated: set[str],
-    r: _Resolver,
+    r: Resolver,
 ) -> dict[str, Step]:
     steps: dict[str, Step] = {}
     for sid, (ss, f) in specs.items():
@@ -722,9 +292,9 @@ def _build_steps(
                     file=f.path,
                     key=f"steps.{sid}.needs",
                     line=f.line("steps", sid, "needs"),
-                    hint=_suggest(need, list(specs), "step"),
+                    hint=suggest(need, list(specs), "step"),
                 )
-        params, key_params = _resolve_params(sid, ss, kind, ss.kind, f, r)
+        params, key_params = resolve_params(sid, ss, kind, ss.kind, f, r)
         inputs: dict[str, InputRef] = {}
         for iname, ival in ss.inputs.items():
             key = ("steps", sid, "inputs", iname)
@@ -753,7 +323,7 @@ def _build_steps(
     return steps
 
 
-def _order(steps: dict[str, Step], specs: dict[str, tuple[StepSpec, _File]]) -> tuple[str, ...]:
+def _order(steps: dict[str, Step], specs: dict[str, tuple[StepSpec, File]]) -> tuple[str, ...]:
     sorter = graphlib.TopologicalSorter({s.id: s.needs for s in steps.values()})
     try:
         return tuple(sorter.static_order())
@@ -770,9 +340,9 @@ def _order(steps: dict[str, Step], specs: dict[str, tuple[StepSpec, _File]]) -> 
 
 
 def _reads(
-    files: list[_File],
+    files: list[File],
     kinds: dict[str, Kind],
-    r: _Resolver,
+    r: Resolver,
     package_set: InputRef | None,
     exclude: list[str],
 ) -> tuple[tuple[Path, tuple[str, ...]], ...]:

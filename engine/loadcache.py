@@ -54,7 +54,7 @@ def _secret(outside: Iterable[Path], create: bool) -> bytes | None:
 
 
 def name(entry: Path, root: Path, context: Mapping[str, Any] | None, variant: str | None) -> str:
-    from engine.run import engine_id
+    from engine.plan import engine_id
 
     ident = [
         FORMAT,

@@ -17,27 +17,25 @@ Steps of `check` kinds are rebuilt once with `--check`.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
-from engine import __version__, expression
-from engine.cache import CachedResult, Index, IndexView
-from engine.errors import NixError
-from engine.files import write_atomic
-from engine.hashing import digest_bytes, key_digest
-from engine.model import Graph, InputRef, Step
+from engine.cache import CachedResult, Index
+from engine.evaluation import drop_expression, evaluate, keep_expression, write_expression
+from engine.evaluation import evaluate_before_state as evaluate_before_state  # re-exported
+from engine.evaluation import render_expression as render_expression  # re-exported (old home)
+from engine.model import Graph
+from engine.plan import Plan, known_drvs, plan
+from engine.rebuilds import rebuild_steps as rebuild_steps  # re-exported (old home)
+from engine.rebuilds import recheck
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # engine.nix is imported only when something builds
     from engine.nix import Nix, RealiseReport
-
-# Generated Nix files kept in STATE/build (the newest); `trace gc` removes them all.
-KEEP_BUILD_FILES = 8
 
 # One Nix process that evaluates and builds thousands of steps slows down step by step (it holds
 # every step's evaluation and goal to the end: a 2000-step chain took 1.75x as long in one
@@ -51,27 +49,6 @@ Status = Literal["cached", "built", "substituted", "reused", "failed", "skipped"
 
 # Plain dataclasses: a run builds thousands of these from values it computed itself, and the
 # hot path (`trace run` of one change) imports no pydantic at all (tests/test_hotpath.py).
-
-
-@dataclass(kw_only=True)
-class StepPlan:
-    id: str
-    key: str
-    dirty: bool
-    reasons: list[str] = field(default_factory=list)
-    components: dict[str, Any]
-    prev_key: str | None = None
-
-
-@dataclass(kw_only=True)
-class Plan:
-    graph: str
-    steps: dict[str, StepPlan]
-    order: list[str]
-
-    @property
-    def dirty(self) -> list[str]:
-        return [s for s in self.order if self.steps[s].dirty]
 
 
 @dataclass(kw_only=True)
@@ -142,169 +119,6 @@ class RunResult:
         return json.dumps(asdict(self), indent=indent, ensure_ascii=False)
 
 
-def graph_id(graph: Graph) -> str:
-    """The graph's name in the index: its absolute entry path (plus `#variant`), so `trace gc`
-    finds it whatever directory it runs from."""
-    name = str(graph.entry.resolve())
-    return f"{name}#{graph.variant}" if graph.variant else name
-
-
-def _input_key(ref: InputRef) -> dict[str, str]:
-    return {"path": ref.rel, "digest": ref.digest}
-
-
-_ENGINE_ID: str | None = None
-
-
-def engine_id() -> str:
-    """The engine's version plus a digest of the modules that shape keys and derivations."""
-    global _ENGINE_ID
-    if _ENGINE_ID is None:
-        from engine.paths import key_source_paths
-
-        code = b"".join(p.read_bytes() for p in key_source_paths())
-        _ENGINE_ID = f"{__version__}+{digest_bytes(code)[:16]}"
-    return _ENGINE_ID
-
-
-def components(graph: Graph, step: Step, keys: dict[str, str]) -> dict[str, Any]:
-    kind = graph.kinds[step.kind]
-    return {
-        "engine": engine_id(),
-        "id": step.id,
-        "kind": step.kind,
-        "template": kind.template_digest,
-        "params": step.path_params,
-        "inputs": {k: _input_key(v) for k, v in step.inputs.items()},
-        "needs": {n: keys[n] for n in step.needs},
-        "package_set": graph.package_set.digest if graph.package_set else None,
-        "nix": {"extra_sandbox_paths": graph.nix.extra_sandbox_paths, "options": graph.nix.options},
-        "sandbox": graph.nix.sandbox_identity,
-        "repeat_index": step.repeat_index,
-        "check": step.check,
-    }
-
-
-def _why(old: dict[str, Any] | None, new: dict[str, Any], changed_upstream: set[str]) -> list[str]:
-    if old is None:
-        return ["never built"]
-    reasons: list[str] = []
-    labels = {
-        "engine": "engine version changed",
-        "template": "template changed",
-        "kind": "kind changed",
-        "package_set": "package set changed",
-        "nix": "nix settings changed",
-        "sandbox": "the files behind [nix] extra_sandbox_paths changed",
-        "check": "check setting changed",
-    }
-    for name, label in labels.items():
-        if old.get(name) != new.get(name):
-            reasons.append(label)
-    for group, noun in (("params", "param"), ("inputs", "input")):
-        o, n = old.get(group, {}), new.get(group, {})
-        for name in sorted(set(o) | set(n)):
-            if o.get(name) != n.get(name):
-                reasons.append(f"{noun} '{name}' changed")
-    o_needs, n_needs = old.get("needs", {}), new.get("needs", {})
-    for name in sorted(set(o_needs) | set(n_needs)):
-        if name not in o_needs:
-            reasons.append(f"now needs '{name}'")
-        elif name not in n_needs:
-            reasons.append(f"no longer needs '{name}'")
-        elif o_needs[name] != n_needs[name] or name in changed_upstream:
-            reasons.append(f"upstream '{name}' changed")
-    return reasons
-
-
-def plan(
-    graph: Graph, index: IndexView, known_keys: Mapping[str, str] | None = None
-) -> tuple[Plan, dict[str, CachedResult]]:
-    """`known_keys`: every step's key as a verified load cache recorded it for this very graph
-    and engine (engine/loadcache.py), so hashing is skipped; components are still computed."""
-    keys: dict[str, str] = {}
-    comps: dict[str, dict[str, Any]] = {}
-    for sid in graph.order:
-        comp = components(graph, graph.steps[sid], keys)
-        comps[sid] = comp
-        keys[sid] = known_keys[sid] if known_keys is not None else key_digest(comp)
-    cached = index.results(keys.values())
-    gid = graph_id(graph)
-    last = index.last_keys(gid)
-    steps: dict[str, StepPlan] = {}
-    for sid in graph.order:
-        key = keys[sid]
-        hit = cached.get(key)
-        prev_key = last.get(sid)
-        if hit is not None and os.path.exists(hit.out):
-            steps[sid] = StepPlan(
-                id=sid,
-                key=key,
-                dirty=False,
-                reasons=[],
-                components=comps[sid],
-                prev_key=prev_key,
-            )
-            continue
-        if hit is not None:
-            reasons = ["output missing from the store"]
-        elif prev_key == key:
-            reasons = ["not built yet (the last run failed or was interrupted)"]
-        else:
-            dirty_up = {n for n in graph.steps[sid].needs if steps[n].dirty}
-            old = index.last_components(gid, sid) if prev_key else None
-            reasons = _why(old, comps[sid], dirty_up) or ["no cached result for this key"]
-        steps[sid] = StepPlan(
-            id=sid,
-            key=key,
-            dirty=True,
-            reasons=reasons,
-            components=comps[sid],
-            prev_key=prev_key,
-        )
-    return Plan(graph=graph_id(graph), steps=steps, order=list(graph.order)), cached
-
-
-def render_expression(
-    graph: Graph, p: Plan, targets: list[str], known: Mapping[str, tuple[str, str]] | None = None
-) -> tuple[str, dict[int, str]]:
-    """One Nix file evaluating to the list of target derivations; also line -> step id.
-
-    From scratch (every step of the targets' closure rendered) unless `known` names clean steps'
-    existing .drv files (engine/expression.py)."""
-    keys = {sid: sp.key for sid, sp in p.steps.items()}
-    expr = expression.build(graph, keys, targets, known)
-    return expr.text, expr.owner
-
-
-def evaluate_before_state(graph: Graph, state: Path) -> None:
-    """A run that is to make the state directory `state` evaluates its graph first (every step
-    is dirty then: nothing is cached), so a graph that does not evaluate is refused (exit 2)
-    before the directory exists; once it exists, the run evaluates under the index's lock,
-    which writes nothing before the graph evaluated. One more nix-instantiate, on first runs
-    only."""
-    if os.path.lexists(state):
-        return
-    from engine.loader import check_path
-    from engine.nix import Nix
-
-    check_path(state, "state directory", key="--state-dir")
-    with IndexView.open(state) as empty:
-        p, _ = plan(graph, empty)
-    if p.dirty:  # nothing kept: whether the directory can be made, the index says next
-        evaluate(graph, p, p.dirty, Nix(graph.nix), None)
-
-
-def known_drvs(p: Plan, cached: Mapping[str, CachedResult]) -> dict[str, tuple[str, str]]:
-    """Clean step -> (.drv, output) of its cached result: what the frontier may import."""
-    known: dict[str, tuple[str, str]] = {}
-    for sid, sp in p.steps.items():
-        hit = cached.get(sp.key)
-        if not sp.dirty and hit is not None:
-            known[sid] = (hit.drv, hit.out)
-    return known
-
-
 def read_outcome(out: str) -> Any:
     p = Path(out)
     target = p / "outcome.json" if p.is_dir() else p
@@ -363,7 +177,7 @@ def _run(
 ) -> RunResult:
     """Plan; answer the clean steps from the index; build the dirty ones (`_build`), read their
     results (`_collect`), `--check` the check kinds (`_check`) and the `rebuild` steps
-    (`_rebuild`); record."""
+    (`engine.rebuilds.recheck`); record."""
     from engine.nix import Nix
 
     clock = _Clock()
@@ -390,7 +204,7 @@ def _run(
                 raise checked.nix_error("nix-store --realise --check")
         clock.mark("check")
     if rebuild:
-        rebuilt = _rebuild(graph, rebuild, results, Nix(graph.nix, jobs), report)
+        rebuilt = recheck(graph, rebuild, results, Nix(graph.nix, jobs), report)
         run.nix_calls += rebuilt is not None
         if rebuilt is not None and rebuilt.nix_failed:
             index.record(new_results(results, dirty), last, p.graph)
@@ -646,62 +460,6 @@ def _check(
     return checked
 
 
-def rebuild_steps(graph: Graph, names: Sequence[str], every: bool) -> list[str]:
-    """The steps `--rebuild NAME…` / `--rebuild-all` name, in graph order: a repeated step's
-    base id names all its repeats. An unknown name is a usage error (exit 2, before any work)."""
-    from engine.errors import UsageError
-
-    if every:
-        return list(graph.order)
-    chosen: set[str] = set()
-    for name in names:
-        found = [s for s in graph.order if s == name or graph.steps[s].base_id == name]
-        if not found:
-            known = ", ".join(sorted({graph.steps[s].base_id for s in graph.order}))
-            raise UsageError(
-                f"--rebuild {name}: the graph has no step of that name",
-                hint=f"its steps: {known}",
-            )
-        chosen.update(found)
-    return [s for s in graph.order if s in chosen]
-
-
-def _rebuild(
-    graph: Graph,
-    targets: Collection[str],
-    results: dict[str, StepResult],
-    nix: Nix,
-    report: Reporter,
-) -> RealiseReport | None:
-    """Rebuild the `targets` that have an output with `nix-store --realise --check`: Nix builds
-    each again and compares the result with the output in the store, which it never replaces. A
-    rebuild that differs (or fails) is reported on the step (`rebuilt`) and makes it count as
-    not deterministic; one that matches confirms it. Returns Nix's report (None: none ran)."""
-    todo = [
-        sid
-        for sid in graph.order
-        if sid in targets and results[sid].drv and results[sid].status not in ("failed", "skipped")
-    ]
-    if not todo:
-        return None
-    rep = nix.realise([str(results[s].drv) for s in todo], check=True)
-    if rep.nix_failed:
-        return rep
-    unexplained = rep.returncode != 0 and not rep.failed
-    for sid in todo:
-        r, drv = results[sid], str(results[sid].drv)
-        if drv in rep.differs:
-            r.rebuilt = "differs"
-        elif drv in rep.failed or unexplained:
-            r.rebuilt = "failed"
-        else:
-            r.rebuilt = "same"
-        r.deterministic = r.rebuilt == "same"
-        r.checked_on = rep.built_on.get(drv, r.checked_on)
-        report(sid, "rebuilt" if r.rebuilt == "same" else f"rebuild {r.rebuilt}")
-    return rep
-
-
 class _Clock:
     """Seconds per phase of a run, for `trace run --timings` and the bench."""
 
@@ -736,105 +494,3 @@ def new_results(results: dict[str, StepResult], dirty: list[str]) -> list[Cached
                 )
             )
     return new
-
-
-def write_expression(
-    graph: Graph,
-    p: Plan,
-    dirty: list[str],
-    known: Mapping[str, tuple[str, str]] | None = None,
-) -> tuple[expression.Expression, Path]:
-    """Render the dirty steps (their frontier, given `known`) into a file of a new temporary
-    folder outside the state directory: a graph that does not evaluate is bad input, which
-    exits 2 having written nothing there (the file stays in the temporary folder, for its
-    hint). `keep_expression` moves it to STATE/build/<digest>.nix once it evaluated."""
-    import tempfile
-
-    keys = {sid: sp.key for sid, sp in p.steps.items()}
-    expr = expression.build(graph, keys, dirty, known)
-    folder = Path(tempfile.mkdtemp(prefix="trace-build-"))
-    expr_file = folder / f"{digest_bytes(expr.text.encode())[:32]}.nix"
-    expr_file.write_text(expr.text, encoding="utf-8")
-    return expr, expr_file
-
-
-def keep_expression(expr_file: Path, state_dir: Path, index: Index | None = None) -> Path:
-    """The evaluated expression at STATE/build/<digest>.nix (the newest KEEP_BUILD_FILES are
-    kept, to read after a failed build); its temporary folder is removed."""
-    import shutil
-
-    kept = state_dir / "build" / expr_file.name
-    write_atomic(kept, expr_file.read_bytes())
-    shutil.rmtree(expr_file.parent, ignore_errors=True)
-    if index is not None:
-        index.prune_build_files(keep=KEEP_BUILD_FILES)
-    return kept
-
-
-def drop_expression(expr_file: Path) -> None:
-    """Remove an expression's temporary folder (a fallback evaluates one of its own)."""
-    import shutil
-
-    shutil.rmtree(expr_file.parent, ignore_errors=True)
-
-
-class Evaluated(NamedTuple):
-    file: Path  # the generated Nix file
-    drvs: list[str]  # one .drv per target step
-    rendered: int  # templates rendered (the rest of the closure was imported by .drv)
-    seconds: tuple[float, float]  # (render, instantiate)
-
-
-def evaluate(
-    graph: Graph,
-    p: Plan,
-    dirty: list[str],
-    nix: Any,
-    state_dir: Path | None,
-    index: Index | None = None,
-    known: Mapping[str, tuple[str, str]] | None = None,
-) -> Evaluated:
-    """Render the dirty steps into one file and instantiate it (one .drv per step); the file
-    is kept in STATE/build once it evaluated (`state_dir` None: not kept).
-
-    With `known` (clean steps' recorded derivations), only the frontier is rendered; should that
-    evaluation fail, a from-scratch one decides. An evaluation error is bad input (exit 2) blamed
-    on a step and its template; a failure of Nix itself is a NixError (exit 4)."""
-    from engine import blame
-
-    t0 = time.perf_counter()
-    expr, expr_file = write_expression(graph, p, dirty, known)
-    t1 = time.perf_counter()
-    rc, drvs, err = nix.instantiate(expr_file)
-    seconds = (t1 - t0, time.perf_counter() - t1)
-    if rc == 0 and len(drvs) == len(dirty):
-        if state_dir is None:
-            drop_expression(expr_file)
-            return Evaluated(expr_file, drvs, len(expr.rendered), seconds)
-        kept = keep_expression(expr_file, state_dir, index)
-        return Evaluated(kept, drvs, len(expr.rendered), seconds)
-    failure = blame.nix_failure(rc, err, "nix-instantiate")
-    if failure is not None:
-        raise failure
-    if expr.referenced:  # e.g. a recorded .drv Nix cannot read: evaluate from scratch
-        drop_expression(expr_file)
-        full = evaluate(graph, p, dirty, nix, state_dir, index)
-        return full._replace(seconds=(seconds[0] + full.seconds[0], seconds[1] + full.seconds[1]))
-    if rc == 0:
-        raise NixError(f"nix-instantiate printed {len(drvs)} derivations for {len(dirty)} steps")
-    # before the graph is blamed: does Nix evaluate anything at all (its store opens)?
-    failure = blame.nix_failure(rc, err, "nix-instantiate", nix.works)
-    if failure is not None:
-        raise failure
-
-    def run_file(path: Path) -> tuple[int, str]:
-        code, _, e = nix.instantiate(path)
-        return code, e
-
-    evaluator = blame.scratch_evaluator(
-        lambda prefix: render_expression(graph, p, prefix)[0], run_file, expr_file.parent
-    )
-    starts: dict[str, int] = {}
-    for line, sid in expr.owner.items():
-        starts[sid] = min(line, starts.get(sid, line))
-    raise blame.blame(graph, dirty, err, expr.owner, starts, expr_file, evaluator)

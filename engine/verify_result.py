@@ -1,7 +1,7 @@
 """The machine-readable result of `trace verify` (consumed by evidence bundles and policies).
 
-Field names are a stable contract: bundles and the signing policy refer to them. Reason codes,
-once published in `REASONS`, never change meaning.
+Field names are a stable contract: bundles and the signing policy refer to them. Reason codes
+(`REASONS`, declared in policy/reasons.toml), once published, never change meaning.
 """
 
 from __future__ import annotations
@@ -12,51 +12,22 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.records import GateRecord, RunRecord, Side
 
-# The reason-code catalogue: code -> (what it means, what to do).
-REASONS: dict[str, tuple[str, str]] = {
-    "ok": ("the claim holds", "nothing"),
-    "pre-fix-build-broken": (
-        "the unpatched package does not build, so nothing shows the bug exists",
-        "fix the package set or pick the revision the advisory is about",
-    ),
-    "post-fix-build-broken": (
-        "the package does not build with the candidate's patches applied",
-        "fix the patch so that it applies and compiles",
-    ),
-    "pre-fix-did-not-fail": (
-        "the reproducer ran the unpatched target and it did not fail",
-        "make the reproducer trigger the advertised bug",
-    ),
-    "pre-fix-wrong-failure": (
-        "the unpatched target failed, but not the way [expect] says (exit code, signal, "
-        "sanitizer kind or output pattern)",
-        "make the reproducer hit the advertised bug, or correct [expect]",
-    ),
-    "post-fix-still-fails": (
-        "the reproducer still fails against the patched package",
-        "the patch does not fix the bug the reproducer shows",
-    ),
-    "target-never-ran": (
-        "the reproducer never invoked the package's programs or imported its modules",
-        "make the reproducer call the package through $TARGET (or import it)",
-    ),
-    "flaky": (
-        "independent runs of the reproducer against the same build disagree",
-        "make the reproducer deterministic; a flaky result is not evidence",
-    ),
-    "nondeterministic": (
-        "rebuilding the patched package or its reproducer record gave a different output",
-        "make the build reproducible (timestamps, randomness, ordering)",
-    ),
-    "determinism-unchecked": (
-        "no --check rebuild result is available for the patched build",
-        "run `trace verify` again with a state directory that has not seen this build",
-    ),
-    "run-step-failed": (
-        "a reproducer run derivation itself failed (they always succeed by design)",
-        "read the step's log tail: this is an infrastructure problem, not a verdict",
-    ),
-}
+# The codes `trace verify` emits ("ok": the claim holds). Their messages, solutions, effective
+# dates and waivability are declared once, in the reason catalogue policy/reasons.toml
+# (engine.policy.reasons; tests/test_policy_signing.py holds each code to it).
+REASONS: tuple[str, ...] = (
+    "ok",
+    "pre-fix-build-broken",
+    "post-fix-build-broken",
+    "pre-fix-did-not-fail",
+    "pre-fix-wrong-failure",
+    "post-fix-still-fails",
+    "target-never-ran",
+    "flaky",
+    "nondeterministic",
+    "determinism-unchecked",
+    "run-step-failed",
+)
 
 Claim = Literal["pre-fix-fails-as-expected", "post-fix-survives", "runs-agree", "deterministic"]
 StepStatus = Literal["built", "cached", "substituted", "reused", "failed", "skipped", "missing"]

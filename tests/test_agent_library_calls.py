@@ -65,7 +65,7 @@ def test_a_bundle_verify_cannot_read_is_refused_with_its_exit_code(
 def test_draft_decides_in_process_and_reads_the_typed_decision(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from engine.agent.decide import signing_decision
+    from engine.agent.decide import decide_draft
     from engine.agent.options import DraftOptions
 
     seen: dict[str, Any] = {}
@@ -81,7 +81,7 @@ def test_draft_decides_in_process_and_reads_the_typed_decision(
     monkeypatch.setattr("engine.bundle_verify.decide.decide_candidate", decide_candidate)
     opts = DraftOptions(fork=tmp_path, state=tmp_path / "s", source=tmp_path, signing_policy=None)
     cand = tmp_path / "c" / "candidate.toml"
-    assert signing_decision(cand, opts) == ("deny", ["gate-scope-failed", "review-missing"])
+    assert decide_draft(cand, opts) == ("deny", ["gate-scope-failed", "review-missing"])
     assert seen["out"] == tmp_path / "s" / "decisions" / "draft-c.json"
     assert (seen["fork"], seen["state_dir"], seen["signing"]) == (tmp_path, tmp_path / "s", None)
 
@@ -89,7 +89,7 @@ def test_draft_decides_in_process_and_reads_the_typed_decision(
 def test_a_draft_that_cannot_be_decided_is_bad_input_naming_the_candidate(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from engine.agent.decide import signing_decision
+    from engine.agent.decide import decide_draft
     from engine.agent.options import DraftOptions
     from engine.errors import BusyError
 
@@ -100,7 +100,7 @@ def test_a_draft_that_cannot_be_decided_is_bad_input_naming_the_candidate(
     opts = DraftOptions(fork=tmp_path, state=tmp_path / "s", source=tmp_path)
     cand = tmp_path / "c" / "candidate.toml"
     with pytest.raises(InputError) as exc:
-        signing_decision(cand, opts)
+        decide_draft(cand, opts)
     assert exc.value.message == (
         f"`trace decide` could not decide the drafted candidate (exit {BusyError.exit_code})"
     )

@@ -158,7 +158,7 @@ def test_the_drafted_candidate_bundles_and_verifies(
     # the signed decision applied the policy's review rule and records what it read: a reader
     # of the bundle sees the review was cross-vendor
     signed = json.loads((payload / "decisions" / "signing.json").read_bytes())
-    assert signed["decision"] == "allow" and signed["policy"]["version"] == "1.3.0"
+    assert signed["decision"] == "allow" and signed["policy"]["version"] == "1.4.0"
     assert signed["review"]["patcher_families"] == ["anthropic"]
     assert [(r["verdict"], r["family"]) for r in signed["review"]["reviews"]] == [
         ("approve", "openai")
@@ -222,7 +222,7 @@ def test_decide_reads_the_review_claims(world: World, capsys: pytest.CaptureFixt
     decide = ["decide", str(cand / "candidate.toml"), "--fork", str(world.fork), "--json"]
     assert main(decide) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["policy"]["version"] == "1.3.0"
+    assert doc["policy"]["version"] == "1.4.0"
     assert doc["review"]["patcher_families"] == ["anthropic"]
     [seen] = doc["review"]["reviews"]
     assert (seen["verdict"], seen["family"], seen["forged"], seen["reviewed_patch"]) == (
@@ -658,3 +658,36 @@ def test_decide_on_a_patch_swapped_after_the_review(
         fix.write_bytes(good)
     assert rc == 1 and doc["decision"] == "deny"
     assert "review-of-another-patch" in {r["code"] for r in doc["reasons"]}, doc["reasons"]
+
+
+def test_fork_reads_the_state_transcripts_as_decide_does(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29: `trace fork` decides through the same stage as `trace decide`, with the state's
+    transcript store: with draft.json removed, the Patcher's recorded answer still makes the
+    candidate model-drafted, and the fork's row denies with review-missing naming that answer
+    (`trace fork` used to pass no transcript store, and missed it)."""
+    import subprocess
+
+    git = ["git", "-C", str(world.fork), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (world.fork / ".git" / "info" / "exclude").write_text(".trace\nresult*\n")
+    record = world.fork / CAND / "draft.json"
+    kept = record.read_bytes()
+    record.unlink()
+    try:
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", "fork"], check=True)
+        rc = main(["fork", "--fork", str(world.fork), Path(CAND).name, "--no-sign", "--json"])
+        out = capsys.readouterr()
+    finally:
+        record.write_bytes(kept)
+        shutil.rmtree(world.fork / ".git")
+    assert rc == 1, out.err
+    (row,) = json.loads(out.out)["candidates"]
+    assert row["decision"] == "deny" and "review-missing" in row["decision_reasons"], row
+    decision = json.loads(
+        (world.fork / ".trace" / "decisions" / f"{row['candidate']}.json").read_text()
+    )
+    (missing,) = [r for r in decision["reasons"] if r["code"] == "review-missing"]
+    assert "no draft record" in json.dumps(missing)

@@ -386,13 +386,13 @@ def test_gc_drops_roots_no_graph_references(tmp_path: Path) -> None:
 
 def test_engine_code_is_part_of_every_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A changed engine (even at the same version) never answers from an older engine's results."""
-    from engine import run as run_mod
+    from engine import plan as plan_mod
 
     graph = make_project(tmp_path, '[steps.a]\nkind = "text"\n')
     first = build(graph)
     assert statuses(build(graph), "cached") == {"a"}
-    assert run_mod.engine_id().startswith("0.")
-    monkeypatch.setattr(run_mod, "_ENGINE_ID", "0.1.0+another-build-of-the-engine")
+    assert plan_mod.engine_id().startswith("0.")
+    monkeypatch.setattr(plan_mod, "_ENGINE_ID", "0.1.0+another-build-of-the-engine")
     again = build(graph)
     assert again.steps["a"].key != first.steps["a"].key
     assert again.steps["a"].status in ("built", "reused")

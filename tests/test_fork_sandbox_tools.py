@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.hostpaths import ADVICE
-from engine.verify.pipeline import build_verify
+from engine.pipeline.verify import build_verify
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fork"
 CANDIDATE = "trace/candidates/cparse-key-overflow/candidate.toml"
@@ -53,7 +53,8 @@ def test_a_compiler_that_appears_behind_the_same_paths_clears_the_failure(
 ) -> None:
     root, tools = fork
     candidate = root / CANDIDATE
-    _, first_run, first = build_verify(candidate, fork=root, state_dir=root / ".trace", jobs=2)
+    built = build_verify(candidate, fork=root, state_dir=root / ".trace", jobs=2)
+    first_run, first = built.run, built.verify
     assert not first.passed
     broken = [
         c for c in first.claims if c.reason.endswith("build-broken") and c.claim != "deterministic"
@@ -65,7 +66,8 @@ def test_a_compiler_that_appears_behind_the_same_paths_clears_the_failure(
 
     for name in COMPILERS:  # the compiler appears; the declared paths are the same
         os.link(Path("/usr/bin") / name, tools / name, follow_symlinks=False)
-    _, run, second = build_verify(candidate, fork=root, state_dir=root / ".trace", jobs=2)
+    built = build_verify(candidate, fork=root, state_dir=root / ".trace", jobs=2)
+    run, second = built.run, built.verify
     assert second.passed, [(c.claim, c.reason, c.detail) for c in second.claims if not c.holds]
     recorded = {s for s, r in first_run.steps.items() if r.status in ("built", "reused")}
     stale = {s for s in recorded if run.steps[s].status in ("cached", "reused")}

@@ -31,8 +31,10 @@ ABOVE = ("engine.evidence", "engine.bundle_verify", "engine.signing")
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("command line", ("engine.cli",)),
     ("applications", ("engine.fork", "engine.agent", "engine.report", "engine.bundle_verify")),
+    ("candidate pipeline", ("engine.pipeline",)),
     ("model roles", ("engine.roles", "engine.models")),
-    ("evidence", ("engine.evidence",)),
+    # the signer lock (policy/signing-identity.json): read by the sign stage and by verify-bundle
+    ("evidence", ("engine.evidence", "engine.bundle_verify.identity")),
     ("verify pipeline", ("engine.verify",)),
     ("policy and gates (host)", ("engine.policy", "engine.gates")),
     (
@@ -41,10 +43,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.otel",
             "engine.watch",
             "engine.run",
+            "engine.rebuilds",
+            "engine.evaluation",
+            "engine.plan",
             "engine.loadcache",
             "engine.remote",
             "engine.graph",
+            "engine.graphfile",
+            "engine.graphparams",
             "engine.candidate",
+            "engine.oracles",
             "engine.expression",
             "engine.blame",
             "engine.nix",
@@ -87,7 +95,7 @@ UNITS = {unit: depth for depth, (_, units) in enumerate(LAYERS) for unit in unit
 # engine.policy.waivers import each other. Fix: waiver_trust and patch_digest one layer up.
 KNOWN_UPWARD = {
     "engine.policy.signed_waiver (policy and gates (host)) imports engine.bundle_verify.identity "
-    "(applications)",
+    "(evidence)",
     "engine.policy.signed_waiver (policy and gates (host)) imports engine.evidence.payload "
     "(evidence)",
 }

@@ -1,6 +1,6 @@
 """`trace decide`: the command line over a judged verify result, and once over real builds.
 
-`trace decide` takes its verdict only from the cached builds (`engine.verify.cached`), never from
+`trace decide` takes its verdict only from the cached builds (`engine.pipeline.build`), never from
 a result file. The CLI tests replace that one source with an explicit fake (the verify result
 document of test_policy_signing and a run whose outcomes hold its gate records) and run the real
 command; the nix test runs the real `trace verify` on the fixture fork and decides on its builds.
@@ -8,6 +8,7 @@ command; the nix test runs the real `trace verify` on the fixture fork and decid
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from engine.cli import main
+from engine.pipeline.models import Judged
 from engine.run import RunResult, StepResult
 from engine.verify_result import VerifyResult
 from tests.test_policy_signing import POLICY, gates_doc, verify_doc
@@ -33,9 +35,9 @@ def trace(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
     return code, out.out, out.err
 
 
-def fake_builds(doc: dict[str, Any]) -> tuple[None, RunResult, VerifyResult]:
-    """An explicit fake of `cached_verify`: the result as judged, and a run whose gate step wrote
-    the result's expectation record and whose post-fix steps were checked deterministic."""
+def fake_builds(cand: Any, doc: dict[str, Any]) -> Judged:
+    """An explicit fake of `verified_cached`: the result as judged, and a run whose gate step
+    wrote the result's expectation record and whose post-fix steps were checked deterministic."""
     result = VerifyResult.model_validate(doc)
     steps = {
         sid: StepResult(id=sid, key=f"k-{sid}", status="cached", deterministic=True)
@@ -44,7 +46,9 @@ def fake_builds(doc: dict[str, Any]) -> tuple[None, RunResult, VerifyResult]:
     assert result.expectation is not None
     outcome = result.expectation.model_dump(mode="json", by_alias=True)
     steps["expectation"] = StepResult(id="expectation", key="k", status="cached", outcome=outcome)
-    return None, RunResult(graph="trace.toml", steps=steps), result
+    run = RunResult(graph="trace.toml", steps=steps)
+    now = dt.datetime.now(dt.UTC)
+    return Judged(cand, None, run, (now, now), result)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -54,11 +58,11 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     doc = verify_doc()
     doc["candidate"] = PAGER_ID
 
-    def cached_verify(cand: Any, fork: Path, state: Path, **_: Any) -> Any:
+    def verified_cached(cand: Any, fork: Path, state: Path, **_: Any) -> Any:
         assert cand.spec.id == PAGER_ID and state == tmp_path.resolve()
-        return fake_builds(doc)
+        return fake_builds(cand, doc)
 
-    monkeypatch.setattr("engine.verify.cached.cached_verify", cached_verify)
+    monkeypatch.setattr("engine.pipeline.build.verified_cached", verified_cached)
     for name, record in gates_doc().items():
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
     return tmp_path

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.verify.pipeline import run_verify
+from engine.pipeline.verify import run_verify
 from engine.verify_result import VerifyResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fork"

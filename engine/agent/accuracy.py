@@ -58,11 +58,11 @@ def accuracy(
 ) -> Comparison:
     """`model_result`: the model's VerifyResult (None: not verified), whose differential gate
     compared it with this very upstream fix, input by input, when the draft named it."""
+    from engine.pipeline.verify import run_verify
     from engine.roles.patcher import post_fix_tree
-    from engine.verify.pipeline import build_verify
 
     up = upstream_candidate(model_cand, upstream_patch, folder)
-    _, _, result = build_verify(
+    result = run_verify(
         up.path,
         fork=opts.fork,
         state_dir=opts.state,

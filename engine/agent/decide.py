@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from engine.agent.options import DraftOptions
 
 
-def signing_decision(candidate: Path, opts: DraftOptions) -> tuple[str, list[str]]:
+def decide_draft(candidate: Path, opts: DraftOptions) -> tuple[str, list[str]]:
     """('allow' | 'deny', its reason codes), from the cached verify of this very candidate."""
     from engine.bundle_verify.decide import decide_candidate
     from engine.errors import InputError

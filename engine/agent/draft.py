@@ -251,9 +251,9 @@ class _Run:
         self.folder.write("candidate.toml", text)
 
     def verify(self) -> None:
-        from engine.verify.pipeline import build_verify
+        from engine.pipeline.verify import run_verify
 
-        _, _, result = build_verify(
+        result = run_verify(
             self.skeleton.path,
             fork=self.opts.fork,
             state_dir=self.opts.state,
@@ -284,7 +284,7 @@ class _Run:
         self.folder.write("review.md", "\n".join(lines) + "\n")
 
     def decide(self, routing: str) -> DraftRecord:
-        from engine.agent.decide import signing_decision
+        from engine.agent.decide import decide_draft
 
         reasons: list[str] = []
         if not self.verify_passed:
@@ -292,7 +292,7 @@ class _Run:
         # the review claims are evidence `trace decide` reads (the signing policy's [review]
         # rule): the record holding them is written before the policy decides
         self.deny("decision-pending", routing=routing)
-        signing, signing_reasons = signing_decision(self.skeleton.path, self.opts)
+        signing, signing_reasons = decide_draft(self.skeleton.path, self.opts)
         reasons += signing_reasons
         reasons = list(dict.fromkeys(reasons))
         return self.record(

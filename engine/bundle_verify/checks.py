@@ -2,6 +2,10 @@
 and payload/), signature, signer, payload type, statement, every payload digest, policy versions
 and digests, the records' agreement and the decisions re-run offline (engine.bundle_verify.
 consistency), and (optionally) a replay. Every failing check carries one reason code.
+
+`verify_bundle` runs PHASES, a list of small named functions over one `Inspection`, in order: each
+adds its checks and none stops at a failure (every reason is collected), except that a bundle
+without a readable statement or payload/ ends the list (nothing later could be checked).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -18,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from pydantic import BaseModel, Field, ValidationError
 
 from engine.bundle_verify.identity import IdentityPolicy
+from engine.bundle_verify.pins import fork_policy_dirs, policy_pin_check, policy_version_check
 from engine.bundle_verify.safefs import (
     MAX_STATEMENT,
     Listing,
@@ -27,13 +33,11 @@ from engine.bundle_verify.safefs import (
     walk,
 )
 from engine.bundle_verify.signature import Check, verify_signature
-from engine.errors import InputError
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
-from engine.evidence.bundle import REPLAY_PATH, ROOT_FILES
-from engine.evidence.redact import REDACTION_VERSION, rules_digest
+from engine.evidence.bundle import ROOT_FILES
 from engine.evidence.statement import PAYLOAD_TYPE, Statement
-from engine.loader import decode, parse_toml, read_bytes
 from engine.signing.deadline import DEFAULT_SECONDS
+from engine.signing.dsse import Envelope
 
 ReplayFn = Callable[[Statement, Path], list[Check]]
 
@@ -122,131 +126,6 @@ def _odd(listing: Listing) -> list[str]:
     return [detail for _, detail in listing.problems]
 
 
-def policy_version_check(
-    statement: Statement, policy: IdentityPolicy, fork_dirs: list[Path] | None = None
-) -> Check:
-    named = statement.policy_versions()
-    known = {n: set(v) for n, v in policy.known_versions.items()}
-    for d in fork_dirs or []:
-        for n, versions in known_policy_files(d).items():
-            known.setdefault(n, set()).update(versions)
-    unknown = [f"{n} {v}" for n, v in sorted(named.items()) if v not in known.get(n, set())]
-    if unknown:
-        return Check(
-            name="policy versions",
-            ok=False,
-            reason="policy.unknown-version",
-            detail="unknown: " + ", ".join(unknown),
-        )
-    return Check(
-        name="policy versions",
-        ok=True,
-        detail=", ".join(f"{n} {v}" for n, v in sorted(named.items())) or "none named",
-    )
-
-
-def known_policy_files(directory: Path) -> dict[str, dict[str, set[str]]]:
-    """name -> version -> sha256 of the policy files (`[policy]` header) in `directory`."""
-    known: dict[str, dict[str, set[str]]] = {}
-    from engine.policy.registry import policy_files
-
-    for f in policy_files(directory):
-        try:
-            raw = read_bytes(f, "policy file")
-            data = parse_toml(decode(raw, f, "policy file"), f, "policy file")
-        except InputError:
-            continue  # the policy's own loader reports broken files
-        header = data.get("policy", {})
-        if isinstance(header, dict) and "name" in header and "version" in header:
-            versions = known.setdefault(str(header["name"]), {})
-            versions.setdefault(str(header["version"]), set()).add(hashlib.sha256(raw).hexdigest())
-    known.setdefault("redaction", {}).setdefault(REDACTION_VERSION, set()).add(rules_digest())
-    return known
-
-
-def policy_pin_check(
-    statement: Statement, policy: IdentityPolicy, fork_dirs: list[Path] | None = None
-) -> Check:
-    """Each named policy's digest against the policy files here with that name and version.
-
-    A version accepted only through the lock's `policy_versions` list (no file here has it) is
-    accepted by version; every version a file here has must match one such file's sha256.
-    """
-    pins = statement.policy_pins()
-    if pins is None:
-        return Check(
-            name="policy digests",
-            ok=False,
-            reason="policy.digest-mismatch",
-            detail="the statement pins no policy digests: re-create the bundle with this trace",
-        )
-    files = known_policy_files(policy.path.parent)
-    for d in fork_dirs or []:  # the fork's own policy files count by their sha256 too
-        for n, versions in known_policy_files(d).items():
-            for v, found in versions.items():
-                files.setdefault(n, {}).setdefault(v, set()).update(found)
-    bad: list[str] = []
-    unpinned = sorted(set(statement.policy_versions()) - set(pins))
-    bad += [f"{n}: named without a digest" for n in unpinned]
-    by_version: list[str] = []
-    for name, pin in sorted(pins.items()):
-        digests = files.get(name, {}).get(pin.version)
-        if digests is None:
-            by_version.append(f"{name} {pin.version}")
-        elif pin.digest not in digests:
-            bad.append(
-                f"{name} {pin.version}: sha256 {pin.digest[:12]}…, the file here has "
-                + ", ".join(d[:12] + "…" for d in sorted(digests))
-            )
-    if bad:
-        return Check(
-            name="policy digests", ok=False, reason="policy.digest-mismatch", detail="; ".join(bad)
-        )
-    detail = f"{len(pins) - len(by_version)} policies match the files here by sha256"
-    if by_version:
-        detail += "; accepted by version only (no file here): " + ", ".join(by_version)
-    return Check(name="policy digests", ok=True, detail=detail)
-
-
-def fork_policy_dirs(payload: Path, fork: Path, bundle: Path) -> list[Path]:
-    """The fork's directories of the signing policy the replay record pins and of the
-    maintainers policy the decision names (paths inside the fork, never inside the bundle;
-    `trace:` pins are trace's own files, known already)."""
-    from engine.evidence.replay import ReplayRecord
-
-    try:
-        rec = ReplayRecord.model_validate_json(read_regular(payload / REPLAY_PATH, MAX_STATEMENT))
-    except (Unsafe, ValidationError):
-        return []
-    pin = rec.signing_policy
-    named = [pin.path] if pin is not None else []
-    named += _maintainers_path(payload)
-    root = fork.resolve()
-    found: list[Path] = []
-    for rel in named:
-        if rel.startswith(("trace:", "outside-fork:")) or unsafe_name(rel):
-            continue
-        directory = (root / rel).parent.resolve()
-        inside = directory.is_relative_to(root) and not directory.is_relative_to(bundle.resolve())
-        if inside and directory not in found:
-            found.append(directory)
-    return found
-
-
-def _maintainers_path(payload: Path) -> list[str]:
-    """The fork-relative path of the maintainers policy the bundled decision names (a fork's
-    own maintainers.toml may sit apart from its signing policy)."""
-    import json
-
-    try:
-        doc = json.loads(read_regular(payload / "decisions" / "signing.json", MAX_STATEMENT))
-    except (Unsafe, ValueError):
-        return []
-    ref = doc.get("maintainers") if isinstance(doc, dict) else None
-    path = ref.get("path") if isinstance(ref, dict) else None
-    return [path] if isinstance(path, str) else []
-
-
 def root_check(directory: Path) -> Check:
     extra = sorted(p.name for p in directory.iterdir() if p.name not in ROOT_FILES)
     if extra:
@@ -259,6 +138,219 @@ def root_check(directory: Path) -> Check:
     return Check(name="nothing beside the statement", ok=True, detail=", ".join(sorted(ROOT_FILES)))
 
 
+@dataclass
+class Inspection:
+    """What the phases of `verify_bundle` share: its inputs, what each phase found for the next
+    ones, and every check so far (a failing check never stops the phases after it; only a
+    bundle without a readable statement or payload ends the list early)."""
+
+    directory: Path
+    policy: IdentityPolicy
+    trust_config: Path | None
+    extra_keys: dict[str, ec.EllipticCurvePublicKey] | None
+    replay: ReplayFn | None
+    deadline: float
+    fork: Path | None
+    checks: list[Check] = field(default_factory=list)
+    mode: str = "none"
+    signer: dict[str, str] = field(default_factory=dict)
+    on_disk: bytes = b""
+    signature: bytes | None = None
+    envelope: Envelope | None = None
+    signed: bytes | None = None
+    statement: Statement | None = None
+    subjects_ok: bool = False
+
+    @property
+    def payload(self) -> Path:
+        return self.directory / PAYLOAD_DIR
+
+    def fail(self, name: str, reason: str, detail: str = "") -> None:
+        self.checks.append(Check(name=name, ok=False, reason=reason, detail=detail))
+
+    def verdict(self) -> BundleVerdict:
+        reasons = sorted({c.reason for c in self.checks if not c.ok and c.reason})
+        return BundleVerdict(
+            bundle=str(self.directory),
+            passed=not reasons,
+            mode=self.mode,
+            signer=self.signer,
+            reasons=reasons,
+            checks=self.checks,
+        )
+
+
+# A phase adds its checks; it returns False only when no later phase can run.
+Phase = Callable[[Inspection], bool]
+
+
+def read_statement(ins: Inspection) -> bool:
+    """statement.json is a regular file within the size cap."""
+    try:
+        ins.on_disk = read_regular(ins.directory / STATEMENT_FILE, MAX_STATEMENT)
+    except Unsafe as exc:
+        ins.fail("bundle layout", exc.reason, exc.detail)
+        return False
+    return True
+
+
+def payload_dir(ins: Inspection) -> bool:
+    """payload/ is a directory (not a link to one)."""
+    if not ins.payload.is_dir() or ins.payload.is_symlink():
+        ins.fail("bundle layout", "bundle.layout", "no payload/")
+        return False
+    return True
+
+
+def nothing_beside(ins: Inspection) -> bool:
+    ins.checks.append(root_check(ins.directory))
+    return True
+
+
+def read_signature(ins: Inspection) -> bool:
+    """statement.sigstore.json exists and is a regular file within the size cap."""
+    path = ins.directory / SIGNATURE_FILE
+    if not os.path.lexists(path):
+        ins.fail("signature", "bundle.unsigned", SIGNATURE_FILE)
+        return True
+    try:
+        ins.signature = read_regular(path, MAX_STATEMENT)
+    except Unsafe as exc:
+        ins.fail("signature", exc.reason, exc.detail)
+    return True
+
+
+def check_signature(ins: Inspection) -> bool:
+    """The signature, its certificate and log entry, and the signer against the identity lock."""
+    if ins.signature is None:
+        return True
+    result = verify_signature(
+        ins.signature.decode("utf-8", errors="replace"),
+        ins.policy,
+        trust_config=ins.trust_config,
+        extra_keys=ins.extra_keys,
+        deadline=ins.deadline,
+    )
+    ins.mode, ins.signer, ins.envelope = result.mode, result.signer, result.envelope
+    ins.checks.extend(result.checks)
+    return True
+
+
+def payload_type(ins: Inspection) -> bool:
+    """The DSSE payload is an in-toto statement."""
+    env = ins.envelope
+    if env is None:
+        return True
+    if env.payloadType == PAYLOAD_TYPE:
+        ins.checks.append(Check(name="payload type", ok=True, detail=env.payloadType))
+    else:
+        ins.fail("payload type", "payload.type", f"{env.payloadType!r}, expected {PAYLOAD_TYPE}")
+    return True
+
+
+def signed_payload(ins: Inspection) -> bool:
+    """The signed statement, decoded from the envelope."""
+    if ins.envelope is None:
+        return True
+    try:
+        ins.signed = base64.b64decode(ins.envelope.payload, validate=True)
+    except ValueError:
+        ins.fail("signed statement", "signature.malformed", "payload is not base64")
+    return True
+
+
+def statement_is_signed(ins: Inspection) -> bool:
+    """statement.json is byte for byte the signed statement."""
+    name = "statement.json is the signed statement"
+    if ins.signed is None:
+        return True
+    if ins.signed == ins.on_disk:
+        ins.checks.append(Check(name=name, ok=True))
+    else:
+        ins.fail(
+            name,
+            "statement.not-signed",
+            "statement.json differs from the DSSE payload; the signed one is used",
+        )
+    return True
+
+
+def parse_statement(ins: Inspection) -> bool:
+    """The signed statement (statement.json when unsigned) is an in-toto Statement v1."""
+    try:
+        ins.statement = Statement.model_validate_json(
+            ins.signed if ins.signed is not None else ins.on_disk
+        )
+    except ValidationError as exc:
+        ins.fail("statement", "statement.malformed", str(exc).splitlines()[0])
+        return False
+    return True
+
+
+def _statement(ins: Inspection) -> Statement:
+    assert ins.statement is not None  # parse_statement ended the list otherwise
+    return ins.statement
+
+
+def subjects(ins: Inspection) -> bool:
+    """Every payload file is a subject with its digest, and every subject a payload file."""
+    found = subject_checks(_statement(ins), ins.payload)
+    ins.checks.extend(found)
+    ins.subjects_ok = all(c.ok for c in found)
+    return True
+
+
+def policies(ins: Inspection) -> bool:
+    """The policies named and pinned are known here (with the fork's own once the payload
+    digests hold), the records agree, and the waivers hold as a maintainer signed them."""
+    statement = _statement(ins)
+    forks = fork_policy_dirs(ins.payload, ins.fork, ins.directory) if ins.fork is not None else []
+    if not ins.subjects_ok:
+        ins.checks.append(policy_version_check(statement, ins.policy))
+        ins.checks.append(policy_pin_check(statement, ins.policy))
+        ins.checks.append(
+            Check(name="records agree", ok=True, detail="not run: the payload digests failed")
+        )
+        return True
+    from engine.bundle_verify.consistency import record_checks
+    from engine.bundle_verify.waivers import waiver_check
+
+    ins.checks.append(policy_version_check(statement, ins.policy, forks))
+    ins.checks.append(policy_pin_check(statement, ins.policy, forks))
+    ins.checks.extend(record_checks(statement, ins.payload, [ins.policy.path.parent, *forks]))
+    ins.checks.append(waiver_check(ins.payload, ins.policy, ins.signer))
+    return True
+
+
+def replay_phase(ins: Inspection) -> bool:
+    """The replay, when asked for and nothing failed before it."""
+    if ins.replay is None:
+        return True
+    if any(not c.ok for c in ins.checks):
+        ins.checks.append(
+            Check(name="replay", ok=True, detail="not run: the bundle already failed verification")
+        )
+    else:
+        ins.checks.extend(ins.replay(_statement(ins), ins.payload))
+    return True
+
+
+PHASES: tuple[Phase, ...] = (
+    read_statement,
+    payload_dir,
+    nothing_beside,
+    read_signature,
+    check_signature,
+    payload_type,
+    signed_payload,
+    statement_is_signed,
+    parse_statement,
+    subjects,
+    policies,
+    replay_phase,
+)
+
+
 def verify_bundle(
     directory: Path,
     policy: IdentityPolicy,
@@ -269,134 +361,11 @@ def verify_bundle(
     deadline: float = DEFAULT_SECONDS,
     fork: Path | None = None,
 ) -> BundleVerdict:
-    """`fork`: the reviewer's checkout of the fork the bundle was made in; its policy files
-    (where the replay record says the signing policy was) are accepted by sha256."""
-    checks: list[Check] = []
-    mode = "none"
-    signer: dict[str, str] = {}
-
-    def verdict() -> BundleVerdict:
-        reasons = sorted({c.reason for c in checks if not c.ok and c.reason})
-        return BundleVerdict(
-            bundle=str(directory),
-            passed=not reasons,
-            mode=mode,
-            signer=signer,
-            reasons=reasons,
-            checks=checks,
-        )
-
-    statement_path = directory / STATEMENT_FILE
-    payload = directory / PAYLOAD_DIR
-    try:
-        on_disk = read_regular(statement_path, MAX_STATEMENT)
-    except Unsafe as exc:
-        checks.append(Check(name="bundle layout", ok=False, reason=exc.reason, detail=exc.detail))
-        return verdict()
-    if not payload.is_dir() or payload.is_symlink():
-        checks.append(
-            Check(name="bundle layout", ok=False, reason="bundle.layout", detail="no payload/")
-        )
-        return verdict()
-    checks.append(root_check(directory))
-
-    signed: bytes | None = None
-    sig_path = directory / SIGNATURE_FILE
-    sig_raw: bytes | None = None
-    if not os.path.lexists(sig_path):
-        checks.append(
-            Check(name="signature", ok=False, reason="bundle.unsigned", detail=SIGNATURE_FILE)
-        )
-    else:
-        try:
-            sig_raw = read_regular(sig_path, MAX_STATEMENT)
-        except Unsafe as exc:
-            checks.append(Check(name="signature", ok=False, reason=exc.reason, detail=exc.detail))
-    if sig_raw is not None:
-        result = verify_signature(
-            sig_raw.decode("utf-8", errors="replace"),
-            policy,
-            trust_config=trust_config,
-            extra_keys=extra_keys,
-            deadline=deadline,
-        )
-        mode, signer = result.mode, result.signer
-        checks.extend(result.checks)
-        if result.envelope is not None:
-            env = result.envelope
-            if env.payloadType == PAYLOAD_TYPE:
-                checks.append(Check(name="payload type", ok=True, detail=env.payloadType))
-            else:
-                checks.append(
-                    Check(
-                        name="payload type",
-                        ok=False,
-                        reason="payload.type",
-                        detail=f"{env.payloadType!r}, expected {PAYLOAD_TYPE}",
-                    )
-                )
-            try:
-                signed = base64.b64decode(env.payload, validate=True)
-            except ValueError:
-                checks.append(
-                    Check(
-                        name="signed statement",
-                        ok=False,
-                        reason="signature.malformed",
-                        detail="payload is not base64",
-                    )
-                )
-    if signed is not None:
-        if signed == on_disk:
-            checks.append(Check(name="statement.json is the signed statement", ok=True))
-        else:
-            checks.append(
-                Check(
-                    name="statement.json is the signed statement",
-                    ok=False,
-                    reason="statement.not-signed",
-                    detail="statement.json differs from the DSSE payload; the signed one is used",
-                )
-            )
-    try:
-        statement = Statement.model_validate_json(signed if signed is not None else on_disk)
-    except ValidationError as exc:
-        checks.append(
-            Check(
-                name="statement",
-                ok=False,
-                reason="statement.malformed",
-                detail=str(exc).splitlines()[0],
-            )
-        )
-        return verdict()
-    subjects = subject_checks(statement, payload)
-    checks.extend(subjects)
-    forks = fork_policy_dirs(payload, fork, directory) if fork is not None else []
-    if all(c.ok for c in subjects):
-        checks.append(policy_version_check(statement, policy, forks))
-        checks.append(policy_pin_check(statement, policy, forks))
-        from engine.bundle_verify.consistency import record_checks
-
-        checks.extend(record_checks(statement, payload, [policy.path.parent, *forks]))
-        from engine.bundle_verify.waivers import waiver_check
-
-        checks.append(waiver_check(payload, policy, signer))
-    else:
-        checks.append(policy_version_check(statement, policy))
-        checks.append(policy_pin_check(statement, policy))
-        checks.append(
-            Check(name="records agree", ok=True, detail="not run: the payload digests failed")
-        )
-    if replay is not None:
-        if any(not c.ok for c in checks):
-            checks.append(
-                Check(
-                    name="replay",
-                    ok=True,
-                    detail="not run: the bundle already failed verification",
-                )
-            )
-        else:
-            checks.extend(replay(statement, payload))
-    return verdict()
+    """Run PHASES in order, collecting every check. `fork`: the reviewer's checkout of the fork
+    the bundle was made in; its policy files (where the replay record says the signing policy
+    was) are accepted by sha256."""
+    ins = Inspection(directory, policy, trust_config, extra_keys, replay, deadline, fork)
+    for phase in PHASES:
+        if not phase(ins):
+            break
+    return ins.verdict()

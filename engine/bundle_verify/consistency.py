@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from engine.bundle_verify.pins import policy_files_with as _policy_files
 from engine.bundle_verify.safefs import unsafe_name
 from engine.bundle_verify.signature import Check
 from engine.evidence.bundle import (
@@ -333,18 +334,6 @@ def _policy_problems(b: Bundled) -> list[str]:
     if isinstance(applied, dict) and applied.get(rel):
         return []
     return [f"{rel} is not the signing policy {SIGNING_PATH} names (another sha256)"]
-
-
-def _policy_files(digest: str, directories: list[Path]) -> list[Path]:
-    """Every policy file in `directories` (in order) whose sha256 is `digest`."""
-    from engine.policy.registry import policy_files
-
-    return [
-        f
-        for d in directories
-        for f in policy_files(d)
-        if hashlib.sha256(f.read_bytes()).hexdigest() == digest
-    ]
 
 
 def _bundled_review(payload: Path, decided: Any) -> Any:

@@ -21,13 +21,15 @@ from engine.files import write_atomic
 if TYPE_CHECKING:
     from engine.candidate import Candidate
     from engine.model import Graph
-    from engine.policy.evidence import Evidence
+    from engine.pipeline.models import Judged
+    from engine.policy.evidence import SourceRef
     from engine.policy.signing import Decision
+    from engine.records import GateRecord
     from engine.run import RunResult
 
 
 @dataclass(frozen=True)
-class Decided:
+class Recorded:
     """A decision, the record written for it (its JSON document) and where it was written."""
 
     decision: Decision
@@ -43,38 +45,31 @@ def built_evidence(
     gate_files: Sequence[Path],
     signing_policy: Path,
     seen: list[tuple[Graph, RunResult]] | None = None,
-) -> Evidence:
+) -> tuple[Judged, dict[str, GateRecord], list[SourceRef]]:
     """The evidence source of `trace decide`: the verdict judged from the cached builds (refused
     when the candidate was not verified with its current inputs), never a result file; a
     `--result` file is only cross-checked against it. Gate records come from the run's outcomes
     and `--gate` files. The sources named are the bundle payload files these become. The graph
     is loaded with the deciding `signing_policy` (evidence verified under another is refused)."""
     from engine.evidence.collect import evidence_sources, gate_records, read_gate_files
-    from engine.policy.evidence import Evidence, SourceRef
-    from engine.verify.cached import cached_verify, check_result_file
+    from engine.pipeline.build import verified_cached
+    from engine.policy.evidence import SourceRef
+    from engine.verify.cached import check_result_file
 
-    graph, run, result = cached_verify(cand, fork.resolve(), state, signing_policy=signing_policy)
+    judged = verified_cached(cand, fork.resolve(), state, signing_policy=signing_policy)
     if seen is not None:  # the caller memoises what the verdict was made from (engine/fork/warm.py)
-        seen.append((graph, run))
+        seen.append((judged.graph, judged.run))
     if result_file is not None:
-        check_result_file(result_file, result)
+        check_result_file(result_file, judged.verify)
     extra = read_gate_files(gate_files)
-    gates = gate_records(result, run, [(src, rec) for src, rec, _ in extra])
+    gates = gate_records(judged.verify, judged.run, [(src, rec) for src, rec, _ in extra])
     from_files = {rec.gate for _, rec, _ in extra}
     own = {k: v for k, v in gates.items() if k not in from_files}
-    sources = evidence_sources(result, own, fork.resolve())
+    sources = evidence_sources(judged.verify, own, fork.resolve())
     sources += [
         SourceRef(path=src, sha256=hashlib.sha256(raw).hexdigest()) for src, _, raw in extra
     ]
-    from engine.roles.claims import candidate_review
-
-    return Evidence(
-        candidate=cand.spec.id,
-        verify=result,
-        gates=gates,
-        sources=sources,
-        review=candidate_review(cand, state / "transcripts"),
-    )
+    return judged, gates, sources
 
 
 def decide_candidate(
@@ -91,23 +86,25 @@ def decide_candidate(
     routing: Path | None = None,
     signing: Path | None = None,
     seen: list[tuple[Graph, RunResult]] | None = None,
-) -> Decided:
+) -> Recorded:
     """Route and decide one candidate and write the decision record (durably, atomically)."""
     from engine.candidate import load_candidate
+    from engine.evidence.decisions import waiver_set
     from engine.gates.context import signing_policy_path
-    from engine.policy.routing import route_candidate
+    from engine.pipeline.decide import decide
+    from engine.pipeline.route import route
     from engine.policy.signed_waiver import waiver_trust
-    from engine.policy.signing import decide, load_signing
-    from engine.policy.waivers import NO_WAIVERS, load_waivers
+    from engine.policy.signing import load_signing
+    from engine.policy.waivers import NO_WAIVERS
     from engine.verify.pipeline import find_fork
 
     cand = load_candidate(candidate_file)
     fork = fork or find_fork(cand.path) or cand.dir
     state = (state_dir or fork / ".trace").resolve()
-    route = route_candidate(load_candidate(candidate_file), routing)
+    routed = route(cand, routing)
     # the same default as `trace verify`: the fork's own policy if it has one, else the shipped
     signing_path = signing_policy_path(signing, fork.resolve())
-    policy, catalogue = load_signing(signing_path)
+    load_signing(signing_path)  # a broken signing policy is refused before the builds are read
     waived = NO_WAIVERS
     if waivers is not None:
         trust = waiver_trust(
@@ -116,10 +113,19 @@ def decide_candidate(
             candidate=cand,
             maintainers=maintainers,
         )
-        waived = load_waivers(waivers, catalogue, trust)
-    evidence = built_evidence(cand, fork, state, result, gates, signing_path, seen)
-    decision = decide(evidence, route, policy, catalogue, waived, today)
+        waived = waiver_set(waivers, signing_path, trust)
+    judged, records, sources = built_evidence(cand, fork, state, result, gates, signing_path, seen)
+    decision = decide(
+        judged,
+        records,
+        sources,
+        routed,
+        policy=signing_path,
+        waivers=waived,
+        today=today,
+        transcripts=state / "transcripts",
+    ).decision
     where = (out or state / "decisions" / f"{cand.spec.id}.json").resolve()
     doc = decision.model_dump(mode="json", by_alias=True)
     write_atomic(where, json.dumps(doc, indent=2, sort_keys=True) + "\n", durable=True)
-    return Decided(decision=decision, record=doc, out=where)
+    return Recorded(decision=decision, record=doc, out=where)

@@ -1,7 +1,7 @@
 """Making a candidate's bundle from what `trace verify` recorded: `trace bundle` and
 `trace verify --bundle` both end here.
 
-1. The candidate, its fork and the verdict from the builds: `cached_verify` loads the verify
+1. The candidate, its fork and the verdict from the builds: `verified_cached` loads the verify
    graph exactly as `trace verify` loads it, plans it against the cache index and refuses when a
    step is dirty (never verified, a failed build, or inputs changed since: a patch swapped after
    verify). The run is answered from the index (no Nix evaluation) and judged again; that judged
@@ -37,27 +37,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.bundle_verify import DEFAULT_BUILDER
 from engine.candidate import Candidate, load_candidate
 from engine.errors import InputError, UsageError
-from engine.evidence.collect import (
-    assemble_evidence,
-    candidate_entries,
-    evidence_sources,
-    gate_entries,
-    gate_records,
-    outcome_entries,
-    read_gate_files,
-    verify_entry,
-)
-from engine.evidence.decisions import load_decision, signing_decision, waiver_set
-from engine.evidence.payload import PayloadEntry
+from engine.evidence.collect import evidence_sources, gate_records, read_gate_files
+from engine.evidence.decisions import load_decision, waiver_set
 from engine.evidence.waivers import waiver_entries
-from engine.model import Graph
 from engine.paths import cli
-from engine.policy.routing import RouteDecision, route_candidate
+from engine.pipeline.bundle import assemble, payload_entries
+from engine.pipeline.decide import decide
+from engine.pipeline.load import fork_of
+from engine.pipeline.models import Decided, Judged
+from engine.pipeline.route import route
+from engine.pipeline.sign import key_hint_of, sign_keyless, sign_with_key
+from engine.policy.routing import RouteDecision
 from engine.policy.signed_waiver import WaiverTrust, waiver_trust
 from engine.policy.signing import Decision
-from engine.roles.claims import candidate_review
-from engine.run import RunResult
-from engine.verify_result import VerifyResult
 
 Signed = Literal["no", "key", "keyless"]
 
@@ -108,27 +100,19 @@ class BundleOutcome(BaseModel):
 
 
 def _sign(req: BundleRequest, statement: bytes, policy: Path) -> str:
-    from engine.evidence.statement import PAYLOAD_TYPE
-
     if req.sign == "key":
-        from engine.signing.keymode import sign_with_key
-        from engine.signing.keys import load_private_key
-
         assert req.key is not None
-        return sign_with_key(statement, PAYLOAD_TYPE, load_private_key(req.key))
-    from engine.bundle_verify.identity import sign_keyless_locked, signer_lock
+        return sign_with_key(statement, req.key)
     from engine.signing.oidc import identity_token
 
-    return sign_keyless_locked(
+    return sign_keyless(
         statement,
-        token=identity_token(req.identity_token),
+        identity_token(req.identity_token),
         trust_config=req.trust_config,
-        lock_path=signer_lock(req.signer_lock, policy),
+        lock=req.signer_lock,
+        signing_policy=policy,
         force_identity=req.force_identity,
     )
-
-
-Verified = tuple[Graph, RunResult, VerifyResult]
 
 
 def _trust(req: BundleRequest, policy: Path, fork: Path, candidate: Candidate) -> WaiverTrust:
@@ -136,9 +120,7 @@ def _trust(req: BundleRequest, policy: Path, fork: Path, candidate: Candidate) -
     (key mode) may not have signed one."""
     bundle_key = None
     if req.sign == "key" and req.key is not None:
-        from engine.signing.keys import key_hint, load_private_key
-
-        bundle_key = key_hint(load_private_key(req.key).public_key())
+        bundle_key = key_hint_of(req.key)
     return waiver_trust(
         signing_policy=policy,
         fork=fork,
@@ -174,95 +156,93 @@ def _check_decision_record(
         )
 
 
-def produce_bundle(
+def _judged(
     req: BundleRequest,
-    verified: Verified | None = None,
-    ran: tuple[dt.datetime, dt.datetime] | None = None,
-) -> BundleOutcome:
-    """`verified`: the graph, run and judged result of a build this process just made (`trace
-    verify --bundle`), `ran` when that run began and ended; otherwise they come from the cache
-    index, checked against the store (`cached_verify`), and `ran` is that check."""
+    candidate: Candidate,
+    located: tuple[Path, Path, Path],
+    verified: Judged | None,
+) -> Judged:
+    """The build this process just made, else the cached one (checked against the store, in the
+    fork and state of `located` under its signing policy); the result file, if given, is only
+    cross-checked against it."""
+    from engine.pipeline.build import verified_cached
+    from engine.verify.cached import check_result_file
+
+    if verified is None:
+        fork, state, policy = located
+        verified = verified_cached(candidate, fork, state, signing_policy=policy, wait=req.wait)
+    cid = candidate.spec.id
+    if verified.verify.candidate != cid:
+        raise InputError(
+            f"the verified result is for '{verified.verify.candidate}', not '{cid}'",
+            file=candidate.path,
+        )
+    if req.result is not None:
+        check_result_file(req.result, verified.verify)
+    return verified
+
+
+def produce_bundle(req: BundleRequest, verified: Judged | None = None) -> BundleOutcome:
+    """`verified`: the judged build this process just made (`trace verify --bundle`, its `ran`
+    when that run began and ended); otherwise it comes from the cache index, checked against the
+    store (`verified_cached`), and `ran` is that check."""
     from engine.evidence.bundle import write_bundle
     from engine.evidence.replay import signing_policy_pin
     from engine.gates.context import signing_policy_path
-    from engine.verify.cached import cached_verify, check_result_file
-    from engine.verify.pipeline import find_fork
 
     if req.sign == "key" and req.key is None:
         raise UsageError("key signing needs --key PRIVATE_KEY")
     candidate = load_candidate(req.candidate)
-    cid = candidate.spec.id
-    fork = (req.fork or find_fork(candidate.path) or Path.cwd()).resolve()
-    if not fork.is_dir():
-        raise UsageError(f"--fork {fork} is not a directory", hint="pass the package set's root")
+    fork = fork_of(candidate.path, req.fork)
     state = (req.state_dir or fork / ".trace").resolve()
     # the same default as `trace verify`: the fork's own policy if it has one, else the shipped
     policy = signing_policy_path(req.signing_policy, fork)
     policy_pin = signing_policy_pin(policy, fork)  # refused before anything is read or written
-    if verified is None:
-        began = dt.datetime.now(dt.UTC)
-        verified = cached_verify(candidate, fork, state, signing_policy=policy, wait=req.wait)
-        ran = (began, dt.datetime.now(dt.UTC))
-    graph, run, result = verified
-    if result.candidate != cid:
-        raise InputError(
-            f"the verified result is for '{result.candidate}', not '{cid}'", file=candidate.path
-        )
-    if req.result is not None:
-        check_result_file(req.result, result)
-
+    judged = _judged(req, candidate, (fork, state, policy), verified)
     extra = read_gate_files(req.gates)
-    gates = gate_records(result, run, [(src, rec) for src, rec, _ in extra])
-    result_entry = verify_entry(result, fork)
-    gate_files = gate_entries(gates)
-    entries: list[PayloadEntry] = [
-        *candidate_entries(candidate),
-        *outcome_entries(run),
-        result_entry,
-        *gate_files,
-    ]
-    sources = evidence_sources(result, gates, fork)
-    routing = route_candidate(candidate, req.routing_policy)
+    gates = gate_records(judged.verify, judged.run, [(src, rec) for src, rec, _ in extra])
+    entries = payload_entries(judged, gates, fork)
+    sources = evidence_sources(judged.verify, gates, fork)
+    routing = route(candidate, req.routing_policy)
     waivers = waiver_set(req.waivers, policy, _trust(req, policy, fork, candidate))
-    decision = signing_decision(
-        result,
+    today = req.today or dt.datetime.now(dt.UTC).date()
+    decided = decide(
+        judged,
         gates,
-        routing,
         sources,
+        routing,
         policy=policy,
         waivers=waivers,
-        today=req.today or dt.datetime.now(dt.UTC).date(),
-        review=candidate_review(candidate, state / "transcripts"),
+        today=today,
+        transcripts=state / "transcripts",
     )
     if req.decision is not None:  # only ever a cross-check: the policy decides again, here
         bundled = {src.sha256: src.path for src in sources}
         bundled |= {hashlib.sha256(raw).hexdigest(): src for src, _, raw in extra}
-        _check_decision_record(req.decision, decision, cid, bundled, policy, policy_pin.sha256)
-    entries += waiver_entries(waivers, cid, decision.maintainers)
-    assembled = assemble_evidence(
-        candidate,
-        graph,
-        run,
-        entries,
-        routing,
-        decision,
-        root=fork,
-        signing_policy=policy,
-        builder_id=req.builder_id,
-        ran=ran,
+        _check_decision_record(
+            req.decision, decided.decision, candidate.spec.id, bundled, policy, policy_pin.sha256
+        )
+    entries += waiver_entries(waivers, candidate.spec.id, decided.decision.maintainers)
+    assembled = assemble(
+        judged, entries, decided, root=fork, signing_policy=policy, builder_id=req.builder_id
     )
     signature: str | None = None
-    if req.sign != "no" and decision.decision == "allow":
+    if req.sign != "no" and decided.decision.decision == "allow":
         signature = _sign(req, assembled.statement_bytes, policy)  # a failure writes nothing
-    out = req.out or state / "bundles" / cid
-    written = write_bundle(out, assembled, signature)
+    written = write_bundle(req.out or state / "bundles" / candidate.spec.id, assembled, signature)
+    return _outcome(req, written, len(assembled.entries), signature, decided)
+
+
+def _outcome(
+    req: BundleRequest, path: Path, files: int, signature: str | None, decided: Decided
+) -> BundleOutcome:
     return BundleOutcome(
-        path=written,
-        files=len(assembled.entries),
+        path=path,
+        files=files,
         signed=req.sign if signature is not None else "no",
         asked=req.sign,
-        routing=routing,
-        decision=decision,
+        routing=decided.routing,
+        decision=decided.decision,
     )
 
 

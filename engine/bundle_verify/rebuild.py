@@ -48,7 +48,7 @@ def instantiate(
 ) -> tuple[dict[str, str], dict[str, str]]:
     """(step id -> key, step id -> .drv path) for `step_ids`, with one nix-instantiate."""
     from engine.cache import Index
-    from engine.run import plan
+    from engine.plan import plan
     from engine.verify.trusted import instantiate_steps
 
     with Index(work / "state") as index:  # empty: nothing answers from a cache

@@ -34,7 +34,8 @@ from engine.evidence.redact import redact_value
 from engine.evidence.replay import FilePin, ReplayRecord, fork_pin, outcome_digest, pinned_path
 from engine.evidence.statement import Statement
 from engine.hashing import digest_json
-from engine.run import RunResult, graph_id
+from engine.plan import graph_id
+from engine.run import RunResult
 
 
 def _pin_problems(rec: ReplayRecord, root: Path) -> list[str]:

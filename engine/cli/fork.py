@@ -18,6 +18,28 @@ def register(sub: Any) -> None:
         "is allowed, 1 when one is denied, 2 on bad input (a dirty tree included).",
     )
     p.add_argument("candidates_", nargs="*", metavar="CANDIDATE", help="names (default: all)")
+    _where(p)
+    _signing(p)
+    p.add_argument(
+        "-j", "--jobs", type=positive_int, default=None, help="parallel builds (nix -j), >= 1"
+    )
+    p.add_argument("--wait", type=float, default=0, metavar="SECONDS", help="wait for the state")
+    add_rebuild_args(p)  # a rebuild run is never answered from, nor recorded in, the memo
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write DIR/index.html, a findings page of every candidate (engine.report)",
+    )
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    _shards(p)
+    p.set_defaults(handler=cmd_fork)
+
+
+def _where(p: argparse.ArgumentParser) -> None:
+    """Where the fork, its package set, its trace folder, its source and its state are."""
     p.add_argument("--fork", type=Path, default=None, help="the fork (default: current dir)")
     p.add_argument("--package-set", default=".", help="relative to the fork root (default: .)")
     p.add_argument("--config", default="trace", help="the fork's trace folder (default: trace)")
@@ -43,6 +65,10 @@ def register(sub: Any) -> None:
         action="store_true",
         help="verify uncommitted changes too (the replay record then says dirty)",
     )
+
+
+def _signing(p: argparse.ArgumentParser) -> None:
+    """How allowed bundles are signed (key, keyless under the signer lock, or not at all)."""
     p.add_argument("--key", type=Path, default=None, help="sign offline with this private key")
     p.add_argument("--identity-token", default=None, help="OIDC token for keyless signing")
     p.add_argument("--trust-config", type=Path, default=None, help="Sigstore ClientTrustConfig")
@@ -60,20 +86,10 @@ def register(sub: Any) -> None:
         help="keyless: sign even when the token's identity is not in the lock",
     )
     p.add_argument("--no-sign", action="store_true", help="never sign")
-    p.add_argument(
-        "-j", "--jobs", type=positive_int, default=None, help="parallel builds (nix -j), >= 1"
-    )
-    p.add_argument("--wait", type=float, default=0, metavar="SECONDS", help="wait for the state")
-    add_rebuild_args(p)  # a rebuild run is never answered from, nor recorded in, the memo
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument(
-        "--report",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="also write DIR/index.html, a findings page of every candidate (engine.report)",
-    )
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+
+
+def _shards(p: argparse.ArgumentParser) -> None:
+    """One shard of a sharded run, and joining the shards."""
     p.add_argument(
         "--shard",
         default=None,
@@ -98,7 +114,6 @@ def register(sub: Any) -> None:
         help="join the shard directories of one sharded run into one table (and --report "
         "page, --json report); refuses shards of different runs or a missing shard",
     )
-    p.set_defaults(handler=cmd_fork)
 
 
 def cmd_fork(args: argparse.Namespace) -> int:

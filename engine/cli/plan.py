@@ -33,8 +33,9 @@ def register(sub: Any) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from engine import loadcache
     from engine.cache import Index, IndexView
+    from engine.evaluation import evaluate, render_expression
     from engine.hashing import StatCache
-    from engine.run import evaluate, known_drvs, plan, render_expression
+    from engine.plan import known_drvs, plan
 
     state = state_dir(args)
     hasher = StatCache.read_only(state / "state.db")

@@ -111,6 +111,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.timings:
         laps = {"load": loaded, **result.timings}
         print("timings: " + ", ".join(f"{k} {v:.3f} s" for k, v in laps.items()), file=sys.stderr)
+    _print_result(args, result)
+    for line in rebuild_lines(result):  # also under --json: stdout is the JSON
+        print(line, file=sys.stderr)
+    return 0 if result.ok and not result.rebuilt_differently else 1
+
+
+def _print_result(args: argparse.Namespace, result: Any) -> None:
+    """The run's result: JSON, or the counts, the failed and skipped steps and the warnings."""
     if args.json:
         print(result.to_json(indent=2))
     else:
@@ -130,9 +138,6 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"skipped {r.id}: {why}", file=sys.stderr)
         for line in warnings(result):
             print(line, file=sys.stderr)
-    for line in rebuild_lines(result):  # also under --json: stdout is the JSON
-        print(line, file=sys.stderr)
-    return 0 if result.ok and not result.rebuilt_differently else 1
 
 
 def warnings(result: Any) -> list[str]:

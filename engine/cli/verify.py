@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,11 +23,11 @@ from engine.cli.args import (
     rebuild_lines,
 )
 from engine.paths import cli
-from engine.verify.pipeline import build_verify, find_fork
+from engine.pipeline.verify import build_verify
+from engine.verify.pipeline import find_fork
 
 if TYPE_CHECKING:
-    from engine.model import Graph
-    from engine.run import RunResult
+    from engine.pipeline.models import Judged
     from engine.verify_result import VerifyResult
 
 
@@ -129,8 +130,7 @@ def _bundle(
     args: argparse.Namespace,
     fork: Path,
     policy: Path,
-    verified: tuple[Graph, RunResult, VerifyResult],
-    ran: tuple[dt.datetime, dt.datetime],
+    verified: Judged,
 ) -> int:
     from engine.bundle_verify.produce import produce_bundle, report_lines
     from engine.cli.options import request_from_args
@@ -146,7 +146,6 @@ def _bundle(
             signing_policy=policy,  # the bundle decides with the policy the gates applied
         ),
         verified,
-        ran,
     )
     print("\n".join(report_lines(outcome)), file=sys.stderr if args.json else sys.stdout)
     return 1 if outcome.denied else 0
@@ -166,15 +165,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     state = (args.state_dir or fork / ".trace").resolve()
 
     def full() -> tuple[int, list[tuple[str, tuple[str, ...]]] | None, list[str], list[Path]]:
-        status, (graph, run, _), written = _verify(args, fork)
-        return status, graph_reads(graph, args.candidate), store_outs(run), written
+        status, judged, written = _verify(args, fork)
+        return status, graph_reads(judged.graph, args.candidate), store_outs(judged.run), written
 
     return memoised("verify", args, fork, state, full)
 
 
-def _verify(
-    args: argparse.Namespace, fork: Path
-) -> tuple[int, tuple[Graph, RunResult, VerifyResult], list[Path]]:
+def _verify(args: argparse.Namespace, fork: Path) -> tuple[int, Judged, list[Path]]:
     """The full run: its status, what it verified, the files it wrote."""
     clock = otel_clock(args)
     policy: Path | None = args.signing_policy
@@ -199,9 +196,10 @@ def _verify(
         clock=clock,
         rebuild=(args.rebuild, args.rebuild_all),
     )
-    ran = (began, dt.datetime.now(dt.UTC))
-    otel_export(args, clock, verified[1], f"trace verify {verified[2].candidate}")
-    result = verified[2]
+    # the bundle's run is this whole verify (load, build, checks)
+    verified = replace(verified, ran=(began, dt.datetime.now(dt.UTC)))
+    otel_export(args, clock, verified.run, f"trace verify {verified.verify.candidate}")
+    result = verified.verify
     text = result.model_dump_json(indent=2, by_alias=True) + "\n"
     out = args.out or (args.state_dir or fork / ".trace") / "verify" / f"{result.candidate}.json"
     from engine.files import write_atomic
@@ -212,12 +210,12 @@ def _verify(
     else:
         print_table(result)
         print(f"result: {out}")
-    for line in rebuild_lines(verified[1]):
+    for line in rebuild_lines(verified.run):
         print(line, file=sys.stderr)
-    status = 0 if result.passed and not verified[1].rebuilt_differently else 1
+    status = 0 if result.passed and not verified.run.rebuilt_differently else 1
     written = [out]
     if args.bundle is not None:
         assert policy is not None
-        status = max(status, _bundle(args, fork, policy, verified, ran))
+        status = max(status, _bundle(args, fork, policy, verified))
         written.append(args.bundle)
     return status, verified, written

@@ -7,28 +7,33 @@ import datetime as dt
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from engine.errors import InputError
-from engine.fork.config import ForkConfig, Source
+from engine.fork.config import ForkConfig
 from engine.fork.entry import pipeline_entry, signing_source, swap_dir, write_if_changed
 from engine.fork.once import RunOnce
 from engine.fork.report import Outcome
+from engine.pipeline.build import build_fresh, judge_built
+from engine.pipeline.bundle import assemble, payload_entries
+from engine.pipeline.decide import decide
+from engine.pipeline.models import Decided, Judged
+from engine.pipeline.route import route
+from engine.pipeline.sign import key_hint_of, sign_keyless, sign_with_key
+from engine.verify.pipeline import project_root
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from engine.cache import Index
     from engine.candidate import Candidate
     from engine.evidence.bundle import Assembled
-    from engine.evidence.payload import PayloadEntry
     from engine.evidence.replay import RunHost
     from engine.fork.memo import Run
     from engine.fork.nixreads import NixReads
     from engine.model import Graph
-    from engine.policy.routing import RouteDecision
-    from engine.policy.signing import Decision
-    from engine.policy.waivers import WaiverSet
     from engine.run import RunResult
-    from engine.verify_result import VerifyResult
 
 BUILDER_ID = "urn:trace:builder:fork"  # docs/evidence.md
 
@@ -61,9 +66,7 @@ class Signer:
         """The hint of the key that signs bundles (key mode): it may not sign a waiver."""
         if not self.enabled or self.key is None:
             return None
-        from engine.signing.keys import key_hint, load_private_key
-
-        return key_hint(load_private_key(self.key).public_key())
+        return key_hint_of(self.key)
 
     def can_sign_keyless(self) -> bool:
         """Whether an allowed candidate left unsigned would now be signed keyless (looks the
@@ -78,77 +81,67 @@ class Signer:
         the same path as `trace bundle`; a token outside it is refused (SigningError)."""
         if not self.enabled:
             return None, "no", "signing disabled (--no-sign)"
-        from engine.evidence.statement import PAYLOAD_TYPE
-
         if self.key is not None:
-            from engine.signing.keymode import sign_with_key
-            from engine.signing.keys import load_private_key
-
-            return sign_with_key(statement, PAYLOAD_TYPE, load_private_key(self.key)), "key", ""
+            return sign_with_key(statement, self.key), "key", ""
         token = self._identity()
         if token is None:
             return None, "no", f"unsigned: {self._why_not}"
-        from engine.bundle_verify.identity import sign_keyless_locked, signer_lock
         from engine.policy.registry import SIGNING
 
-        signature = sign_keyless_locked(
+        signature = sign_keyless(
             statement,
-            token=token,
+            token,
             trust_config=self.trust_config,
-            lock_path=signer_lock(self.lock, policy / SIGNING),
+            lock=self.lock,
+            signing_policy=policy / SIGNING,
             force_identity=self.force_identity,
         )
         return signature, "keyless", ""
 
 
-def _route(candidate: Candidate, policy: Path) -> RouteDecision:
-    from engine.policy.registry import ROUTING
-    from engine.policy.routing import route_candidate
-
-    return route_candidate(candidate, policy / ROUTING)
-
-
 def _decide(
-    run: RunResult,
-    verify: VerifyResult,
-    routing: RouteDecision,
+    judged: Judged,
     policy: Path,
     waivers_file: Path | None,
-    candidate: Candidate | None,
     root: Path,
+    transcripts: Path,
     bundle_key: str | None = None,
-) -> tuple[Decision, WaiverSet]:
+) -> Decided:
     """As `trace decide`, over the verdict judged from this run's builds (never the result file
     written beside it); waivers apply only when the fork has its own (signed) waivers, checked
     against the merged policy's maintainers.toml (the fork's own, else the shipped one)."""
     from engine.evidence.collect import evidence_sources, gate_records
-    from engine.policy.evidence import Evidence
-    from engine.policy.registry import SIGNING
+    from engine.evidence.decisions import waiver_set
+    from engine.policy.registry import ROUTING, SIGNING
     from engine.policy.signed_waiver import waiver_trust
-    from engine.policy.signing import decide, load_signing
-    from engine.policy.waivers import NO_WAIVERS, load_waivers
-    from engine.roles.claims import candidate_review
+    from engine.policy.signing import load_signing
+    from engine.policy.waivers import NO_WAIVERS
 
-    signing, catalogue = load_signing(policy / SIGNING)
+    routing = route(judged.candidate, policy / ROUTING)
+    load_signing(policy / SIGNING)  # a broken signing policy is refused before the waivers
     waivers = NO_WAIVERS
     if waivers_file is not None:
         trust = waiver_trust(
             signing_policy=policy / SIGNING,
             fork=None,
-            candidate=candidate,
+            candidate=judged.candidate,
             bundle_key=bundle_key,
         )
-        waivers = load_waivers(waivers_file, catalogue, trust)
-    gates = gate_records(verify, run)
-    evidence = Evidence(
-        candidate=verify.candidate,
-        verify=verify,
-        gates=gates,
-        sources=evidence_sources(verify, gates, root),
-        review=candidate_review(candidate) if candidate is not None else None,
-    )
+        waivers = waiver_set(waivers_file, policy / SIGNING, trust)
+    # every gate record (the standard gates and the fork's own steps) comes from the run
+    gates = gate_records(judged.verify, judged.run)
+    sources = evidence_sources(judged.verify, gates, root)
     today = dt.datetime.now(dt.UTC).date()
-    return decide(evidence, routing, signing, catalogue, waivers, today), waivers
+    return decide(
+        judged,
+        gates,
+        sources,
+        routing,
+        policy=policy / SIGNING,
+        waivers=waivers,
+        today=today,
+        transcripts=transcripts,
+    )
 
 
 def fork_waivers(own: Path | None, merged: Path) -> Path | None:
@@ -164,49 +157,34 @@ def fork_waivers(own: Path | None, merged: Path) -> Path | None:
 
 
 def _assemble(
-    candidate: Candidate,
-    graph: Graph,
-    run: RunResult,
-    verify: VerifyResult,
-    routing: RouteDecision,
-    decision: Decision,
-    root: Path,
-    dirty: bool,
+    cfg: ForkConfig,
+    judged: Judged,
+    decided: Decided,
+    *,
     signing_policy: Path,
-    source: Source | None,
-    package_set_rel: str,
+    dirty: bool,
     host: RunHost,
-    ran: tuple[dt.datetime, dt.datetime] | None = None,
-    extra: list[PayloadEntry] | None = None,
 ) -> Assembled:
-    from engine.evidence.collect import (
-        assemble_evidence,
-        candidate_entries,
-        gate_entries,
-        gate_records,
-        outcome_entries,
-        verify_entry,
-    )
+    """The candidate's bundle (payload, decisions, replay record with the fork's source pin)."""
+    from engine.evidence.collect import gate_records
     from engine.evidence.replay import SourcePin
+    from engine.evidence.waivers import waiver_entries
 
-    entries = candidate_entries(candidate) + outcome_entries(run)
-    entries.append(verify_entry(verify, root))
-    entries += gate_entries(gate_records(verify, run))
-    entries += extra or []
+    cid = judged.candidate.spec.id
+    root = project_root(cfg.package_set)
+    extra = waiver_entries(decided.waivers, cid, decided.decision.maintainers)
+    entries = payload_entries(judged, gate_records(judged.verify, judged.run), root, extra)
+    source = cfg.source
     # `fork_pin` counts trace's own untracked state dir as a change; the fork's clean check
     # (which leaves out only the state and bundle dirs) is the one that holds here.
-    return assemble_evidence(
-        candidate,
-        graph,
-        run,
+    return assemble(
+        judged,
         entries,
-        routing,
-        decision,
+        decided,
         root=root,
         signing_policy=signing_policy,
         builder_id=BUILDER_ID,
         dirty=dirty,
-        ran=ran,
         host=host,
         source=None
         if source is None
@@ -214,7 +192,7 @@ def _assemble(
             store_path=str(source.store_path),
             nar_hash=source.nar_hash,
             system=source.system,
-            package_set=package_set_rel,
+            package_set=cfg.package_set.relative_to(cfg.root).as_posix(),
         ),
     )
 
@@ -231,6 +209,57 @@ def replace_bundle(dest: Path, assembled: Assembled, signature: str | None) -> P
     return dest
 
 
+@dataclass(frozen=True)
+class Build:
+    """How `trace fork` builds: its `-j`, progress display, `--rebuild` (step names, every
+    step) and whether to watch what Nix reads of the package set (a memo records it)."""
+
+    jobs: int | None
+    progress: bool
+    rebuild: tuple[Sequence[str], bool] = ((), False)
+    watch: bool = False
+
+
+def _judged(
+    cfg: ForkConfig, candidate: Candidate, index: Index, once: RunOnce, signing: Path, build: Build
+) -> tuple[Judged, dict[str, str] | None]:
+    """Load the fork's verify graph for the candidate (the gates applying `signing`), build it
+    fresh (`--rebuild`'s steps rebuilt with --check), check every step the index answered
+    against the store, judge; also what Nix read of the package set (`build.watch`)."""
+    from engine.graph import load_graph
+    from engine.rebuilds import rebuild_steps
+    from engine.verify.pipeline import verify_context
+
+    hasher = once.hasher  # one package-set walk per run, not per candidate
+    graph = load_graph(
+        pipeline_entry(cfg, candidate.spec.id),
+        root=project_root(cfg.package_set),
+        context=verify_context(candidate, cfg.package_set, signing),
+        hasher=hasher,
+        variant=candidate.spec.id,
+    )
+    hasher.flush(index.writable())
+    chosen = rebuild_steps(graph, *build.rebuild)  # `--rebuild`: engine/rebuilds.py
+    watcher = nix_reads_watcher(cfg) if build.watch else None
+    built = build_fresh(
+        candidate,
+        graph,
+        index,
+        jobs=build.jobs,
+        progress=build.progress,
+        recheck=True,  # the index is never evidence
+        rebuild=chosen,
+    )
+    for line in built.run.rebuild_findings():
+        print(f"trace: {candidate.spec.id}: {line}", file=sys.stderr)
+    nix_read = watcher.collect() if watcher is not None else None
+    return judge_built(built), nix_read
+
+
+def _record(path: Path, model: BaseModel) -> None:
+    write_if_changed(path, (model.model_dump_json(indent=2, by_alias=True) + "\n").encode())
+
+
 def verify_candidate(
     cfg: ForkConfig,
     file: Path,
@@ -245,101 +274,83 @@ def verify_candidate(
     memo: Run | None = None,
     rebuild: tuple[Sequence[str], bool] = ((), False),
 ) -> Outcome:
+    """Verify, judge, route, decide, bundle and sign one candidate of the fork (the pipeline's
+    stages, engine/pipeline/), under one lock of the state directory for all of it (two `trace
+    fork` runs must not interleave their writes)."""
     from engine.cache import Index
     from engine.candidate import load_candidate
-    from engine.evidence.waivers import waiver_entries
-    from engine.graph import load_graph
-    from engine.progress import Progress
-    from engine.run import rebuild_steps, run_graph
-    from engine.verify.blame import blame_candidate
-    from engine.verify.pipeline import project_root, verify_context
-    from engine.verify.trusted import from_store
-    from engine.verify.verdict import judge
 
     once = once or RunOnce(cfg)  # a run of one candidate (`trace fork` passes its run's)
     candidate = load_candidate(file)
     cid = candidate.spec.id
-    entry = pipeline_entry(cfg, cid)
-    root = project_root(cfg.package_set)
     # the gates apply the very policy that decides (its merged copy has the same bytes)
     signing = signing_source(cfg, policy)
-    # One lock for the whole candidate: the build, the verify result, the decision and the
-    # bundle swap (two `trace fork` runs must not interleave their writes).
     with Index(cfg.state, wait=wait) as index:
-        hasher = once.hasher  # one package-set walk per run, not per candidate
-        graph = load_graph(
-            entry,
-            root=root,
-            context=verify_context(candidate, cfg.package_set, signing),
-            hasher=hasher,
-            variant=cid,
+        result, nix_read = _judged(
+            cfg, candidate, index, once, signing, Build(jobs, progress, rebuild, memo is not None)
         )
-        hasher.flush(index.writable())
-        chosen = rebuild_steps(graph, *rebuild)  # `--rebuild`: engine/run.py
-        began = dt.datetime.now(dt.UTC)
-        watcher = nix_reads_watcher(cfg) if memo is not None else None
-        with Progress(enabled=progress) as reporter:
-            try:
-                run = run_graph(graph, index, jobs=jobs, reporter=reporter, rebuild=chosen)
-            except InputError as exc:
-                raise blame_candidate(exc, candidate) from None
-        run = from_store(graph, run, index, recheck=True)  # the index is never evidence
-        for line in run.rebuild_findings():
-            print(f"trace: {cid}: {line}", file=sys.stderr)
-        nix_read = watcher.collect() if watcher is not None else None
-        ran = (began, dt.datetime.now(dt.UTC))
-        verify = judge(candidate, graph, run)
-        result = cfg.state / "verify" / f"{cid}.json"
-        write_if_changed(result, (verify.model_dump_json(indent=2, by_alias=True) + "\n").encode())
-        routing = _route(candidate, policy)
-        waivers = fork_waivers(cfg.policy, policy)
-        # every gate record (the standard gates and the fork's own steps) comes from the run
-        decision, valid = _decide(
-            run, verify, routing, policy, waivers, candidate, root, signer.key_hint()
+        _record(cfg.state / "verify" / f"{cid}.json", result.verify)
+        decided = _decide(
+            result,
+            policy,
+            fork_waivers(cfg.policy, policy),
+            project_root(cfg.package_set),
+            cfg.state / "transcripts",
+            signer.key_hint(),
         )
-        write_if_changed(
-            cfg.state / "decisions" / f"{cid}.json",
-            (decision.model_dump_json(indent=2, by_alias=True) + "\n").encode(),
-        )
+        _record(cfg.state / "decisions" / f"{cid}.json", decided.decision)
         assembled = _assemble(
-            candidate,
-            graph,
-            run,
-            verify,
-            routing,
-            decision,
-            root,
-            dirty,
-            signing,
-            cfg.source,
-            cfg.package_set.relative_to(cfg.root).as_posix(),
-            once.host,
-            ran=ran,
-            extra=waiver_entries(valid, cid, decision.maintainers),
+            cfg, result, decided, signing_policy=signing, dirty=dirty, host=once.host
         )
         signature: str | None = None
         how: Literal["key", "keyless", "no"] = "no"
         note = ""
-        if decision.decision == "allow":
+        if decided.decision.decision == "allow":
             signature, how, note = signer.sign(assembled.statement_bytes, policy)
         bundle = replace_bundle(cfg.bundles / cid, assembled, signature)
+    outcome = _outcome(file, result, decided, bundle, how, _notes(note, result, decided))
+    if memo is not None:  # this run passed the trust boundary: a no-op may reuse it
+        graph, run = result.graph, result.run
+        reads = [*graph.reads, *_candidate_reads(candidate)]
+        outs = [str(r.out) for r in run.steps.values() if r.out]
+        sandbox = (graph.nix.extra_sandbox_paths, graph.nix.sandbox_identity)
+        carry = carry_over(cfg, graph, run, reads, nix_read)
+        memo.remember(file, outcome, reads, outs, sandbox, carry)
+    return outcome
+
+
+def _notes(note: str, judged: Judged, decided: Decided) -> str:
+    """The table's note: the signer's, `--rebuild`'s findings and environmental denies."""
     notes = [note] if note else []
+    run = judged.run
     if run.rebuilt_differently:  # `--rebuild`: shown in the table, and the run exits 1
         notes.append("rebuilt differently: " + ", ".join(run.rebuilt_differently))
     # a deny for the environment (a tool missing from the sandbox): said in the table, with
     # its record, so nobody changes the patch for it (engine/policy/signing.py environmental)
     notes += [
         f"{r.code}: {d}"
-        for r in decision.reasons
+        for r in decided.decision.reasons
         for d in r.details
         if d.startswith("environmental:")
     ]
-    note = "; ".join(notes)
-    statuses = [r.status for r in run.steps.values()]
-    outcome = Outcome(
-        candidate=cid,
+    return "; ".join(notes)
+
+
+def _outcome(
+    file: Path,
+    judged: Judged,
+    decided: Decided,
+    bundle: Path,
+    how: Literal["key", "keyless", "no"],
+    note: str,
+) -> Outcome:
+    """What `trace fork` reports of one candidate (and its memo remembers)."""
+    verify, decision = judged.verify, decided.decision
+    statuses = [r.status for r in judged.run.steps.values()]
+    return Outcome(
+        candidate=judged.candidate.spec.id,
         file=str(file),
-        package=candidate.spec.package,
+        package=judged.candidate.spec.package,
         verified=verify.passed,
         verify_reasons=verify.reasons,
         verify_details=[
@@ -347,7 +358,7 @@ def verify_candidate(
             for c in verify.claims
             if not c.holds
         ],
-        route=routing.state,
+        route=decided.routing.state,
         decision=decision.decision,
         decision_reasons=[r.code for r in decision.reasons],
         bundle=str(bundle),
@@ -357,17 +368,10 @@ def verify_candidate(
         reused=sum(s == "reused" for s in statuses),
         substituted=sum(s == "substituted" for s in statuses),
         cached=sum(s == "cached" for s in statuses),
-        steps=sorted(run.steps),
-        accuracy=_accuracy(candidate),
-        rebuilt_differently=run.rebuilt_differently,
+        steps=sorted(judged.run.steps),
+        accuracy=_accuracy(judged.candidate),
+        rebuilt_differently=judged.run.rebuilt_differently,
     )
-    if memo is not None:  # this run passed the trust boundary: a no-op may reuse it
-        reads = [*graph.reads, *_candidate_reads(candidate)]
-        outs = [str(r.out) for r in run.steps.values() if r.out]
-        sandbox = (graph.nix.extra_sandbox_paths, graph.nix.sandbox_identity)
-        carry = carry_over(cfg, graph, run, reads, nix_read)
-        memo.remember(file, outcome, reads, outs, sandbox, carry)
-    return outcome
 
 
 def nix_reads_watcher(cfg: ForkConfig) -> NixReads | None:

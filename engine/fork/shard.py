@@ -123,7 +123,7 @@ def write_shard(
     mine: list[Path],
 ) -> Path:
     """Write the shard directory (module doc) for a finished shard run; returns it."""
-    from engine.run import engine_id
+    from engine.plan import engine_id
 
     dest = dest.resolve()
     if dest == cfg.state or cfg.state.is_relative_to(dest) or cfg.bundles.is_relative_to(dest):

@@ -36,7 +36,7 @@ def policy_dir() -> Path:
 SCHEMAS: dict[str, str] = {
     "routing": "engine.policy.routing:RoutingFile",
     "critical-packages": "engine.policy.critical:CriticalFile",
-    "signing": "engine.policy.signing:SigningFile",
+    "signing": "engine.policy.signing_rules:SigningFile",
     "reasons": "engine.policy.reasons:CatalogueFile",
     "waivers": "engine.policy.waivers:WaiverFile",
     "waiver": "engine.policy.signed_waiver:WaiverStatement",

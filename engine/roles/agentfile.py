@@ -30,7 +30,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.errors import InputError
-from engine.graph import find_line
+from engine.graphfile import find_line
 from engine.loader import check_regular, read_document, resolve
 from engine.models.spec import ModelSpec
 from engine.paths import resolve_ref

@@ -8,7 +8,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engine.candidate import Expectation
+from engine.oracles import Expectation
 from engine.roles.outcome import RoleFailure, json_object
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

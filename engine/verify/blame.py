@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from engine.errors import InputError
-from engine.graph import find_line
+from engine.graphfile import find_line
 from engine.loader import read_text
 from engine.paths import cli
 

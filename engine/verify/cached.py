@@ -1,13 +1,14 @@
 """A candidate's verdict from the builds themselves: the one evidence source of `trace decide`,
-`trace bundle` (and `trace verify --bundle` through it).
+`trace bundle` (and `trace verify --bundle` through it). This module holds the refusals and the
+result-file cross-check; the stage is engine.pipeline.build.build_cached.
 
-`cached_verify` loads the fork's verify graph for the candidate exactly as `trace verify` does,
+`build_cached` loads the fork's verify graph for the candidate exactly as `trace verify` does,
 plans it against the cache index and refuses (InputError, exit 2) when any step is dirty: never
 verified, a failed build (failures are not cached), or an input changed since (a patch swapped
 after verify). Otherwise every step is answered from the index as a pointer only: the index never
 holds evidence, so `engine.verify.trusted.from_store` checks each row against the derivation the
 graph instantiates now and the store's valid, unmodified output, re-reads every outcome from the
-store and re-measures determinism with `--check`; then the run is judged again with `judge`. A
+store and re-measures determinism with `--check`; then the run is judged again (`judge_built`). A
 verify result JSON file is never the source of a verdict: given explicitly (`--result FILE`) it
 is only cross-checked against the judged result (`check_result_file`), and a difference is
 refused.
@@ -15,7 +16,7 @@ refused.
 The graph is loaded with the signing policy that decides (`signing_policy`): its thresholds are
 the gate steps' `policy` parameters, so evidence verified under another policy leaves the gate
 steps dirty, and when nothing else changed the refusal says "verified under another signing
-policy" and names both (`_policy_refusal`).
+policy" and names both (`policy_refusal`).
 """
 
 from __future__ import annotations
@@ -26,15 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from engine.errors import InputError, TraceError
+from engine.errors import InputError
 from engine.paths import cli
 from engine.verify_result import MACHINE_KEYS
 
 if TYPE_CHECKING:
     from engine.cache import IndexView
     from engine.candidate import Candidate
-    from engine.model import Graph
-    from engine.run import Plan, RunResult
+    from engine.plan import Plan
     from engine.verify_result import VerifyResult
 
 SHOWN_STEPS = 6
@@ -88,7 +88,7 @@ def _applied(components: dict[str, Any] | None) -> str:
     return f"{doc.get('name', '?')} {doc.get('version', '?')}"
 
 
-def _policy_refusal(
+def policy_refusal(
     planned: Plan, candidate: Candidate, index: IndexView, signing_policy: Path | None
 ) -> InputError | None:
     """The refusal when the only change is the gate steps' policy: the candidate was verified,
@@ -113,7 +113,7 @@ def _policy_refusal(
     )
 
 
-def _refusal(planned: Plan, candidate: Candidate, state: Path) -> InputError:
+def refusal(planned: Plan, candidate: Candidate, state: Path) -> InputError:
     hint = (
         f"run `{cli('verify')} {candidate.path}` (with the same fork and state dir); a failed "
         "build is never cached, so a candidate whose build fails cannot be decided or bundled"
@@ -129,54 +129,6 @@ def _refusal(planned: Plan, candidate: Candidate, state: Path) -> InputError:
         file=candidate.path,
         hint=hint,
     )
-
-
-def cached_verify(
-    candidate: Candidate,
-    fork: Path,
-    state: Path,
-    *,
-    signing_policy: Path | None = None,
-    wait: float = 0,
-) -> tuple[Graph, RunResult, VerifyResult]:
-    """The verify graph, its run answered from the index, and the verdict judged from that run.
-
-    `signing_policy`: the policy that decides (its thresholds are the gates'; None: the default
-    by location, as `trace verify` has it). Raises InputError when the candidate was not
-    verified with its current inputs under that policy."""
-    from engine.cache import Index, IndexView
-    from engine.run import run_graph
-    from engine.verify.pipeline import load_verify_graph
-    from engine.verify.trusted import from_store
-    from engine.verify.verdict import judge
-
-    graph, hasher = load_verify_graph(candidate, fork, state, signing_policy)
-    with IndexView.open(state) as view:  # refused before the index is opened: nothing written
-        _refuse_dirty(graph, candidate, view, state, signing_policy)
-    with Index(state, wait=wait) as index:
-        _refuse_dirty(graph, candidate, index, state, signing_policy)  # again, under the lock
-        run = run_graph(graph, index)
-        if run.evaluated or run.nix_calls:
-            raise TraceError(
-                f"internal error: a clean plan made {run.nix_calls} nix call(s)",
-                hint="report this: a clean plan builds nothing",
-            )
-        run = from_store(graph, run, index, recheck=True)
-        hasher.flush(index.writable())
-    return graph, run, judge(candidate, graph, run)
-
-
-def _refuse_dirty(
-    graph: Graph, candidate: Candidate, index: IndexView, state: Path, policy: Path | None
-) -> None:
-    """Refuse (InputError) when a step of the graph has no result for its current key."""
-    from engine.run import plan
-
-    planned, _ = plan(graph, index)
-    if planned.dirty:
-        raise _policy_refusal(planned, candidate, index, policy) or _refusal(
-            planned, candidate, state
-        )
 
 
 def evidence_view(result: VerifyResult) -> Any:

@@ -1,11 +1,10 @@
-"""The verify pipeline for one candidate, as a library: find the fork, load its verify graph
-with the candidate's context, build what is dirty, check what the index answered against the
-store, judge. The `trace verify` command line (with `--bundle`) is engine/cli/verify.py:
+"""The verify graph of one candidate: find the fork, load the fork's verify graph with the
+candidate's context. The stages that build and judge it, and `run_verify`/`build_verify`, are
+engine/pipeline/; the `trace verify` command line (with `--bundle`) is engine/cli/verify.py:
 dependencies point from the command line and the bundles to verify, never back."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,9 +12,6 @@ if TYPE_CHECKING:
     from engine.candidate import Candidate
     from engine.hashing import StatCache
     from engine.model import Graph
-    from engine.otel import StepClock
-    from engine.run import RunResult
-    from engine.verify_result import VerifyResult
 
 STANDARD_GRAPH = "graphs/verify.toml"
 FORK_FILE = "trace.toml"
@@ -78,79 +74,3 @@ def load_verify_graph(
         variant=candidate.spec.id,
     )
     return graph, hasher
-
-
-def run_verify(
-    candidate_file: Path,
-    *,
-    fork: Path | None = None,
-    state_dir: Path | None = None,
-    jobs: int | None = None,
-    progress: bool = False,
-    wait: float = 0,
-    signing_policy: Path | None = None,
-) -> VerifyResult:
-    """Load the candidate and the fork's graph, build what is dirty, judge. The Python API."""
-    return build_verify(
-        candidate_file,
-        fork=fork,
-        state_dir=state_dir,
-        jobs=jobs,
-        progress=progress,
-        wait=wait,
-        signing_policy=signing_policy,
-    )[2]
-
-
-def build_verify(
-    candidate_file: Path,
-    *,
-    fork: Path | None = None,
-    state_dir: Path | None = None,
-    jobs: int | None = None,
-    progress: bool = False,
-    wait: float = 0,
-    signing_policy: Path | None = None,
-    recheck: bool = False,
-    clock: StepClock | None = None,
-    rebuild: tuple[Sequence[str], bool] = ((), False),
-) -> tuple[Graph, RunResult, VerifyResult]:
-    """`run_verify`, also returning the graph and the run the verdict was judged from.
-
-    `signing_policy`: whose thresholds the gates apply (None: the default by location). Steps
-    answered from the index are checked against and re-read from the store (`from_store`);
-    `recheck`: their determinism is measured again too (for a bundle); `clock` notes when each
-    step reached each state (`--otel`); `rebuild`: (step names, every step): rebuilt with Nix's
-    --check (engine/run.py rebuild_steps)."""
-    from engine.cache import Index, nothing_written_on_bad_input
-    from engine.candidate import load_candidate
-    from engine.errors import InputError, UsageError
-    from engine.progress import Progress
-    from engine.run import evaluate_before_state, rebuild_steps, run_graph
-    from engine.verify.blame import blame_candidate
-    from engine.verify.trusted import from_store
-    from engine.verify.verdict import judge
-
-    candidate = load_candidate(candidate_file)
-    if fork is None:
-        fork = find_fork(candidate.path) or Path.cwd()
-    fork = fork.resolve()
-    if not fork.is_dir():
-        raise UsageError(f"--fork {fork} is not a directory", hint="pass the package set's root")
-    state = (state_dir or fork / ".trace").resolve()
-    graph, hasher = load_verify_graph(candidate, fork, state, signing_policy)
-    chosen = rebuild_steps(graph, *rebuild)  # an unknown step: exit 2, nothing written
-    try:
-        evaluate_before_state(graph, state)
-    except InputError as exc:
-        raise blame_candidate(exc, candidate) from None
-    with nothing_written_on_bad_input(state), Index(state, wait=wait) as index:
-        with Progress(enabled=progress) as progress_reporter:
-            reporter = progress_reporter if clock is None else clock.wrapping(progress_reporter)
-            try:
-                result = run_graph(graph, index, jobs=jobs, reporter=reporter, rebuild=chosen)
-            except InputError as exc:
-                raise blame_candidate(exc, candidate) from None
-        hasher.flush(index.writable())
-        result = from_store(graph, result, index, recheck=recheck)
-    return graph, result, judge(candidate, graph, result)

@@ -45,7 +45,9 @@ from engine.paths import cli
 if TYPE_CHECKING:
     from engine.cache import Index
     from engine.model import Graph
-    from engine.run import Plan, RunResult
+    from engine.nix import Nix
+    from engine.plan import Plan
+    from engine.run import RunResult, StepResult
 
 SHOWN = 4
 
@@ -56,8 +58,8 @@ class StateMismatch(InputError):
 
 def instantiate_steps(graph: Graph, planned: Plan, step_ids: list[str], expr: Path) -> list[str]:
     """The .drv paths the graph instantiates now for `step_ids` (one `nix-instantiate`)."""
+    from engine.evaluation import render_expression
     from engine.nix import Nix
-    from engine.run import render_expression
 
     text, _ = render_expression(graph, planned, step_ids)
     expr.parent.mkdir(parents=True, exist_ok=True)
@@ -80,21 +82,26 @@ def _refuse(state: Path, problems: list[str]) -> StateMismatch:
     )
 
 
-def from_store(graph: Graph, run: RunResult, index: Index, *, recheck: bool) -> RunResult:
-    """`run` with every index-answered step checked against, and re-read from, the store."""
+def _derivations(
+    graph: Graph, run: RunResult, index: Index, cached: list[str], recheck: bool
+) -> dict[str, str]:
+    """Each index-answered step's derivation: instantiated again (`recheck`), else the row's."""
     from engine.hashing import digest_bytes
-    from engine.nix import Nix, output_of
-    from engine.run import plan, read_outcome
+    from engine.plan import plan
 
-    cached = [sid for sid, r in run.steps.items() if r.status == "cached"]
-    if not cached:
-        return run
-    if recheck:
-        planned, _ = plan(graph, index)
-        expr = index.state_dir / "build" / f"trusted-{digest_bytes(run.graph.encode())[:16]}.nix"
-        drvs = dict(zip(cached, instantiate_steps(graph, planned, cached, expr), strict=True))
-    else:  # a plain `trace verify`: the rows' own derivations (see the module docstring)
-        drvs = {sid: str(run.steps[sid].drv) for sid in cached}
+    if not recheck:  # a plain `trace verify`: the rows' own derivations (see the module docstring)
+        return {sid: str(run.steps[sid].drv) for sid in cached}
+    planned, _ = plan(graph, index)
+    expr = index.state_dir / "build" / f"trusted-{digest_bytes(run.graph.encode())[:16]}.nix"
+    return dict(zip(cached, instantiate_steps(graph, planned, cached, expr), strict=True))
+
+
+def _outputs(
+    run: RunResult, index: Index, cached: list[str], drvs: dict[str, str], recheck: bool
+) -> dict[str, str]:
+    """Each step's output read from its derivation; refused unless the row names both."""
+    from engine.nix import output_of
+
     problems: list[str] = []
     outs: dict[str, str] = {}
     for sid in cached:
@@ -110,15 +117,12 @@ def from_store(graph: Graph, run: RunResult, index: Index, *, recheck: bool) -> 
             problems.append(f"step {sid}: recorded {row.drv} -> {row.out}, {what} {shown}")
     if problems:
         raise _refuse(index.state_dir, problems)
-    nix = Nix(graph.nix)
-    # the outputs an outcome is read from (engine.run.read_outcome: $out/outcome.json, or $out
-    # itself when it is a file): rehashed by one `--verify-path`, which also refuses an invalid
-    # path; a package build's tree is read by nothing here (the planner saw that it exists)
-    with_outcome = [
-        sid
-        for sid in cached
-        if Path(outs[sid]).is_file() or (Path(outs[sid]) / "outcome.json").is_file()
-    ]
+    return outs
+
+
+def _modified(nix: Nix, index: Index, outs: dict[str, str], with_outcome: list[str]) -> list[str]:
+    """The problems of the outputs an outcome is read from: rehashed by one `--verify-path`,
+    which also refuses an invalid path (then refused here, naming each)."""
     try:
         modified = nix.modified([outs[sid] for sid in with_outcome])
     except NixError:
@@ -133,11 +137,59 @@ def from_store(graph: Graph, run: RunResult, index: Index, *, recheck: bool) -> 
                 if outs[sid] in invalid
             ],
         ) from None
-    problems = [
+    return [
         f"step {sid}: {outs[sid]} was modified after Nix built it"
         for sid in with_outcome
         if outs[sid] in modified
     ]
+
+
+def _recheck(
+    nix: Nix,
+    graph: Graph,
+    steps: dict[str, StepResult],
+    cached: list[str],
+    paths: tuple[dict[str, str], dict[str, str]],
+) -> int:
+    """Measure determinism again for the `check` steps the index answered (in place); the nix
+    calls it made beyond the evaluation."""
+    from engine.remote.attest import check
+
+    drvs, outs = paths
+    checks = [sid for sid in cached if graph.steps[sid].check]
+    if not checks:
+        return 0
+    # as engine.run: a signed claim for an output made elsewhere, else a --check rebuild
+    verdicts, report = check(
+        nix,
+        {s: (drvs[s], outs[s], steps[s].built_on, steps[s].built_on == "local") for s in checks},
+    )
+    for sid in checks:
+        fresh, where = verdicts[sid]
+        steps[sid] = replace(steps[sid], deterministic=fresh, checked_on=where)
+    return int(report is not None)
+
+
+def from_store(graph: Graph, run: RunResult, index: Index, *, recheck: bool) -> RunResult:
+    """`run` with every index-answered step checked against, and re-read from, the store."""
+    from engine.nix import Nix
+    from engine.run import read_outcome
+
+    cached = [sid for sid, r in run.steps.items() if r.status == "cached"]
+    if not cached:
+        return run
+    drvs = _derivations(graph, run, index, cached, recheck)
+    outs = _outputs(run, index, cached, drvs, recheck)
+    nix = Nix(graph.nix)
+    # the outputs an outcome is read from (engine.run.read_outcome: $out/outcome.json, or $out
+    # itself when it is a file); a package build's tree is read by nothing here (the planner
+    # saw that it exists)
+    with_outcome = [
+        sid
+        for sid in cached
+        if Path(outs[sid]).is_file() or (Path(outs[sid]) / "outcome.json").is_file()
+    ]
+    problems = _modified(nix, index, outs, with_outcome)
     steps = dict(run.steps)
     for sid in cached:
         outcome = read_outcome(outs[sid])
@@ -147,20 +199,6 @@ def from_store(graph: Graph, run: RunResult, index: Index, *, recheck: bool) -> 
     if problems:
         raise _refuse(index.state_dir, problems)
     calls = 2 if recheck else 1
-    checks = [sid for sid in cached if graph.steps[sid].check]
-    if recheck and checks:
-        from engine.remote.attest import check
-
-        # as engine.run: a signed claim for an output made elsewhere, else a --check rebuild
-        verdicts, report = check(
-            nix,
-            {
-                s: (drvs[s], outs[s], steps[s].built_on, steps[s].built_on == "local")
-                for s in checks
-            },
-        )
-        calls += report is not None
-        for sid in checks:
-            fresh, where = verdicts[sid]
-            steps[sid] = replace(steps[sid], deterministic=fresh, checked_on=where)
+    if recheck:
+        calls += _recheck(nix, graph, steps, cached, (drvs, outs))
     return replace(run, steps=steps, nix_calls=run.nix_calls + calls)

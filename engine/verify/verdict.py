@@ -20,7 +20,7 @@ from engine import __version__
 from engine.candidate import Candidate
 from engine.errors import InputError
 from engine.gates.core import expectation
-from engine.graph import find_line
+from engine.graphfile import find_line
 from engine.model import Graph
 from engine.paths import cli
 from engine.records import GateRecord, RunRecord, Side
@@ -100,77 +100,96 @@ def _claim(row: dict[str, Any]) -> ClaimVerdict:
     return ClaimVerdict.model_validate(row)
 
 
-def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
-    """The verdict of one `trace verify` run."""
-    oracles = candidate.oracles()
-    pre, pre_refs = _side("pre", graph, run)
-    post, post_refs = _side("post", graph, run)
+def _dumps(side: SideResult) -> list[dict[str, Any]]:
+    return [r.model_dump(by_alias=True) for r in side.runs]
 
-    def dumps(side: SideResult) -> list[dict[str, Any]]:
-        return [r.model_dump(by_alias=True) for r in side.runs]
 
+def _expectation_record(run: RunResult) -> GateRecord | None:
+    """The expectation gate step's record, when that step ran and succeeded."""
     gate_res = run.steps.get(GATE_STEP)
-    gate_record: GateRecord | None = None
     if gate_res is not None and gate_res.status in OK_STATUSES and gate_res.outcome:
-        gate_record = GateRecord.model_validate(gate_res.outcome)
+        return GateRecord.model_validate(gate_res.outcome)
+    return None
 
+
+def _gate_claims(
+    candidate: Candidate, gate_record: GateRecord, pre: SideResult, post: SideResult
+) -> dict[str, ClaimVerdict]:
+    """The claims as the expectation gate step judged them in the sandbox (and its flakiness)."""
     claims: dict[str, ClaimVerdict] = {}
-    if gate_record is not None:
-        details: dict[str, Any] = dict(gate_record.details)
-        for row in details.get("claims", []):
-            _unmatched(candidate, row)
-            c = _claim(row)
-            claims[c.claim] = c
-        flaky: dict[str, Any] = details.get("flaky", {})
-        pre.flaky = bool(flaky.get("pre"))
-        post.flaky = bool(flaky.get("post"))
-    else:
-        for side, refs, name in (
-            (pre, pre_refs, "pre-fix-fails-as-expected"),
-            (post, post_refs, "post-fix-survives"),
-        ):
-            failed_runs = [r.id for r in refs if r.status == "failed"]
-            if not side.build_ok:
-                claims[name] = ClaimVerdict(
-                    claim=name,
-                    evidence=f"step {side.build.id}: {side.build.status}",
-                    holds=False,
-                    reason=f"{side.side}-fix-build-broken",
-                    detail=build_failure_detail(
-                        side.build.log_tail,
-                        side.build.drv,
-                        [candidate.file(p) for p in candidate.spec.patches],
-                    ),
-                )
-            elif failed_runs:
-                claims[name] = ClaimVerdict(
-                    claim=name,
-                    evidence=", ".join(failed_runs) + ": failed",
-                    holds=False,
-                    reason="run-step-failed",
-                    detail=_last_line(run.steps[failed_runs[0]].log_tail or ""),
-                )
-            else:
-                row = expectation.judge_side(side.side, dumps(side), oracles)
-                _unmatched(candidate, row)
-                claims[name] = _claim(row)
-                side.flaky = expectation.side_flaky(dumps(side), oracles)
-        any_flaky = pre.flaky or post.flaky
-        claims["runs-agree"] = ClaimVerdict(
-            claim="runs-agree",
-            evidence="runs compared on the sides whose builds succeeded",
-            holds=not any_flaky,
-            reason="flaky" if any_flaky else "ok",
-        )
+    details: dict[str, Any] = dict(gate_record.details)
+    for row in details.get("claims", []):
+        _unmatched(candidate, row)
+        c = _claim(row)
+        claims[c.claim] = c
+    flaky: dict[str, Any] = details.get("flaky", {})
+    pre.flaky = bool(flaky.get("pre"))
+    post.flaky = bool(flaky.get("post"))
+    return claims
 
-    claims["deterministic"] = determinism_claim(run)
-    order = ["pre-fix-fails-as-expected", "post-fix-survives", "runs-agree", "deterministic"]
-    rows = [claims[c] for c in order if c in claims]
-    reasons: list[str] = []
-    for row in rows:
-        if not row.holds and row.reason not in reasons:
-            reasons.append(row.reason)
-    steps = {sid: step_ref(res, sid) for sid, res in run.steps.items()}
+
+def _side_claim(
+    candidate: Candidate,
+    run: RunResult,
+    side: SideResult,
+    refs: list[StepRef],
+    name: str,
+    oracles: dict[str, Any],
+) -> ClaimVerdict:
+    """One side's claim judged here (no expectation gate step): its build, its runs, its oracles."""
+    failed_runs = [r.id for r in refs if r.status == "failed"]
+    if not side.build_ok:
+        return ClaimVerdict(
+            claim=name,
+            evidence=f"step {side.build.id}: {side.build.status}",
+            holds=False,
+            reason=f"{side.side}-fix-build-broken",
+            detail=build_failure_detail(
+                side.build.log_tail,
+                side.build.drv,
+                [candidate.file(p) for p in candidate.spec.patches],
+            ),
+        )
+    if failed_runs:
+        return ClaimVerdict(
+            claim=name,
+            evidence=", ".join(failed_runs) + ": failed",
+            holds=False,
+            reason="run-step-failed",
+            detail=_last_line(run.steps[failed_runs[0]].log_tail or ""),
+        )
+    row = expectation.judge_side(side.side, _dumps(side), oracles)
+    _unmatched(candidate, row)
+    side.flaky = expectation.side_flaky(_dumps(side), oracles)
+    return _claim(row)
+
+
+def _host_claims(
+    candidate: Candidate,
+    run: RunResult,
+    sides: tuple[tuple[SideResult, list[StepRef]], tuple[SideResult, list[StepRef]]],
+    oracles: dict[str, Any],
+) -> dict[str, ClaimVerdict]:
+    """Both sides' claims judged here, and whether their runs agreed."""
+    (pre, pre_refs), (post, post_refs) = sides
+    claims: dict[str, ClaimVerdict] = {}
+    for side, refs, name in (
+        (pre, pre_refs, "pre-fix-fails-as-expected"),
+        (post, post_refs, "post-fix-survives"),
+    ):
+        claims[name] = _side_claim(candidate, run, side, refs, name, oracles)
+    any_flaky = pre.flaky or post.flaky
+    claims["runs-agree"] = ClaimVerdict(
+        claim="runs-agree",
+        evidence="runs compared on the sides whose builds succeeded",
+        holds=not any_flaky,
+        reason="flaky" if any_flaky else "ok",
+    )
+    return claims
+
+
+def _gate_records(graph: Graph, run: RunResult) -> dict[str, GateRecord]:
+    """The run's derived gate records, then every successful gate step's own, in graph order."""
     gates: dict[str, GateRecord] = {r.gate: r for r in derived_gate_records(run)}
     for sid in graph.order:
         res = run.steps.get(sid)
@@ -180,7 +199,29 @@ def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
         if isinstance(outcome, dict) and outcome.get("schema") == "trace.gate/v1":
             record = GateRecord.model_validate(outcome)
             gates[record.gate] = record
+    return gates
 
+
+CLAIM_ORDER = ("pre-fix-fails-as-expected", "post-fix-survives", "runs-agree", "deterministic")
+
+
+def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
+    """The verdict of one `trace verify` run."""
+    oracles = candidate.oracles()
+    pre, pre_refs = _side("pre", graph, run)
+    post, post_refs = _side("post", graph, run)
+    gate_record = _expectation_record(run)
+    if gate_record is not None:
+        claims = _gate_claims(candidate, gate_record, pre, post)
+    else:
+        claims = _host_claims(candidate, run, ((pre, pre_refs), (post, post_refs)), oracles)
+    claims["deterministic"] = determinism_claim(run)
+    rows = [claims[c] for c in CLAIM_ORDER if c in claims]
+    reasons: list[str] = []
+    for row in rows:
+        if not row.holds and row.reason not in reasons:
+            reasons.append(row.reason)
+    steps = {sid: step_ref(res, sid) for sid, res in run.steps.items()}
     return VerifyResult(
         candidate=candidate.spec.id,
         candidate_file=str(candidate.path),
@@ -191,7 +232,7 @@ def judge(candidate: Candidate, graph: Graph, run: RunResult) -> VerifyResult:
         pre=pre,
         post=post,
         expectation=gate_record,
-        gates=gates,
+        gates=_gate_records(graph, run),
         deterministic=claims["deterministic"].holds
         if claims["deterministic"].reason in ("ok", "nondeterministic")
         else None,

@@ -1,0 +1,72 @@
+"""The bundle stage: the payload files of a judged build and the statement over them with the
+routing and signing decisions, policy files and replay record (engine.evidence.collect)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine.pipeline.models import Decided, Judged
+
+if TYPE_CHECKING:
+    from engine.evidence.bundle import Assembled
+    from engine.evidence.payload import PayloadEntry
+    from engine.evidence.replay import RunHost, SourcePin
+    from engine.records import GateRecord
+
+
+def payload_entries(
+    judged: Judged,
+    gates: dict[str, GateRecord],
+    root: Path,
+    extra: Sequence[PayloadEntry] = (),
+) -> list[PayloadEntry]:
+    """The candidate's files, the run's outcomes, the verify result, the gate records, `extra`."""
+    from engine.evidence.collect import (
+        candidate_entries,
+        gate_entries,
+        outcome_entries,
+        verify_entry,
+    )
+
+    return [
+        *candidate_entries(judged.candidate),
+        *outcome_entries(judged.run),
+        verify_entry(judged.verify, root),
+        *gate_entries(gates),
+        *extra,
+    ]
+
+
+def assemble(
+    judged: Judged,
+    entries: list[PayloadEntry],
+    decided: Decided,
+    *,
+    root: Path,
+    signing_policy: Path,
+    builder_id: str,
+    dirty: bool | None = None,
+    source: SourcePin | None = None,
+    host: RunHost | None = None,
+) -> Assembled:
+    """The assembled statement over `entries` and the decisions (`dirty`, `source`, `host`:
+    see engine.evidence.collect.assemble_evidence)."""
+    from engine.evidence.collect import assemble_evidence
+
+    return assemble_evidence(
+        judged.candidate,
+        judged.graph,
+        judged.run,
+        entries,
+        decided.routing,
+        decided.decision,
+        root=root,
+        signing_policy=signing_policy,
+        builder_id=builder_id,
+        dirty=dirty,
+        ran=judged.ran,
+        source=source,
+        host=host,
+    )
