@@ -71,6 +71,7 @@ from engine.loader import (
     validate,
 )
 from engine.paths import cli
+from engine.relation import Relation
 
 SIGNALS = {
     "SIGHUP": 1,
@@ -229,11 +230,19 @@ class InvocationOracle(Oracle):
 
 class Expectation(Oracle):
     """[expect]: how the UNPATCHED target must misbehave. Top-level fields: some invocation
-    meets them all; [[expect.invocation]]: every invocation each selects meets it."""
+    meets them all; [[expect.invocation]]: every invocation each selects meets it;
+    [[expect.relation]]: a relation the unpatched target breaks (engine/relation.py)."""
 
     invocation: list[InvocationOracle] = Field(
         default_factory=list, description="per-invocation oracles ([[expect.invocation]])"
     )
+    relation: list[Relation] = Field(
+        default_factory=list,
+        description="relations between invocations the UNPATCHED target breaks (the bug)",
+    )
+
+    def misbehaviour(self) -> bool:
+        return super().misbehaviour() or bool(self.relation)
 
 
 class Acceptance(Oracle):
@@ -243,6 +252,10 @@ class Acceptance(Oracle):
 
     invocation: list[InvocationOracle] = Field(
         default_factory=list, description="per-invocation oracles ([[accept.invocation]])"
+    )
+    relation: list[Relation] = Field(
+        default_factory=list,
+        description="relations between invocations the PATCHED target keeps ([[accept.relation]])",
     )
 
 
@@ -340,7 +353,8 @@ class Candidate(_Loaded):
             "oracles_json": json.dumps(self.oracles(), sort_keys=True),
             # [expect]'s top-level fields as before (the variants gate reads which crash is the bug)
             "expect_json": json.dumps(
-                s.expect.model_dump(exclude_none=True, exclude={"invocation"}), sort_keys=True
+                s.expect.model_dump(exclude_none=True, exclude={"invocation", "relation"}),
+                sort_keys=True,
             ),
             "file": str(self.path),
         }
@@ -376,7 +390,7 @@ class Candidate(_Loaded):
         ]
 
     def _oracle_json(self, o: Oracle, key: str) -> dict[str, Any]:
-        out: dict[str, Any] = o.model_dump(exclude_none=True, exclude={"invocation"})
+        out: dict[str, Any] = o.model_dump(exclude_none=True, exclude={"invocation", "relation"})
         if o.exit_code is not None:
             out["exit_code"] = o.codes()
         for name in ("golden", "not_golden"):
@@ -394,6 +408,11 @@ class Candidate(_Loaded):
                 {**self._oracle_json(e, f"{key}.invocation.{n}"), "key": f"{key}.invocation.{n}"}
                 for n, e in enumerate(o.invocation)
             ]
+            if o.relation:  # only when declared: other candidates' oracles stay byte-identical
+                out["relation"] = [
+                    {**r.model_dump(exclude_none=True), "key": f"{key}.relation.{n}"}
+                    for n, r in enumerate(o.relation)
+                ]
         return out
 
 
