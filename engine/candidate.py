@@ -190,7 +190,8 @@ class Candidate(_Loaded):
             "oracles_json": json.dumps(self.oracles(), sort_keys=True),
             # [expect]'s top-level fields as before (the variants gate reads which crash is the bug)
             "expect_json": json.dumps(
-                s.expect.model_dump(exclude_none=True, exclude={"invocation"}), sort_keys=True
+                s.expect.model_dump(exclude_none=True, exclude={"invocation", "relation"}),
+                sort_keys=True,
             ),
             "file": str(self.path),
         }
@@ -226,7 +227,7 @@ class Candidate(_Loaded):
         ]
 
     def _oracle_json(self, o: Oracle, key: str) -> dict[str, Any]:
-        out: dict[str, Any] = o.model_dump(exclude_none=True, exclude={"invocation"})
+        out: dict[str, Any] = o.model_dump(exclude_none=True, exclude={"invocation", "relation"})
         if o.exit_code is not None:
             out["exit_code"] = o.codes()
         for name in ("golden", "not_golden"):
@@ -244,6 +245,11 @@ class Candidate(_Loaded):
                 {**self._oracle_json(e, f"{key}.invocation.{n}"), "key": f"{key}.invocation.{n}"}
                 for n, e in enumerate(o.invocation)
             ]
+            if o.relation:  # only when declared: other candidates' oracles stay byte-identical
+                out["relation"] = [
+                    {**r.model_dump(exclude_none=True), "key": f"{key}.relation.{n}"}
+                    for n, r in enumerate(o.relation)
+                ]
         return out
 
 

@@ -11,6 +11,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from engine.relation import Relation
+
 SIGNALS = {
     "SIGHUP": 1,
     "SIGINT": 2,
@@ -144,11 +146,19 @@ class InvocationOracle(Oracle):
 
 class Expectation(Oracle):
     """[expect]: how the UNPATCHED target must misbehave. Top-level fields: some invocation
-    meets them all; [[expect.invocation]]: every invocation each selects meets it."""
+    meets them all; [[expect.invocation]]: every invocation each selects meets it;
+    [[expect.relation]]: a relation the unpatched target breaks (engine/relation.py)."""
 
     invocation: list[InvocationOracle] = Field(
         default_factory=list, description="per-invocation oracles ([[expect.invocation]])"
     )
+    relation: list[Relation] = Field(
+        default_factory=list,
+        description="relations between invocations the UNPATCHED target breaks (the bug)",
+    )
+
+    def misbehaviour(self) -> bool:
+        return super().misbehaviour() or bool(self.relation)
 
 
 class Acceptance(Oracle):
@@ -158,4 +168,8 @@ class Acceptance(Oracle):
 
     invocation: list[InvocationOracle] = Field(
         default_factory=list, description="per-invocation oracles ([[accept.invocation]])"
+    )
+    relation: list[Relation] = Field(
+        default_factory=list,
+        description="relations between invocations the PATCHED target keeps ([[accept.relation]])",
     )

@@ -38,6 +38,9 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     ("cparse-stale-header", "allow", set()),  # its hunk header is 2 lines off
     ("cparse-alloc-fix", "allow", set()),  # its one survivor only over-allocates
     ("pager-last-page", "allow", set()),
+    # issue 32: the same fix judged by relation oracles alone (no golden file): its survivors only
+    # add an empty page past the last, which no call of the CLI can tell (possibly equivalent)
+    ("pager-relation-fix", "deny", {"mutation-score-below-threshold"}),
     # issue 9: the key bug fixed by a clean rejection (exit 2 + message, declared in [accept])
     ("cparse-reject-long-key", "allow", set()),
     ("textcols-zero-width", "allow", set()),  # src/ layout, installed to site-packages
@@ -108,6 +111,9 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # holds and no variant of the PoC (one edit each) decodes to 16 bytes from another length;
     # the fuzzing gate finds one (`%XX` escapes), minimised and bundled under fuzz/<id>/
     ("urldec-length-special-case", "deny", {"fuzz-found-crash"}),
+    # issue 32: rounds up only for the advisory's remainder (103 at 10): the relation oracles'
+    # other cases (47 at 5, 101 at 10) break, with no golden file
+    ("pager-relation-special-case", "deny", {"post-fix-still-fails"}),
     # issue 25: prints the email but also two-field lines, and edits the expected value of the
     # package's own test that catches it: the unpatched tests, run against the post-fix build,
     # fail (regression-introduced) and the edited test is tests-weakened (not waivable)
@@ -417,6 +423,11 @@ DISCRIMINATION: dict[str, tuple[str, list[str]]] = {
     "urldec: a line decoding to exactly 16 bytes overflows by one": (
         "urldec-capacity",
         ["urldec-length-special-case"],
+    ),
+    # issue 32: the pager bug declared by relation oracles only (no golden output)
+    "pager (relations): the last, partial page is always empty": (
+        "pager-relation-fix",
+        ["pager-relation-special-case"],
     ),
 }
 # other real fixes of a listed bug, and candidates whose evidence is the point (not a fix's

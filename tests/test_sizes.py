@@ -18,8 +18,11 @@ ENGINE = Path(__file__).resolve().parent.parent / "engine"
 MAX_MODULE = 500
 MAX_FUNCTION = 80
 
-# engine-relative path -> why it is still too long (remove the entry when it is split); none now
-KNOWN_LONG_MODULES: dict[str, str] = {}
+# engine-relative path -> why it is still too long (remove the entry when it is split)
+KNOWN_LONG_MODULES: dict[str, str] = {
+    # 575 lines after issue 32's relation oracles (landed on main after issue 29 was measured)
+    "gates/core/oracle.py": "the sandbox package (issue 29, sandbox29 moves it)",
+}
 # "path::function" -> why it is still too long
 KNOWN_LONG_FUNCTIONS = {
     "gates/core/coverage.py::evaluate": "the sandbox package (issue 29, sandbox29 moves it)",

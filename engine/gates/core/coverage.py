@@ -235,7 +235,10 @@ def _python(
     for dump in sorted(glob.glob(os.path.join(tmp, "trace-coverage", "py-*.json"))):
         traced = True
         with open(dump, encoding="utf-8") as fh:
-            for rel, lines in json.load(fh).items():
+            for name, lines in json.load(fh).items():
+                # a module found through `bin/../lib/…` (a script's own sys.path entry) is the
+                # installed file: one name, or its hits are never matched to its lines
+                rel = os.path.normpath(name)
                 files.setdefault(rel, {"executable": set(), "executed": set()})
                 files[rel]["executed"].update(int(x) for x in lines)
     # executable lines of the package's own copies of the changed Python files: found by

@@ -159,6 +159,9 @@ def _held(side: str, r: Record, oracles: Record) -> str:
         bad = failing(r)
         if bad:
             return describe_invocation(bad[0])
+        relations = [str(x.get("key")) for x in (oracles.get("expect") or {}).get("relation") or []]
+        if relations:
+            return f"{len(invs)} invocation(s) break " + ", ".join(relations)
         shown = [describe_invocation(i) for i in invs]
         return (shown[0] if shown else "no invocation") + ": a wrong output as [expect] declares"
     accept = oracles.get("accept") or {}

@@ -41,6 +41,7 @@ oracles, `post_fix_acceptable`) run it in the sandbox; `trace verify` imports it
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 from typing import Any
@@ -176,7 +177,9 @@ def mismatches(i: Record, oracle: Record) -> list[str]:
 
 
 def _fields(oracle: Record) -> Record:
-    return {k: v for k, v in oracle.items() if k not in (*SELECTORS, "invocation", "key")}
+    return {
+        k: v for k, v in oracle.items() if k not in (*SELECTORS, "invocation", "relation", "key")
+    }
 
 
 def _misbehaves(i: Record, oracle: Record) -> bool:
@@ -232,6 +235,11 @@ def judge_pre(invs: list[Record], expect: Record) -> Judgement:
                 j.problems.append(f"{o.get('key')}: {describe_invocation(i)}: " + "; ".join(wrong))
             elif _misbehaves(i, o):
                 shown = True
+    for r in expect.get("relation") or []:
+        broken = _judge_relation(r, invs, j)
+        if broken is not None and not broken:
+            j.problems.append(f"{r.get('key')}: holds: {describe_relation(r)}")
+        shown = shown or bool(broken)
     if not shown and not j.problems:
         j.problems.append("no target invocation failed or printed a declared wrong output")
     j.holds = shown and not j.problems and not j.unmatched
@@ -282,6 +290,10 @@ def judge_post(invs: list[Record], accept: Record) -> Judgement:
     j = Judgement()
     for problems in _post_problems(invs, accept, j):
         j.problems += problems
+    for r in accept.get("relation") or []:
+        broken = _judge_relation(r, invs, j)
+        if broken:
+            j.problems.append(f"{r.get('key')}: broken: {broken}")
     j.holds = bool(invs) and not j.problems and not j.unmatched
     return j
 
@@ -289,7 +301,7 @@ def judge_post(invs: list[Record], accept: Record) -> Judgement:
 # Fields whose meaning depends on the exact input: a golden stdout, a stdout regex, `output`
 # (stdout + stderr) and `not_golden` were declared for the PoC's input and say nothing about a
 # changed one. A variant is judged by the rest: exit-code sets, signal, sanitizer, stderr.
-INPUT_DEPENDENT = ("stdout", "output", "golden", "not_golden")
+INPUT_DEPENDENT = ("stdout", "output", "golden", "not_golden", "relation")
 
 
 def input_independent(accept: Record) -> Record:
@@ -492,3 +504,72 @@ def describe(record: Record) -> str:
     if bad:
         return "failed: " + describe_invocation(bad[0])
     return f"target survived ({len(record.get('invocations') or [])} invocation(s), all exit 0)"
+
+
+# ---- relations between invocations (engine/relation.py declares them) ---------------------------
+
+
+def _natural(i: Record) -> list[tuple[int, int | str]]:
+    """Sort key of an invocation's arguments: numbers by value (page 2 before page 10)."""
+    text = " ".join(str(a) for a in i.get("args") or [])
+    return [(0, int(t)) if t.isdigit() else (1, t) for t in re.findall(r"\d+|\D+", text)]
+
+
+def _side_text(side: Record, invs: list[Record]) -> tuple[str | None, str]:
+    """A side's text (its invocations' stream in natural argument order, concatenated), or
+    None with why it cannot be read (nothing selected; a stream cut or not recorded whole)."""
+    picked = [i for n, i in enumerate(invs, 1) if selects(side, i, n)]
+    if not picked:
+        return None, "selected no target invocation"
+    parts = []
+    for i in sorted(picked, key=_natural):
+        text = _whole_stream(i, str(side.get("stream") or "stdout"))
+        if text is None:
+            return None, f"{describe_invocation(i)}: its {side.get('stream')} was not kept whole"
+        parts.append(text)
+    return "".join(parts), f"{len(picked)} invocation(s)"
+
+
+def _whole_stream(i: Record, name: str) -> str | None:
+    if name == "stdin":
+        rec = i.get("stdin")
+        if not isinstance(rec, dict) or not rec.get("complete") or rec.get("b64") is None:
+            return None
+        return base64.b64decode(str(rec["b64"])).decode("utf-8", "replace")
+    text = stream(i, "stdout")
+    whole = hashlib.sha256(text.encode()).hexdigest() == i.get("stdout_sha256", "")
+    return text if whole or "stdout_sha256" not in i else None
+
+
+def _related(kind: str, a: str, b: str) -> bool:
+    if kind == "permutation":
+        return sorted(a.splitlines()) == sorted(b.splitlines())
+    if kind == "prefix":
+        return b.startswith(a)
+    return a == b
+
+
+def describe_relation(r: Record) -> str:
+    def side(s: Record) -> str:
+        sel = ", ".join(f"{k} {s[k]!r}" for k in SELECTORS if s.get(k) is not None)
+        return f"{s.get('stream') or 'stdout'} of [{sel}]"
+
+    return f"{side(r['a'])} {r['relation']} {side(r['b'])}"
+
+
+def _judge_relation(r: Record, invs: list[Record], j: Judgement) -> str | bool | None:
+    """How the relation is broken (a message), False when it holds, None when a side cannot be
+    read (a side that selected nothing is `unmatched`, like a per-invocation oracle; a stream
+    not kept whole is a problem: the relation cannot be checked on it)."""
+    (a, why_a), (b, why_b) = _side_text(r["a"], invs), _side_text(r["b"], invs)
+    if a is None or b is None:
+        why = why_a if a is None else why_b
+        if why == "selected no target invocation":
+            j.unmatched.append(str(r.get("key")))
+        else:
+            j.problems.append(f"{r.get('key')}: cannot be checked: {why}")
+        return None
+    if _related(str(r["relation"]), a, b):
+        return False
+    diff = _first_difference(b, a) if r["relation"] == "equal" else "they are not related"
+    return f"{describe_relation(r)}: {diff} ({why_a} against {why_b})"
