@@ -52,18 +52,18 @@ import sys
 import tempfile
 from collections.abc import Mapping
 
-from capture import TAIL_CHARS, Capture, normalise, signal_name
-from faults import sanitizer_report
-from isolation import isolated_reproducer, serving
-from redaction import redact, taint_fragments
-from targets import (
+from .capture import TAIL_CHARS, Capture, normalise, signal_name
+from .faults import sanitizer_report
+from .isolation import isolated_reproducer, serving
+from .redaction import redact, taint_fragments
+from .targets import (
     Harness,
     canonical_key,
     collect,
     invocation_failed,
     invocation_record,
 )
-from targetview import (
+from .targetview import (
     AUDIT_HOOK,
     find_python,
     make_view,
@@ -106,7 +106,7 @@ def main() -> int:
 def run(env: Mapping[str, str]) -> None:
     """One reproducer run, configured by `env` (the derivation's environment, see above), its
     record written to `$out/outcome.json`. Callable in-process: a batch of variant runs
-    (engine/gates/core/variant_runs.py) calls it once per variant, each with its own `out` and
+    (trace_sandbox/gates/variant_runs.py) calls it once per variant, each with its own `out` and
     TMPDIR, several at a time; nothing here reads or changes process-wide state.
 
     `symbolize=0` in `env`: the targets' sanitizer reports are left unsymbolized (frames as
@@ -165,7 +165,7 @@ def run(env: Mapping[str, str]) -> None:
         "cwd": work,
         "env": child_env,
         "expose": [work, view, shims, sockets],
-        # a batch of variant runs (engine/gates/core/variant_runs.py) keeps more from the
+        # a batch of variant runs (trace_sandbox/gates/variant_runs.py) keeps more from the
         # reproducer: `hide`, the records the other runs wrote; `only`, the directory holding
         # every run's own TMPDIR (it shows this run's alone, not the others' at work beside it)
         "hide": [pkg, os.path.realpath(out), out, private, hook, *env.get("hide", "").split()],
@@ -225,7 +225,3 @@ def run(env: Mapping[str, str]) -> None:
     with open(os.path.join(out, "outcome.json"), "w", encoding="utf-8") as fh:
         json.dump(record, fh, indent=2, sort_keys=True)
         fh.write("\n")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -40,7 +40,6 @@ from .codes import RULES, gate_record
 from .diff import parse_series
 from .landing import landed, load_landing
 from .lang import Lang, code_only, is_test_path, language
-from .modules import load_module
 from .statements import spans, statement_of
 
 # Appended to the harness's sitecustomize (a str.format template: braces doubled).
@@ -273,15 +272,19 @@ def run(cfg: dict[str, Any]) -> int:
         record = {"schema": "trace.run/v1", "side": "post", "run": 1, "build": "failed"}
         record["target_ran"] = False
     else:
-        harness = load_module("trace_harness", env["harness"], "the reproducer harness")
+        from ..harness import main as harness
+
         hook = getattr(harness, "AUDIT_HOOK", None)
         if not isinstance(hook, str) or "_PKG" not in hook:
             raise RuntimeError("the reproducer harness has no AUDIT_HOOK template with _PKG")
-        harness.AUDIT_HOOK = hook + PY_TRACER  # type: ignore[attr-defined]
+        harness.AUDIT_HOOK = hook + PY_TRACER
         run_out = os.path.join(tmp, "trace-run-out")
         os.environ["out"] = run_out  # noqa: SIM112 - Nix names the output variable `out`
-        harness.main()
-        os.environ["out"] = out  # noqa: SIM112
+        try:
+            harness.main()
+        finally:  # the harness module is shared by this process: leave its hook as it was
+            harness.AUDIT_HOOK = hook
+            os.environ["out"] = out  # noqa: SIM112
         with open(os.path.join(run_out, "outcome.json"), encoding="utf-8") as fh:
             record = json.load(fh)
     patches = [_read(p) for p in cfg["patches"]]

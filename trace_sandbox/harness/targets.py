@@ -21,9 +21,9 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from capture import (
+from .capture import (
     COLLECT_GRACE,
     INVOCATION_TAIL_CHARS,
     ORACLE_TEXT_CHARS,
@@ -32,8 +32,11 @@ from capture import (
     signal_name,
     tee,
 )
-from faults import frames, lifetime_frames, sanitizer_report
-from redaction import redact, redact_fragments
+from .faults import frames, lifetime_frames, sanitizer_report
+from .redaction import redact, redact_fragments
+
+if TYPE_CHECKING:
+    from .isolation import Launched
 
 AUDIT_VAR = "TRACE_TARGET_LOG"
 DROPPED_ENV = ("LD_", "PYTHON", "DYLD_")
@@ -79,7 +82,8 @@ class Stdin:
                     while dest is not None and view:
                         view = view[os.write(dest, view) :]
                 except OSError:  # the target stopped reading: drain what is left, up to the cap
-                    os.close(dest)
+                    if dest is not None:
+                        os.close(dest)
                     dest = None
                 if dest is None and size > STDIN_CAP:
                     break
@@ -408,7 +412,7 @@ def canonical_key(inv: dict[str, Any]) -> str:
     )
 
 
-def exited_within(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+def exited_within(proc: subprocess.Popen[bytes] | Launched, timeout: float) -> bool:
     """Whether `proc` exits within `timeout` s. Woken by the exit itself (a pidfd), not by
     Popen.wait(timeout=)'s polling, which sleeps up to 50 ms between looks: every reproducer run
     paid that. Without pidfd_open (an old kernel), the polling wait."""
@@ -428,7 +432,7 @@ def exited_within(proc: subprocess.Popen[bytes], timeout: float) -> bool:
 
 
 def collect(
-    proc: subprocess.Popen[bytes], harness: Harness, timeout: int
+    proc: subprocess.Popen[bytes] | Launched, harness: Harness, timeout: int
 ) -> tuple[int, bytes, bytes, bool]:
     """Wait for the reproducer (at most `timeout` s), then end what it left running in its
     process group, and read its output (capped like a target's). Returns (returncode, stdout,

@@ -70,7 +70,7 @@ def write_mutant(cfg: dict[str, Any], out: str) -> None:
 
 
 def load_judge(path: str) -> ModuleType:
-    """The oracle rules (engine/gates/core/oracle.py), loaded from the file the pipeline gives
+    """The oracle rules (trace_sandbox/gates/oracle.py), loaded from the file the pipeline gives
     this gate: mutants are judged by the very function that judges post-fix."""
     return load_module("trace_verify_gate", path, "the post-fix judge")
 
