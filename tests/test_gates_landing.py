@@ -130,7 +130,7 @@ def test_changed_files_map_to_installed_files_by_path_or_content(tmp_path: Path)
 def test_an_unmapped_python_file_says_so(tmp_path: Path) -> None:
     import json
 
-    from trace_sandbox.gates.coverage import evaluate
+    from trace_sandbox.gates.coverage_gate import evaluate
 
     patch = tmp_path / "fix.patch"
     patch.write_text(

@@ -15,7 +15,7 @@ import tomli
 from engine.records import GateRecord
 from trace_sandbox.gates import codes
 from trace_sandbox.gates.coverage import changed_lines, match_path, python_executable_lines
-from trace_sandbox.gates.coverage import evaluate as coverage_gate
+from trace_sandbox.gates.coverage_gate import evaluate as coverage_gate
 from trace_sandbox.gates.mutation import evaluate as mutation_gate
 from trace_sandbox.gates.mutation import write_mutants
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trace_sandbox.gates.coverage import evaluate
+from trace_sandbox.gates.coverage_gate import evaluate
 from trace_sandbox.gates.statements import spans, statement_of
 
 REPO = Path(__file__).resolve().parent.parent

@@ -70,7 +70,7 @@ def mutation_gate(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def coverage_gate(cfg: dict[str, Any]) -> dict[str, Any]:
-    from .coverage import evaluate
+    from .coverage_gate import evaluate
 
     return evaluate(cfg)
 

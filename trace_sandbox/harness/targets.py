@@ -265,23 +265,7 @@ class Harness:
             ended = killed
             if ended is None and rc == -signal.SIGPIPE and broken.is_set():
                 ended = "broken-pipe"
-            opened = read_opened(log)
-            if not python or opened:
-                entry: dict[str, Any] = {
-                    "target": name if not python else module_name(opened[0]),
-                    "kind": "python" if python else "program",
-                    "args": [str(a) for a in req["args"]],
-                    "exit_code": rc if rc >= 0 else None,
-                    # the harness's own kill is not the target dying of a signal
-                    "signal": signal_name(-rc) if rc < 0 and killed is None else None,
-                    "ended": ended,
-                    "opened": opened,
-                    "stdout": out.value(),
-                    "stderr": err.value(),
-                    "stdin": stdin.record(),
-                }
-                with self.lock:
-                    self.entries.append((seq, entry))
+            self._keep(seq, req, rc, (killed, ended), log, (out, err, stdin))
             conn.sendall(reply_of(rc))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             sys.stderr.write(f"trace harness: a target request failed: {exc}\n")
@@ -289,6 +273,40 @@ class Harness:
             for fd in fds:
                 os.close(fd)
             conn.close()
+
+    def _keep(
+        self,
+        seq: int,
+        req: dict[str, Any],
+        rc: int,
+        ends: tuple[str | None, str | None],
+        log: str,
+        streams: tuple[Capture, Capture, Stdin],
+    ) -> None:
+        """Record invocation `seq` as a target invocation: a program of the table, or a python
+        that opened the package's modules (`log`: its audit list); `ends`: (the harness's own
+        kill, how the harness ended it)."""
+        name, python = str(req["name"]), str(req["name"]) in ("python", "python3")
+        killed, ended = ends
+        out, err, stdin = streams
+        opened = read_opened(log)
+        if python and not opened:
+            return
+        entry: dict[str, Any] = {
+            "target": name if not python else module_name(opened[0]),
+            "kind": "python" if python else "program",
+            "args": [str(a) for a in req["args"]],
+            "exit_code": rc if rc >= 0 else None,
+            # the harness's own kill is not the target dying of a signal
+            "signal": signal_name(-rc) if rc < 0 and killed is None else None,
+            "ended": ended,
+            "opened": opened,
+            "stdout": out.value(),
+            "stderr": err.value(),
+            "stdin": stdin.record(),
+        }
+        with self.lock:
+            self.entries.append((seq, entry))
 
     def kill_targets(self, why: str = "killed-by-harness") -> None:
         """End every target still running, and any that registers later; its record says the
