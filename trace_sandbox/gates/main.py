@@ -15,7 +15,7 @@ for a mutant the reproducer did not kill the PoC's variants (mutant_variants.py)
 files, which can run code at start-up) is never loaded into a gate. `-B`: the store is
 read-only. Each gate imports only its own modules (the imports are inside the functions), as
 byte-compiled once for every step in the shared `trace-sandbox` derivation on PYTHONPATH
-(templates/lib/python-compiled.nix): no gate compiles a module.
+(templates/lib/sandbox.nix): no gate compiles a module.
 
 The gate's configuration comes as JSON in the environment variable TRACE_GATE_CONFIG (a
 derivation attribute, so it is part of the derivation's hash); the gate writes its GateRecord
@@ -41,7 +41,7 @@ def _read(path: str) -> str:
 
 def scope_gate(cfg: dict[str, Any]) -> dict[str, Any]:
     # each gate imports only its own modules: a gate is a process of its own, in a sandbox of its
-    # own, that loads what it imports (from the compiled trace-gates derivation)
+    # own, that loads what it imports (from the compiled trace-sandbox derivation)
     from .scope import DEFAULT_SCOPE, ScopePolicy
     from .scope import evaluate as scope_evaluate
 

@@ -426,7 +426,7 @@ class serving:
 
 def launcher() -> str:
     """This file as the launcher runs it: its byte-compiled copy when the harness was compiled
-    (templates/lib/python-compiled.nix; the interpreter runs a .pyc given as the script
+    (templates/lib/sandbox.nix; the interpreter runs a .pyc given as the script
     without compiling anything; a .py script is compiled on every start, once per reproducer
     run), else the source."""
     me = os.path.abspath(__file__)
