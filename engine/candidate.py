@@ -40,7 +40,7 @@ present, every patch a real diff. Routing happens before any model has written a
 reproducer, so `load_candidate(path, for_routing=True)` reads what routing needs only: `id`,
 `package`, `origin` and `[advisory]` (whose OSV file must exist); `patches`, `[reproducer]` and
 `[expect]` may be absent and the files they name need not exist yet. Unknown keys and wrong
-types are still errors. The oracles' rules: engine/gates/core/oracle.py and the README.
+types are still errors. The oracles' rules: trace_sandbox/gates/oracle.py and the README.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def _regex(v: str | None) -> str | None:
 
 class Oracle(_Strict):
     """How the target behaves on one invocation: every field given must hold. Judged on what the
-    harness saw the target itself do (engine/gates/core/oracle.py), never on the reproducer's
+    harness saw the target itself do (trace_sandbox/gates/oracle.py), never on the reproducer's
     own exit or output."""
 
     exit_code: ExitCode | Annotated[list[ExitCode], Field(min_length=1)] | None = Field(
@@ -360,7 +360,7 @@ class Candidate(_Loaded):
         }
 
     def oracles(self) -> dict[str, Any]:
-        """[expect] and [accept] as the sandboxed judge reads them (engine/gates/core/oracle.py):
+        """[expect] and [accept] as the sandboxed judge reads them (trace_sandbox/gates/oracle.py):
         exit codes as lists, golden files as {file, sha256, text (a head, for messages)}, each
         per-invocation oracle with its `key` (for error messages)."""
         return {

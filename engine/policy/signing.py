@@ -21,7 +21,6 @@ from pydantic import Field
 
 from engine import hostpaths
 from engine.errors import PolicyError
-from engine.gates.core.oracle import judge_pre, post_fix_acceptable
 from engine.paths import resolve_ref
 from engine.policy.evidence import Evidence, SourceRef
 from engine.policy.reasons import Catalogue, load_catalogue, require_code
@@ -39,6 +38,7 @@ from engine.policy.source import (
 )
 from engine.policy.waivers import IgnoredWaiver, Waiver, WaiverSet
 from engine.records import GateRecord, RunRecord
+from trace_sandbox.host import judge_pre, post_fix_acceptable
 
 SCHEMA = "trace.signing/v1"
 
