@@ -41,7 +41,7 @@ reproducer, so `load_candidate(path, for_routing=True)` reads what routing needs
 `package`, `origin` and `[advisory]` (whose OSV file must exist); `patches`, `[reproducer]` and
 `[expect]` may be absent and the files they name need not exist yet. Unknown keys and wrong
 types are still errors. The oracles' models: engine/oracles.py; their rules:
-engine/gates/core/oracle.py.
+trace_sandbox/gates/oracle.py.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ class Candidate(_Loaded):
         }
 
     def oracles(self) -> dict[str, Any]:
-        """[expect] and [accept] as the sandboxed judge reads them (engine/gates/core/oracle.py):
+        """[expect] and [accept] as the sandboxed judge reads them (trace_sandbox/gates/oracle.py):
         exit codes as lists, golden files as {file, sha256, text (a head, for messages)}, each
         per-invocation oracle with its `key` (for error messages)."""
         return {

@@ -83,7 +83,7 @@ def load_graph(
     files = load_files(entry)
     r = Resolver(root, context or {}, hasher or StatCache())
     r.entry = entry
-    kinds = _load_kinds(files)
+    kinds = _load_kinds(files, r)
     specs = _collect_steps(files, kinds, entry)
     expansions, repeated = _expand_repeats(specs, r)
     nix, package_set = _resolve_nix(files, r)
@@ -103,7 +103,7 @@ def load_graph(
     )
 
 
-def _load_kinds(files: list[File]) -> dict[str, Kind]:
+def _load_kinds(files: list[File], r: Resolver) -> dict[str, Kind]:
     kinds: dict[str, Kind] = {}
     kind_files: dict[str, File] = {}
     for f in files:
@@ -142,6 +142,10 @@ def _load_kinds(files: list[File]) -> dict[str, Kind]:
                 },
                 check=ks.check,
                 source=f.path,
+                inputs={
+                    iname: r.path(value, f, "kinds", name, "inputs", iname)
+                    for iname, value in ks.inputs.items()
+                },
             )
             kind_files[name] = f
     return kinds
@@ -295,7 +299,7 @@ def _build_steps(
                     hint=suggest(need, list(specs), "step"),
                 )
         params, key_params = resolve_params(sid, ss, kind, ss.kind, f, r)
-        inputs: dict[str, InputRef] = {}
+        inputs: dict[str, InputRef] = dict(kind.inputs)  # the kind's defaults, then the step's
         for iname, ival in ss.inputs.items():
             key = ("steps", sid, "inputs", iname)
             var = ival.var if isinstance(ival, VarRef) else None

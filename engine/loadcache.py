@@ -40,7 +40,8 @@ from engine.model import Graph, InputRef
 from engine.readonly import read_only_connection
 
 TABLE = "CREATE TABLE IF NOT EXISTS load_cache (name TEXT PRIMARY KEY, mac TEXT, payload BLOB)"
-FORMAT = 4  # 2: the graph as dataclasses (engine/model.py); 3: + unique trees; 4: sources first
+FORMAT = 5  # 2: the graph as dataclasses (engine/model.py); 3: + unique trees; 4: sources first;
+# 5: kinds' default inputs
 
 
 def key_file() -> Path | None:

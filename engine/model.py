@@ -48,6 +48,7 @@ class Kind:
     params: dict[str, Param]
     check: bool
     source: Path
+    inputs: dict[str, InputRef] = field(default_factory=dict)  # every step's, unless its own
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,6 @@
 """The oracles of a candidate file: how the target must misbehave before the fix ([expect]) and
 behave after it ([accept]), on some or on selected invocations. Judged in the sandbox on what the
-harness saw the target itself do (engine/gates/core/oracle.py); the candidate file is
+harness saw the target itself do (trace_sandbox/gates/oracle.py); the candidate file is
 engine/candidate.py.
 """
 
@@ -52,7 +52,7 @@ def _regex(v: str | None) -> str | None:
 
 class Oracle(Strict):
     """How the target behaves on one invocation: every field given must hold. Judged on what the
-    harness saw the target itself do (engine/gates/core/oracle.py), never on the reproducer's
+    harness saw the target itself do (trace_sandbox/gates/oracle.py), never on the reproducer's
     own exit or output."""
 
     exit_code: ExitCode | Annotated[list[ExitCode], Field(min_length=1)] | None = Field(

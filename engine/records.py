@@ -35,7 +35,7 @@ class Stdin(Record):
 
 
 class Frame(Record):
-    """One frame of where the target failed, innermost first (engine/gates/core/faultsite.py)."""
+    """One frame of where the target failed, innermost first (trace_sandbox/gates/faultsite.py)."""
 
     function: str | None = None
     file: str | None = Field(default=None, description="as the report names it (normalised)")

@@ -15,7 +15,7 @@ and the decoder's `stdout`: `a = { args = "encode", stream = "stdin" }`.
 
 In `[accept]` every relation must hold on the patched target; in `[expect]` a relation is one
 the unpatched target BREAKS (the bug, as `not_golden` is for one output). The judge is the
-sandbox's oracle module (engine/gates/core/oracle.py `relation_problems`).
+sandbox's oracle module (trace_sandbox/gates/oracle.py `judge_pre`, `judge_post`).
 """
 
 from __future__ import annotations

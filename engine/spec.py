@@ -46,6 +46,12 @@ class KindSpec(FileModel):
     template: str = Field(description="jinja2 template rendering a Nix expression (.nix.j2).")
     description: str = ""
     params: dict[str, ParamSpec] = Field(default_factory=dict)
+    inputs: dict[str, str] = Field(
+        default_factory=dict,
+        description="Default inputs: files or trees every step of this kind reads, by name "
+        "(path relative to this file; `trace:` = trace's data). A step's own input of the same "
+        "name replaces one.",
+    )
     check: bool = Field(
         default=False,
         description="Rebuild each new result once with `--check` and record whether it differed.",

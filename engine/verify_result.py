@@ -113,7 +113,7 @@ class VerifyResult(_Model):
     oracles: dict[str, Any] | None = Field(
         default=None,
         description="the candidate's declared oracles ({expect, accept}, as "
-        "engine/gates/core/oracle.py reads them) the claims were judged by; the signing policy "
+        "trace_sandbox/gates/oracle.py reads them) the claims were judged by; the signing policy "
         "judges the raw run records by the same (None: an older result, judged by exit 0)",
     )
     flaky: bool

@@ -1,5 +1,5 @@
 # trace, packaged the nixpkgs way: a Python application built from nixpkgs' Python packages.
-# The shipped data (graphs/, templates/, policy/, engine/gates/core) goes to $out/share/trace, and the wrapper points
+# The shipped data (graphs/, templates/, policy/, trace_sandbox/) goes to $out/share/trace, and the wrapper points
 # TRACE_DATA_DIR there (see engine/paths.py), so `trace` needs nothing from the working directory.
 # nix and git are appended to PATH as a fallback: the user's own nix (the one running
 # `nix run`) comes first.
@@ -20,6 +20,7 @@ let
     "graphs"
     "templates"
     "policy"
+    "trace_sandbox"
   ];
   src = builtins.path {
     path = root;
@@ -48,12 +49,12 @@ python3Packages.buildPythonApplication {
   dependencies = import ./python-deps.nix python3Packages;
 
   postInstall = ''
-    mkdir -p $out/share/trace/engine/gates
+    mkdir -p $out/share/trace
     cp -r graphs templates policy $out/share/trace/
     mkdir -p $out/share/trace/nix
     cp -r nix/templates $out/share/trace/nix/
-    # the gates' sandbox code (stdlib only) is a `trace:` input of the gate steps
-    cp -r engine/gates/core $out/share/trace/engine/gates/
+    # the sandbox package (stdlib only) is a `trace:` input of the gate and run steps
+    cp -r trace_sandbox $out/share/trace/
     find $out/share/trace -name __pycache__ -prune -exec rm -rf {} +
   '';
 

@@ -259,3 +259,48 @@ def test_a_utf8_byte_order_mark_is_ignored(tmp_path: Path) -> None:
     g = load_graph(graph, root=tmp_path)
     assert list(g.steps) == ["a"]
     assert not g.kinds["text"].template_text.startswith("\ufeff")
+
+
+KIND_WITH_INPUTS = """
+[kinds.lib-text]
+template = "templates/text.nix.j2"
+inputs = { notes = "data/x.txt", lib = "data/lib.txt" }
+[kinds.lib-text.params.message]
+type = "string"
+default = "hi"
+"""
+
+
+def test_a_kind_s_default_inputs_reach_every_step_unless_it_names_its_own(tmp_path: Path) -> None:
+    graph = make_project(
+        tmp_path,
+        KIND_WITH_INPUTS
+        + '[steps.a]\nkind = "lib-text"\n'
+        + '[steps.b]\nkind = "lib-text"\ninputs = { lib = "data/own.txt", more = "data/x.txt" }\n'
+        + '[steps.c]\nkind = "text"\n',
+    )
+    (tmp_path / "data").mkdir()
+    for name in ("x", "lib", "own"):
+        (tmp_path / "data" / f"{name}.txt").write_text(name)
+    g = load_graph(graph, root=tmp_path)
+    got = {s: {k: v.rel for k, v in g.steps[s].inputs.items()} for s in ("a", "b", "c")}
+    assert got == {
+        "a": {"notes": "data/x.txt", "lib": "data/lib.txt"},
+        "b": {"notes": "data/x.txt", "lib": "data/own.txt", "more": "data/x.txt"},
+        "c": {},
+    }
+    # the default input enters the step's key: a change to it reruns every step of the kind
+    from engine.run import components
+
+    before = components(g, g.steps["a"], {})["inputs"]
+    (tmp_path / "data" / "lib.txt").write_text("changed")
+    g2 = load_graph(graph, root=tmp_path)
+    assert components(g2, g2.steps["a"], {})["inputs"] != before
+    assert components(g2, g2.steps["b"], {})["inputs"] == components(g, g.steps["b"], {})["inputs"]
+
+
+def test_a_missing_default_input_names_the_kind_s_key(tmp_path: Path) -> None:
+    err = error_of(tmp_path, KIND_WITH_INPUTS + '[steps.a]\nkind = "text"\n')
+    assert "does not exist" in err.message
+    assert err.key == "kinds.lib-text.inputs.lib"  # error_of writes data/x.txt only
+    assert err.line is not None and err.file and err.file.endswith("graph.toml")

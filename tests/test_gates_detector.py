@@ -1,6 +1,6 @@
 """The detector gate (issue 25): a patch must not be able to switch off the sanitizer.
 
-One positive and one negative case per row of the blinding table (engine/gates/core/blinding.py
+One positive and one negative case per row of the blinding table (trace_sandbox/gates/blinding.py
 RULES), the flag comparison per translation unit on recorder logs, the binary check on real
 gcc builds (instrumented.py, with the host's binutils), and the whole record."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.gates.core import blinding, ccflags, detector, instrumented
-from engine.gates.core.diff import parse
 from engine.records import GateRecord
+from trace_sandbox.gates import blinding, ccflags, detector, instrumented
+from trace_sandbox.gates.diff import parse
 
 REPO = Path(__file__).resolve().parent.parent
 

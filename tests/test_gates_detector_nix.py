@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.gates.core import ccflags
+from trace_sandbox.gates import ccflags
 
 pytestmark = pytest.mark.nix
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.gates.core.diff import DiffError, canonical, parse, parse_series
+from trace_sandbox.gates.diff import DiffError, canonical, parse, parse_series
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gates"
 

@@ -1,4 +1,4 @@
-"""The differential gate (engine/gates/core/differential.py) on hand-made run records: which
+"""The differential gate (trace_sandbox/gates/differential.py) on hand-made run records: which
 differences from the upstream fix are a finding that cannot be waived (the candidate still
 behaves as the unpatched build where upstream changed the behaviour), which are waivable, and
 that a candidate that behaves as upstream everywhere passes."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engine.gates.core.differential import behaviour, compare, evaluate
+from trace_sandbox.gates.differential import behaviour, compare, evaluate
 
 
 def inv(exit_code: int | None = 0, out: str = "", **kw: Any) -> dict[str, Any]:

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engine.gates.core.field_variants import field_edits
-from engine.gates.core.variant_gate import evaluate, good_units, patch_constants, signature
-from engine.gates.core.variants import GOOD_SHARE, Invocation, generate
+from trace_sandbox.gates.field_variants import field_edits
+from trace_sandbox.gates.variant_gate import evaluate, good_units, patch_constants, signature
+from trace_sandbox.gates.variants import GOOD_SHARE, Invocation, generate
 
 REQUEST = bytes.fromhex("10010084000200 2a002b".replace(" ", ""))
 GOOD = bytes.fromhex("1001007e0002002a002b")

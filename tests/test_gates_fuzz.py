@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import tomli
 
-from engine.gates.core.fuzz import (
+from trace_sandbox.gates.fuzz import (
     MAP_SIZE,
     Outcome,
     features,
@@ -26,8 +26,8 @@ from engine.gates.core.fuzz import (
     minimise,
     mutate,
 )
-from engine.gates.core.fuzz_gate import ProgramRunner, crash_of, evaluate
-from engine.gates.core.variants import Invocation, Unit, generate, units_of
+from trace_sandbox.gates.fuzz_gate import ProgramRunner, crash_of, evaluate
+from trace_sandbox.gates.variants import Invocation, Unit, generate, units_of
 
 REPO = Path(__file__).resolve().parent.parent
 FUZZ_CC = REPO / "templates" / "gates" / "fuzz-cc"

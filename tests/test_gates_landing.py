@@ -1,15 +1,15 @@
-"""Where a patch landed (engine/gates/core/landing.py) and whether a built mutant is worth a run
-(engine/gates/core/equiv.py): explicit files, no nix. The nix tests build both for real."""
+"""Where a patch landed (trace_sandbox/gates/landing.py) and whether a built mutant is worth a run
+(trace_sandbox/gates/equiv.py): explicit files, no nix. The nix tests build both for real."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from engine.gates.core.diff import parse
-from engine.gates.core.equiv import check_mutant, python_check, tree_diff
-from engine.gates.core.landing import landed, locate, locate_file
-from engine.gates.core.mutation import write_mutant
+from trace_sandbox.gates.diff import parse
+from trace_sandbox.gates.equiv import check_mutant, python_check, tree_diff
+from trace_sandbox.gates.landing import landed, locate, locate_file
+from trace_sandbox.gates.mutation import write_mutant
 
 REPO = Path(__file__).resolve().parent.parent
 CPARSE = REPO / "tests" / "fixtures" / "fork" / "pkgs" / "cparse" / "src" / "cparse.c"
@@ -103,7 +103,7 @@ def test_check_mutant_on_built_trees(tmp_path: Path) -> None:
 def test_changed_files_map_to_installed_files_by_path_or_content(tmp_path: Path) -> None:
     """Issue 10: the patch's `src/<pkg>/x.py` is installed as `lib/python3.X/site-packages/<pkg>/
     x.py`; a renamed install is found by its bytes; two equally good names are no match."""
-    from engine.gates.core.coverage import find_by_content, match_path
+    from trace_sandbox.gates.coverage import find_by_content, match_path
 
     installed = [
         "lib/python3.11/site-packages/textcols/__init__.py",
@@ -130,7 +130,7 @@ def test_changed_files_map_to_installed_files_by_path_or_content(tmp_path: Path)
 def test_an_unmapped_python_file_says_so(tmp_path: Path) -> None:
     import json
 
-    from engine.gates.core.coverage import evaluate
+    from trace_sandbox.gates.coverage_gate import evaluate
 
     patch = tmp_path / "fix.patch"
     patch.write_text(
@@ -148,7 +148,7 @@ def test_an_unmapped_python_file_says_so(tmp_path: Path) -> None:
 
 
 def test_a_python_mutant_that_does_not_import_is_stillborn(tmp_path: Path) -> None:
-    from engine.gates.core.equiv import imports, module_of
+    from trace_sandbox.gates.equiv import imports, module_of
 
     site = "lib/python3.11/site-packages"
     assert module_of(f"{site}/pkg/__init__.py") == (site, "pkg")
@@ -177,8 +177,8 @@ def test_one_process_runs_a_mutant_step(tmp_path: Path) -> None:
     import shutil
     import tempfile
 
-    from engine.gates.core.mutant_variants import run_mutant
     from tests.test_verify_gate import HARNESS, run_harness
+    from trace_sandbox.gates.mutant_variants import run_mutant
 
     run_harness(tmp_path, "setup", "true\n")  # the fake package at tmp_path/pkg
     patch = tmp_path / "fix.patch"

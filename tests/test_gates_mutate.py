@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.gates.core.mutate import generate, line_edits
+from trace_sandbox.gates.mutate import generate, line_edits
 
 ROOT = Path(__file__).parent / "fixtures"
 CANDIDATES = ROOT / "fork" / "trace" / "candidates"

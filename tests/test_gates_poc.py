@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.gates.core.diff import parse_series
-from engine.gates.core.poc import collect, findings
-from engine.gates.core.scope import ScopePolicy, evaluate
+from trace_sandbox.gates.diff import parse_series
+from trace_sandbox.gates.poc import collect, findings
+from trace_sandbox.gates.scope import ScopePolicy, evaluate
 
 REPO = Path(__file__).resolve().parent.parent
 CANDIDATES = REPO / "tests" / "fixtures" / "fork" / "trace" / "candidates"

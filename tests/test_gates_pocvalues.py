@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import tomli
 
-from engine.gates.core.diff import parse_series
-from engine.gates.core.poc import PocFacts, collect, compared_numbers, findings
-from engine.gates.core.pocvalues import (
+from trace_sandbox.gates.diff import parse_series
+from trace_sandbox.gates.poc import PocFacts, collect, compared_numbers, findings
+from trace_sandbox.gates.pocvalues import (
     binary_fields,
     data_fields,
     notable,

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import tomli
 
-from engine.gates.core import codes
-from engine.gates.core.coverage import changed_lines, match_path, python_executable_lines
-from engine.gates.core.coverage import evaluate as coverage_gate
-from engine.gates.core.mutation import evaluate as mutation_gate
-from engine.gates.core.mutation import write_mutants
 from engine.records import GateRecord
+from trace_sandbox.gates import codes
+from trace_sandbox.gates.coverage import changed_lines, match_path, python_executable_lines
+from trace_sandbox.gates.coverage_gate import evaluate as coverage_gate
+from trace_sandbox.gates.mutation import evaluate as mutation_gate
+from trace_sandbox.gates.mutation import write_mutants
 
 REPO = Path(__file__).resolve().parent.parent
 PTR = REPO / "tests" / "fixtures" / "gates" / "cparse-ptr" / "fix.patch"
@@ -30,7 +30,7 @@ def policy(min_score: float | None) -> str:
     return json.dumps({"name": "test-signing", "version": "1.0", "thresholds": thresholds})
 
 
-JUDGE = str(REPO / "engine" / "gates" / "core" / "oracle.py")  # the post-fix judge
+JUDGE = str(REPO / "trace_sandbox" / "gates" / "oracle.py")  # the post-fix judge
 
 
 def run_record(exit_code: int | None = 0, script: int = 0, **kw: Any) -> dict[str, Any]:
@@ -374,8 +374,8 @@ def test_every_gate_code_is_declared_in_the_policy_catalogue() -> None:
 
 
 def test_sandbox_code_imports_only_the_standard_library() -> None:
-    core = REPO / "engine" / "gates" / "core"
-    for path in sorted(core.glob("*.py")):
+    core = REPO / "trace_sandbox"
+    for path in sorted(core.rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -388,7 +388,8 @@ def test_sandbox_code_imports_only_the_standard_library() -> None:
                 continue
             for name in names:
                 top = name.split(".")[0]
-                assert top in sys.stdlib_module_names or top == "__future__", f"{path}: {name}"
+                own = top in ("__future__", "trace_sandbox")  # the package itself
+                assert top in sys.stdlib_module_names or own, f"{path}: {name}"
 
 
 def test_gates_apply_the_policy_they_are_given_and_say_so(tmp_path: Path) -> None:
@@ -485,7 +486,7 @@ def test_coverage_an_unmeasured_file_without_code_does_not_block(tmp_path: Path)
 
 
 def test_may_execute_errs_towards_yes() -> None:
-    from engine.gates.core.coverage import may_execute
+    from trace_sandbox.gates.coverage import may_execute
 
     assert [may_execute(t, "c") for t in ("  x = 1;", "#define A 1", "  } else {", " * c")] == [
         True,

@@ -1,5 +1,5 @@
 """The regression gate's log parsing and comparison, without builds
-(engine/gates/core/regression.py). The real builds: tests/test_gates_regression_nix.py."""
+(trace_sandbox/gates/regression.py). The real builds: tests/test_gates_regression_nix.py."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engine.gates.core.regression import evaluate, parse_log
-from engine.gates.core.regression import tests_record as side_record
+from trace_sandbox.gates.regression import evaluate, parse_log
+from trace_sandbox.gates.regression import tests_record as side_record
 
 POLICY = {"name": "p", "version": "1", "thresholds": {}}
 LOG = """applying patch fix.patch

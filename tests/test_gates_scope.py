@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.gates.core.scope import ScopePolicy, evaluate, in_scope
 from engine.records import GateRecord
+from trace_sandbox.gates.scope import ScopePolicy, evaluate, in_scope
 
 FORK = Path(__file__).parent / "fixtures" / "fork" / "trace" / "candidates"
 
@@ -197,7 +197,7 @@ def test_the_plausible_but_wrong_fix_is_in_scope_and_small() -> None:
 def test_the_kind_s_default_scope_is_the_gate_s() -> None:
     import tomli
 
-    from engine.gates.core.scope import DEFAULT_SCOPE
+    from trace_sandbox.gates.scope import DEFAULT_SCOPE
 
     kinds = tomli.loads((Path(__file__).parent.parent / "graphs" / "gates.toml").read_text())
     assert (

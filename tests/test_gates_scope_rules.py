@@ -1,4 +1,4 @@
-"""The scope gate's weakened-handling table (engine/gates/core/weakrules.py ROWS), one test per
+"""The scope gate's weakened-handling table (trace_sandbox/gates/weakrules.py ROWS), one test per
 row: a patch that adds the construct fires the row; a close look-alike that does not weaken
 anything does not (issue 25: `contextlib.suppress(Exception)` was not seen)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.gates.core.scope import ScopePolicy, evaluate
-from engine.gates.core.weakrules import ROWS, Row
+from trace_sandbox.gates.scope import ScopePolicy, evaluate
+from trace_sandbox.gates.weakrules import ROWS, Row
 
 Change = tuple[str, list[str], list[str]]  # path, removed lines, added lines
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.gates.core.coverage import evaluate
-from engine.gates.core.statements import spans, statement_of
+from trace_sandbox.gates.coverage_gate import evaluate
+from trace_sandbox.gates.statements import spans, statement_of
 
 REPO = Path(__file__).resolve().parent.parent
 FORK = REPO / "tests" / "fixtures" / "fork"

@@ -1,5 +1,5 @@
 """Which files are the package's tests, the patch without them, and how a patch weakens them
-(engine/gates/core/testfiles.py; issue 25). Real builds: the calibration table's rows
+(trace_sandbox/gates/testfiles.py; issue 25). Real builds: the calibration table's rows
 roster-loosened-test and pager-flaky-test (tests/test_gates_calibration.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.gates.core.testfiles import (
+from trace_sandbox.gates.testfiles import (
     IDENTICAL,
     filter_series,
     named_paths,

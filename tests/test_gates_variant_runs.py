@@ -1,4 +1,4 @@
-"""One derivation per side runs every variant (engine/gates/core/variant_runs.py), each as a
+"""One derivation per side runs every variant (trace_sandbox/gates/variant_runs.py), each as a
 run of its own: its own working directory, process and record, and no sight of the records or
 files the other variants wrote, run beside it or before it. The harness runs outside the sandbox
 against the tiny fake package of tests.test_verify_gate (the real builds:
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.gates.core.variant_gate import runs_by_index
-from engine.gates.core.variant_runs import SCHEMA, run_dirs, run_side
 from tests.test_verify_gate import HARNESS, run_harness
+from trace_sandbox.gates.variant_gate import runs_by_index
+from trace_sandbox.gates.variant_runs import SCHEMA, run_dirs, run_side
 
 
 def _variant(plan: Path, n: int, script: str, data: dict[str, bytes]) -> None:

@@ -1,4 +1,4 @@
-"""The variants gate's generator and judge, without builds (engine/gates/core: variants.py,
+"""The variants gate's generator and judge, without builds (trace_sandbox/gates: variants.py,
 variant_gate.py), and its policy knobs. The real builds: tests/test_gates_variants_nix.py."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from engine.errors import PolicyError
-from engine.gates.core.variant_gate import crashes, evaluate, write_plan
-from engine.gates.core.variants import Invocation, generate, literal_tokens, script_of
 from engine.policy.signing import load_signing_rules
+from trace_sandbox.gates.variant_gate import crashes, evaluate, write_plan
+from trace_sandbox.gates.variants import Invocation, generate, literal_tokens, script_of
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "policy" / "signing.toml"
@@ -189,7 +189,7 @@ def test_a_variant_that_breaks_a_declared_post_fix_oracle_fails(
 
 
 def test_newly_unacceptable_matches_invocations_by_call_not_position() -> None:
-    from engine.gates.core.oracle import newly_unacceptable
+    from trace_sandbox.gates.oracle import newly_unacceptable
 
     def inv(args: str, code: int) -> dict[str, Any]:
         return {"target": "bin/cparse", "args": [args], "exit_code": code}
@@ -335,7 +335,7 @@ def test_only_bad_inputs_are_held_to_the_pocs_rejection(
 
 
 def test_a_bad_input_is_the_declared_bug_on_the_pre_fix_side() -> None:
-    from engine.gates.core.oracle import shows_the_bug
+    from trace_sandbox.gates.oracle import shows_the_bug
 
     expect = {"sanitizer": ASAN, "exit_code": [1]}
     asan = _record(ASAN, exit_code=1)["invocations"][0]

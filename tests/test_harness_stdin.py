@@ -10,9 +10,9 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from engine.gates.core.variant_gate import poc_invocations
 from engine.records import RunRecord
 from tests.test_verify_gate import run_harness
+from trace_sandbox.gates.variant_gate import poc_invocations
 
 
 def stdin_of(record: dict[str, Any]) -> list[Any]:

@@ -22,12 +22,14 @@ from pathlib import Path
 import networkx as nx
 
 ENGINE = Path(__file__).resolve().parent.parent / "engine"
+SANDBOX = ENGINE.parent / "trace_sandbox"
 ABOVE = ("engine.evidence", "engine.bundle_verify", "engine.signing")
 
 # Top first. A unit is a package or a top-level module; a module belongs to the unit of its longest
-# prefix here (engine.gates.core, the sandbox's stdlib-only code, sits at the bottom, below the
-# host code of engine.gates). Imports between units of one layer are allowed; the graph of units
-# must still have no circle (test_the_package_graph_has_no_circle).
+# prefix here. Imports between units of one layer are allowed; the graph of units must still have
+# no circle (test_the_package_graph_has_no_circle). Below them all, outside engine/, sits
+# trace_sandbox (the stdlib-only code that runs in the Nix sandbox): it imports nothing of engine
+# (test_the_sandbox_package_imports_nothing_from_the_engine).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("command line", ("engine.cli",)),
     ("applications", ("engine.fork", "engine.agent", "engine.report", "engine.bundle_verify")),
@@ -70,7 +72,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "base",
         (
             "engine",
-            "engine.gates.core",
             "engine.errors",
             "engine.files",
             "engine.paths",
@@ -262,3 +263,63 @@ def test_the_policy_registry_imports_no_policy_module() -> None:
     (it used to import routing and signing, which imported it: a circle)."""
     mods = _imports(ENGINE / "policy" / "registry.py")
     assert {m for m in mods if m.startswith("engine.")} == {"engine.paths"}
+
+
+def _engine_imports(folder: Path) -> set[str]:
+    """Every import of `engine` (or a module of it) in `folder`, anywhere in a module's body."""
+    return {
+        f"{p.relative_to(folder.parent)}: {m}"
+        for p in sorted(folder.rglob("*.py"))
+        for m in _imports(p)
+        if m == "engine" or m.startswith("engine.")
+    }
+
+
+def test_the_sandbox_package_imports_nothing_from_the_engine() -> None:
+    """trace_sandbox runs in the Nix sandbox with a bare python3: an import of the engine there
+    fails at run time, in a build, not here."""
+    assert list(SANDBOX.rglob("*.py")) != []
+    assert _engine_imports(SANDBOX) == set()
+
+
+def test_the_sandbox_check_sees_an_engine_import_inside_a_function(tmp_path: Path) -> None:
+    pkg = tmp_path / "trace_sandbox" / "gates"
+    pkg.mkdir(parents=True)
+    (pkg / "x.py").write_text("def f():\n    from engine.errors import TraceError\n")
+    (pkg / "y.py").write_text("import engine\nimport json\n")
+    assert _engine_imports(tmp_path / "trace_sandbox") == {
+        "trace_sandbox/gates/x.py: engine.errors",
+        "trace_sandbox/gates/y.py: engine",
+    }
+
+
+def _sandbox_imports(folder: Path) -> set[str]:
+    """Every import of trace_sandbox in `folder` other than its host interface."""
+    return {
+        f"{p.relative_to(folder.parent)}: {m}"
+        for p in sorted(folder.rglob("*.py"))
+        for m in _imports(p, names=True)
+        if (m == "trace_sandbox" or m.startswith("trace_sandbox."))
+        and m != "trace_sandbox.host"
+        and not m.startswith("trace_sandbox.host.")
+    }
+
+
+def test_the_engine_reaches_the_sandbox_package_only_through_its_host_interface() -> None:
+    """One small interface (trace_sandbox/host.py): the rest of the package is free to change
+    shape without the engine noticing."""
+    assert _sandbox_imports(ENGINE) == set()
+
+
+def test_the_host_interface_check_sees_a_reach_past_it(tmp_path: Path) -> None:
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / "a.py").write_text("def f():\n    from trace_sandbox.gates.oracle import judge_pre\n")
+    (engine / "b.py").write_text("from trace_sandbox import gates\nimport trace_sandbox\n")
+    (engine / "c.py").write_text("from trace_sandbox.host import judge_side\n")
+    assert _sandbox_imports(engine) == {
+        "engine/a.py: trace_sandbox.gates.oracle",
+        "engine/a.py: trace_sandbox.gates.oracle.judge_pre",
+        "engine/b.py: trace_sandbox",
+        "engine/b.py: trace_sandbox.gates",
+    }

@@ -1,6 +1,6 @@
 """Relation oracles (issue 32): `[[accept.relation]]` / `[[expect.relation]]` relate what groups
 of target invocations printed (or read), where no golden output exists. Unit tests of the judge
-(engine/gates/core/oracle.py) on hand-made run records, and of the candidate file's strict model;
+(trace_sandbox/gates/oracle.py) on hand-made run records, and of the candidate file's strict model;
 the paginator fixtures (pager-relation-*) run end to end in the calibration table."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from engine.candidate import load_candidate
 from engine.errors import InputError
-from engine.gates.core.oracle import input_independent, judge_post, judge_pre
+from trace_sandbox.gates.oracle import input_independent, judge_post, judge_pre
 
 PAGES = {"a": {"args": "^103 10 "}, "b": {"args": "^103 103 1$"}}
 

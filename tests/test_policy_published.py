@@ -38,7 +38,7 @@ def _shipped() -> dict[str, dict[str, Path]]:
             key = f"{header['name']} {header['version']}"
             out.setdefault(key, {})[hashlib.sha256(raw).hexdigest()] = f
     out.setdefault(f"redaction {REDACTION_VERSION}", {})[rules_digest()] = Path(
-        "templates/verify/harness/redaction-rules.json"
+        "trace_sandbox/harness/redaction-rules.json"
     )
     return out
 

@@ -395,12 +395,12 @@ def edit(path: Path, old: str, new: str) -> None:
 
 
 def _real_mutation_record(tmp: Path, signing_file: Path) -> dict[str, Any]:
-    """The mutation gate's own record (engine/gates/core, as the sandbox runs it) for six
+    """The mutation gate's own record (trace_sandbox/gates, as the sandbox runs it) for six
     mutants of which two are killed and two are stillborn (score 0.5), given the `policy`
     parameter that engine.gates.context makes from `signing_file`."""
     from engine.gates.context import gate_policies
-    from engine.gates.core.mutation import evaluate
     from tests.test_gates_records import JUDGE, PTR, mutant_dirs, post_dir, run_record
+    from trace_sandbox.gates.mutation import evaluate
 
     tmp.mkdir()
     runs = [run_record(0)] * 2 + [run_record(1)] * 4
@@ -568,8 +568,8 @@ def test_bad_catalogues_are_rejected(
 def test_every_code_the_engine_emits_is_catalogued(
     signing: tuple[SigningPolicy, Catalogue],
 ) -> None:
-    from engine.gates.core.codes import CODES
     from engine.verify_result import REASONS
+    from trace_sandbox.gates.codes import CODES
 
     catalogue = signing[1]
     emitted = set(CODES) | (set(REASONS) - {"ok"})

@@ -106,7 +106,7 @@ def test_an_honest_bundle_with_secrets_everywhere_verifies(
 def test_a_scan_of_the_bundle_finds_no_secret(bundle: tuple[Path, Path, Path]) -> None:
     """Every byte and every name, variants included: the variants gate mutates the PoC's data,
     secrets included (a PEM line with one byte substituted), and the variant runs redact every
-    piece of the PoC's secrets (templates/verify/harness/redaction.py)."""
+    piece of the PoC's secrets (trace_sandbox/harness/redaction.py)."""
     _, out, _ = bundle
     secrets = [EMAIL, GHP, NAME_SECRET, *(line[-40:] for line in PEM_LINES)]
     found: list[str] = []

@@ -8,15 +8,14 @@ import contextlib
 import io
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine.cli import main
-from engine.gates.core import expectation, faultsite, oracle
 from tests.test_verify_gate import inv, rec
+from trace_sandbox.gates import expectation, faultsite, oracle
 
 REPO = Path(__file__).resolve().parent.parent
 FORK = REPO / "tests" / "fixtures" / "fork"
@@ -70,8 +69,7 @@ SUMMARY: AddressSanitizer: heap-use-after-free /build/x.c:9 in show
 
 @pytest.fixture(scope="module")
 def faults() -> Any:
-    sys.path.insert(0, str(REPO / "templates" / "verify" / "harness"))
-    import faults as mod  # the harness's own module
+    from trace_sandbox.harness import faults as mod  # the harness's own module
 
     return mod
 

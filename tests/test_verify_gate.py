@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from engine.candidate import load_candidate
-from engine.gates.core import expectation, oracle
 from engine.graph import load_graph
 from engine.run import RunResult, StepResult
 from engine.verify.pipeline import find_fork, project_root, verify_context
-from engine.verify.verdict import judge, load_gate
+from engine.verify.verdict import judge
 from engine.verify_result import REASONS
+from trace_sandbox.gates import expectation, oracle
 
 ROOT = Path(__file__).resolve().parent.parent
 FORK = ROOT / "tests" / "fixtures" / "fork"
@@ -27,16 +27,14 @@ def gate() -> ModuleType:
     return expectation
 
 
-HARNESS = ROOT / "templates" / "verify" / "harness"
+HARNESS = ROOT / "trace_sandbox" / "harness"
 
 
 def load_harness() -> ModuleType:
-    """The harness's entry module (a directory of stdlib modules, run as `python3 DIR`)."""
-    import sys
+    """The harness's entry module, under the package's one import name (trace_sandbox)."""
+    from trace_sandbox.harness import main
 
-    if str(HARNESS) not in sys.path:
-        sys.path.insert(0, str(HARNESS))
-    return load_gate(HARNESS / "__main__.py")
+    return main
 
 
 @pytest.fixture(scope="module")

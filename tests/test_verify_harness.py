@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from engine.gates.core import expectation, oracle
 from engine.records import RunRecord
 from tests.test_verify_gate import ASAN, EXPECT, inv, load_harness, rec, run_harness
+from trace_sandbox.gates import expectation, oracle
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -169,12 +169,8 @@ def test_a_target_that_registers_after_the_harness_ended_its_targets_is_ended_to
     import subprocess
     import sys
 
-    sys.path.insert(0, str(ROOT / "templates" / "verify" / "harness"))
-    try:
-        import targets  # type: ignore[import-not-found]
-        import targetview  # type: ignore[import-not-found]
-    finally:
-        sys.path.pop(0)
+    from trace_sandbox.harness import targets, targetview
+
     reader = tmp_path / "reader"
     reader.write_text("#!/bin/sh\ncat >/dev/null\necho read-all\n")
     reader.chmod(0o755)
@@ -199,7 +195,7 @@ def test_the_reproducer_wait_wakes_on_exit_and_still_times_out(
     import os
     import subprocess
 
-    import targets
+    from trace_sandbox.harness import targets
 
     if not pidfd:
 
@@ -284,10 +280,8 @@ def test_arguments_and_environment_reach_the_target_byte_for_byte(tmp_path: Path
 
 
 def test_a_malformed_wrapper_request_is_refused() -> None:
-    import importlib
+    from trace_sandbox.harness import targets
 
-    load_harness()  # puts the harness's directory on sys.path
-    targets = importlib.import_module("targets")
     good = targets.request_of(b"bin/x\0/v/bin/x\0/w\0" + b"2\0a\0\0K=v=w\0E=")
     assert good == {
         "name": "bin/x",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,10 @@ import pytest
 from engine.candidate import load_candidate
 from engine.cli import main
 from engine.errors import InputError
-from engine.gates.core import expectation, faultsite, oracle
-from engine.gates.core.diff import parse_series
 from engine.verify.verdict import _unmatched
 from tests.test_verify_gate import ASAN, inv, rec
+from trace_sandbox.gates import expectation, faultsite, oracle
+from trace_sandbox.gates.diff import parse_series
 
 REPO = Path(__file__).resolve().parent.parent
 FORK = REPO / "tests" / "fixtures" / "fork"
@@ -259,8 +258,7 @@ IndexError
 
 @pytest.fixture(scope="module")
 def faults() -> Any:
-    sys.path.insert(0, str(REPO / "templates" / "verify" / "harness"))
-    import faults as mod  # the harness's own module
+    from trace_sandbox.harness import faults as mod  # the harness's own module
 
     return mod
 
@@ -284,8 +282,7 @@ def _source(tmp_path: Path) -> Path:
 
 
 def _gate(tmp_path: Path, patch: Path, report: str, frames: int = 5, src: bool = True) -> Any:
-    sys.path.insert(0, str(REPO / "templates" / "verify" / "harness"))
-    import faults
+    from trace_sandbox.harness import faults
 
     run = tmp_path / "run"
     run.mkdir(exist_ok=True)
@@ -342,7 +339,7 @@ def test_fault_site_hunk_functions_from_the_patch() -> None:
 def test_fault_site_python_frames_count_only_under_the_package() -> None:
     """The interpreter's own library frames (a traceback through /usr/lib/python3.x) do not push
     the package's frames past K: textcols' correct fix was called away from the fault."""
-    from engine.gates.core.faultsite import own_frames
+    from trace_sandbox.gates.faultsite import own_frames
 
     frames = [
         {"file": "/usr/lib/python3.11/textwrap.py", "function": "wrap", "line": 1},
@@ -356,7 +353,7 @@ def test_fault_site_python_frames_count_only_under_the_package() -> None:
 def test_fault_site_matches_a_src_layout_patch_to_the_installed_file() -> None:
     """textcols' correct fix patches src/textcols/layout.py; its traceback names the installed
     <target>/lib/python3.11/site-packages/textcols/layout.py: the same file."""
-    from engine.gates.core.faultsite import same_file
+    from trace_sandbox.gates.faultsite import same_file
 
     installed = "<target>/lib/python3.11/site-packages/textcols/layout.py"
     assert same_file(installed, "src/textcols/layout.py")

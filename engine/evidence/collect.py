@@ -193,7 +193,7 @@ def _still_failing(run: RunResult, gate_step: str, post_step: str, top: str) -> 
 
 def _variant_dir(run: RunResult, index: int, post_step: str = VARIANT_POST_STEP) -> Path | None:
     """Variant `index`'s reproducer as its post-fix run kept it: `v/<index>/variant` of the one
-    post-fix variant-run step (engine/gates/core/variant_runs.py), or the `variant` dir of a
+    post-fix variant-run step (trace_sandbox/gates/variant_runs.py), or the `variant` dir of a
     `variant-post@<index>` step (a graph that still runs one step per variant)."""
     batch = run.steps.get(post_step)
     if batch is not None and batch.out is not None:

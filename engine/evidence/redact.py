@@ -16,9 +16,9 @@ into statement.json (candidate id, builder id, policy names). Digests are taken 
 bytes only: the statement's subjects, the decision's evidence references and model.json's
 `prompt_sha256` all name the bundled files.
 
-The rules live in one data file, `templates/verify/harness/redaction-rules.json`, which the
+The rules live in one data file, `trace_sandbox/harness/redaction-rules.json`, which the
 sandbox harness reads too: it redacts a target's output before it cuts tails or keeps anything
-(and, in a variant run, every piece of its PoC's secrets: templates/verify/harness/redaction.py),
+(and, in a variant run, every piece of its PoC's secrets: trace_sandbox/harness/redaction.py),
 so what reaches a bundle was never cut in the middle of a secret.
 
 Rules (change a rule only together with a new `REDACTION_VERSION`):
@@ -68,7 +68,7 @@ class RedactionReport(BaseModel):
     counts: dict[str, int]
 
 
-RULES_FILE = "templates/verify/harness/redaction-rules.json"  # under the data dir
+RULES_FILE = "trace_sandbox/harness/redaction-rules.json"  # under the data dir
 
 
 def load_rules() -> tuple[RedactionRule, ...]:

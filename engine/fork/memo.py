@@ -215,7 +215,8 @@ class Run:
         self._sandbox: dict[tuple[str, ...], str | None] = {}
         src = cfg.source
         engine_dir = Path(__file__).resolve().parent.parent
-        shared = [engine_dir, *(data_dir() / sub for sub in ("graphs", "templates", "policy"))]
+        subs = ("graphs", "templates", "policy", "trace_sandbox")
+        shared = [engine_dir, *(data_dir() / sub for sub in subs)]
         self.shared_reads: Reads = [(str(p), []) for p in shared]
         context = {
             "format": FORMAT,

@@ -2,7 +2,7 @@
 
 * The mutation steps are one repeated step per mutant, so the number of mutants must be known
   when the graph is loaded. It is computed here with the same pure generator the sandbox runs
-  (engine.gates.core.mutate), so both sides agree; the mutation gate checks that they do.
+  (trace_sandbox.gates.mutate), so both sides agree; the mutation gate checks that they do.
 * The gates' thresholds live in the signing policy only ([gates.mutation] and [gates.coverage]
   min_score, [gates.scope] max_files/max_hunks/max_lines, [gates.fault-site] frames). Each gate
   step receives, as its `policy` parameter, `SigningPolicy.applied(gate)` as JSON: the policy's

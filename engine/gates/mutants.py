@@ -1,6 +1,6 @@
 """The mutants of a candidate's patch, as the mutation gate will build them (`trace mutants`).
 
-The same generator the sandbox runs (engine.gates.core.mutate), so mutant N here is step
+The same generator the sandbox runs (trace_sandbox.gates.mutate), so mutant N here is step
 `mutant-run@N`. Which of them are stillborn or equivalent (TCE) is known only once they are
 built: `trace verify` reports it.
 """
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.candidate import Candidate
-    from engine.gates.core.mutate import Mutant
+    from trace_sandbox.host import Mutant
 
 
 def candidate_mutants(candidate_file: Path) -> tuple[Candidate, list[Mutant]]:
@@ -27,11 +27,10 @@ def candidate_mutants(candidate_file: Path) -> tuple[Candidate, list[Mutant]]:
 def mutants_of(cand: Candidate) -> list[Mutant]:
     """Every mutant of the lines the candidate's patches add (the mutation gate's own count)."""
     from engine.errors import InputError
-    from engine.gates.core.diff import DiffError
-    from engine.gates.core.mutate import generate
+    from trace_sandbox.host import DiffError, generate_mutants
 
     try:
-        return generate(cand.patch_texts())
+        return generate_mutants(cand.patch_texts())
     except DiffError as exc:
         raise InputError(
             f"patch is not a unified diff: {exc}",

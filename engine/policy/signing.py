@@ -19,7 +19,6 @@ from typing import Any, Literal
 from pydantic import Field
 
 from engine import hostpaths
-from engine.gates.core.oracle import judge_pre, post_fix_acceptable
 from engine.policy.evidence import Evidence, SourceRef
 from engine.policy.reasons import Catalogue
 from engine.policy.review import ReviewEvidence, review_findings
@@ -30,6 +29,7 @@ from engine.policy.signing_rules import load_signing_rules as load_signing_rules
 from engine.policy.source import PolicyRef, Strict
 from engine.policy.waivers import IgnoredWaiver, Waiver, WaiverSet
 from engine.records import GateRecord, RunRecord
+from trace_sandbox.host import judge_pre, post_fix_acceptable
 
 
 class Hit(Strict):

@@ -3,7 +3,7 @@
 Every verdict comes from how sandboxed builds exited: step statuses (a package that does not
 build), the reproducer records the runs wrote, the expectation gate's record and the engine's
 `--check` results. The rules that judge records live in one place, the expectation gate
-(`engine/gates/core/expectation.py` and the oracles of `oracle.py`), which runs in the sandbox;
+(`trace_sandbox/gates/expectation.py` and the oracles of `oracle.py`), which runs in the sandbox;
 this module imports the same code to judge one side on its own when the other side's build is
 broken (then the gate step cannot run). A per-invocation oracle that selected no invocation is
 a bad declaration: an input error naming the candidate's key, not a verdict.
@@ -11,15 +11,11 @@ a bad declaration: an input error naming the candidate's key, not a verdict.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from engine import __version__
 from engine.candidate import Candidate
 from engine.errors import InputError
-from engine.gates.core import expectation
 from engine.graphfile import find_line
 from engine.model import Graph
 from engine.paths import cli
@@ -27,21 +23,12 @@ from engine.records import GateRecord, RunRecord, Side
 from engine.run import RunResult, StepResult
 from engine.verify.buildlog import build_failure_detail
 from engine.verify_result import ClaimVerdict, SideResult, StepRef, VerifyResult
+from trace_sandbox.host import judge_side, side_flaky
 
 OK_STATUSES = ("built", "cached", "substituted", "reused")
 BUILD_STEP = {"pre": "pre-fix", "post": "post-fix"}
 RUN_STEP = {"pre": "pre-fix-run", "post": "post-fix-run"}
 GATE_STEP = "expectation"
-
-
-def load_gate(path: Path) -> ModuleType:
-    """A sandbox-side script as a module (tests load the harness's entry module with it)."""
-    spec = importlib.util.spec_from_file_location("trace_verify_gate", path)
-    if spec is None or spec.loader is None:
-        raise InputError("cannot load the expectation gate script", file=path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def step_ref(res: StepResult | None, sid: str) -> StepRef:
@@ -158,9 +145,9 @@ def _side_claim(
             reason="run-step-failed",
             detail=_last_line(run.steps[failed_runs[0]].log_tail or ""),
         )
-    row = expectation.judge_side(side.side, _dumps(side), oracles)
+    row = judge_side(side.side, _dumps(side), oracles)
     _unmatched(candidate, row)
-    side.flaky = expectation.side_flaky(_dumps(side), oracles)
+    side.flaky = side_flaky(_dumps(side), oracles)
     return _claim(row)
 
 

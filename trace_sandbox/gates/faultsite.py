@@ -21,7 +21,7 @@ often at the first free.
 * no stack at all (a wrong-output bug, a clean non-zero exit, a bare signal): not measurable,
   passed, no reason: the gate cannot say, and says so (details.summary).
 
-Stdlib only: runs in the sandbox (`python3 -S -B -m trace_gates.main fault-site OUT`).
+Stdlib only: runs in the sandbox (`python3 -S -B -m trace_sandbox.gates.main fault-site OUT`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ with what changed in the record's details (`flags`, `patch`, `functions`). The p
 measures, so the record is always measurable; the parts that could not measure (no compile
 log, no stack, no binutils, a Python package) say so in `details.not_measured`.
 
-Stdlib only: runs in the sandbox (`python3 -S -B -m trace_gates.main detector OUT`).
+Stdlib only: runs in the sandbox (`python3 -S -B -m trace_sandbox.gates.main detector OUT`).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def write_mutant(cfg: dict[str, Any], out: str) -> None:
 
 
 def load_judge(path: str) -> ModuleType:
-    """The oracle rules (engine/gates/core/oracle.py), loaded from the file the pipeline gives
+    """The oracle rules (trace_sandbox/gates/oracle.py), loaded from the file the pipeline gives
     this gate: mutants are judged by the very function that judges post-fix."""
     return load_module("trace_verify_gate", path, "the post-fix judge")
 
@@ -132,6 +132,64 @@ def _summary(counts: dict[str, int], rules: list[str], results: list[dict[str, A
     return text
 
 
+def _judged_mutant(
+    run_dir: str,
+    judge: ModuleType,
+    oracles: dict[str, Any],
+    baselines: dict[int, tuple[dict[str, Any], dict[str, Any]]],
+    landing: dict[str, Any],
+) -> dict[str, Any] | None:
+    """One mutant-run step's mutant, its status and why, where it landed (None: the placeholder
+    step of a patch without mutants)."""
+    meta = load_json_object(os.path.join(run_dir, "mutant.json"))
+    if meta.get("id") is None:
+        return None
+    record = load_json_object(os.path.join(run_dir, "outcome.json"))
+    check_path = os.path.join(run_dir, "check.json")
+    check = load_json_object(check_path) if os.path.exists(check_path) else {}
+    status, why = classify(meta, check, record, judge, oracles)
+    by_variant = None
+    if status in ("survived", "unobservable"):
+        by_variant = judged_kill(judge, run_dir, baselines, oracles)
+        if by_variant is not None:
+            status = "killed"
+            why = f"variant {by_variant['id']} ({by_variant['description']}): "
+            why += by_variant["why"]
+    line = landed(landing, str(meta["file"]), int(meta["line"]))
+    diff = str(meta["diff"])
+    if line != meta["line"]:
+        diff = diff.replace(f"line {meta['line']})", f"line {line})")
+        diff = diff.replace(f"@@ -{meta['line']} +{meta['line']} @@", f"@@ -{line} +{line} @@")
+    return {**meta, "line": line, "stated_line": meta["line"], "diff": diff} | {
+        "status": status,
+        "why": why,
+        "killed_by_variant": by_variant,
+    }
+
+
+def _rules(
+    expected: list[Mutant],
+    post: list[dict[str, Any]],
+    post_fails: list[dict[str, Any]],
+    results: list[dict[str, Any]],
+    judged: int,
+    score: float | None,
+    min_score: float | None,
+) -> list[str]:
+    """The mutation gate's reason codes (at most one), first match wins."""
+    if not expected:
+        return ["mutation.no-mutants"]
+    if post_fails or not post:
+        return ["mutation.post-fix-fails"]
+    if not any(r["status"] != "stillborn" for r in results):
+        return ["mutation.none-built"]
+    if not judged:
+        return ["mutation.none-judged"]
+    if score is not None and min_score is not None and score < min_score:
+        return ["mutation.score-below-threshold"]
+    return []
+
+
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg: patches, policy (the signing policy's name, version and min_score; no min_score: no
     threshold), mutant_runs (dirs with mutant.json, check.json and outcome.json, and
@@ -144,31 +202,10 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     landing = load_landing(cfg.get("landing"))
     expected = generate([_read(p) for p in cfg["patches"]])
     baselines = runs_by_index(list(cfg.get("variant_runs") or []))
-    results: list[dict[str, Any]] = []
-    for run_dir in cfg["mutant_runs"]:
-        meta = load_json_object(os.path.join(run_dir, "mutant.json"))
-        if meta.get("id") is None:
-            continue  # the placeholder step of a patch without mutants
-        record = load_json_object(os.path.join(run_dir, "outcome.json"))
-        check_path = os.path.join(run_dir, "check.json")
-        check = load_json_object(check_path) if os.path.exists(check_path) else {}
-        status, why = classify(meta, check, record, judge, oracles)
-        by_variant = None
-        if status in ("survived", "unobservable"):
-            by_variant = judged_kill(judge, run_dir, baselines, oracles)
-            if by_variant is not None:
-                status = "killed"
-                why = f"variant {by_variant['id']} ({by_variant['description']}): "
-                why += by_variant["why"]
-        line = landed(landing, str(meta["file"]), int(meta["line"]))
-        diff = str(meta["diff"])
-        if line != meta["line"]:
-            diff = diff.replace(f"line {meta['line']})", f"line {line})")
-            diff = diff.replace(f"@@ -{meta['line']} +{meta['line']} @@", f"@@ -{line} +{line} @@")
-        results.append(
-            {**meta, "line": line, "stated_line": meta["line"], "diff": diff}
-            | {"status": status, "why": why, "killed_by_variant": by_variant}
-        )
+    judged_runs = (
+        _judged_mutant(d, judge, oracles, baselines, landing) for d in cfg["mutant_runs"]
+    )
+    results = [r for r in judged_runs if r is not None]
     results.sort(key=lambda r: str(r["id"]))
     ids = [r["id"] for r in results]
     want = [m.id for m in expected]
@@ -182,17 +219,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     counts = {s: sum(1 for r in results if r["status"] == s) for s in STATUSES}
     judged = counts["killed"] + counts["survived"]
     score = round(counts["killed"] / judged, 6) if judged else None
-    rules: list[str] = []
-    if not expected:
-        rules.append("mutation.no-mutants")
-    elif post_fails or not post:
-        rules.append("mutation.post-fix-fails")
-    elif not any(r["status"] != "stillborn" for r in results):
-        rules.append("mutation.none-built")
-    elif not judged:
-        rules.append("mutation.none-judged")
-    elif score is not None and min_score is not None and score < min_score:
-        rules.append("mutation.score-below-threshold")
+    rules = _rules(expected, post, post_fails, results, judged, score, min_score)
     measurable = not rules or rules == ["mutation.score-below-threshold"]
     keys = ("id", "operator", "file", "line", "stated_line", "description", "effect")
     return gate_record(

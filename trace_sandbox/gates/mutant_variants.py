@@ -127,7 +127,7 @@ def run_mutant(cfg: dict[str, Any], env: dict[str, str], out: str) -> dict[str, 
     check = check_mutant(cfg)
     built = not os.path.exists(os.path.join(cfg["target"], ".trace-build-failed"))
     if built and check["status"] == "run":
-        harness(env["harness"]).run(env)  # creates `out`, writes outcome.json
+        harness().run(env)  # creates `out`, writes outcome.json
         _write_json(os.path.join(out, "variants.json"), run_variants(cfg, out))
     else:
         os.makedirs(out)

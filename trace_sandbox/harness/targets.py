@@ -21,9 +21,9 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from capture import (
+from .capture import (
     COLLECT_GRACE,
     INVOCATION_TAIL_CHARS,
     ORACLE_TEXT_CHARS,
@@ -32,8 +32,11 @@ from capture import (
     signal_name,
     tee,
 )
-from faults import frames, lifetime_frames, sanitizer_report
-from redaction import redact, redact_fragments
+from .faults import frames, lifetime_frames, sanitizer_report
+from .redaction import redact, redact_fragments
+
+if TYPE_CHECKING:
+    from .isolation import Launched
 
 AUDIT_VAR = "TRACE_TARGET_LOG"
 DROPPED_ENV = ("LD_", "PYTHON", "DYLD_")
@@ -79,7 +82,8 @@ class Stdin:
                     while dest is not None and view:
                         view = view[os.write(dest, view) :]
                 except OSError:  # the target stopped reading: drain what is left, up to the cap
-                    os.close(dest)
+                    if dest is not None:
+                        os.close(dest)
                     dest = None
                 if dest is None and size > STDIN_CAP:
                     break
@@ -261,23 +265,7 @@ class Harness:
             ended = killed
             if ended is None and rc == -signal.SIGPIPE and broken.is_set():
                 ended = "broken-pipe"
-            opened = read_opened(log)
-            if not python or opened:
-                entry: dict[str, Any] = {
-                    "target": name if not python else module_name(opened[0]),
-                    "kind": "python" if python else "program",
-                    "args": [str(a) for a in req["args"]],
-                    "exit_code": rc if rc >= 0 else None,
-                    # the harness's own kill is not the target dying of a signal
-                    "signal": signal_name(-rc) if rc < 0 and killed is None else None,
-                    "ended": ended,
-                    "opened": opened,
-                    "stdout": out.value(),
-                    "stderr": err.value(),
-                    "stdin": stdin.record(),
-                }
-                with self.lock:
-                    self.entries.append((seq, entry))
+            self._keep(seq, req, rc, (killed, ended), log, (out, err, stdin))
             conn.sendall(reply_of(rc))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             sys.stderr.write(f"trace harness: a target request failed: {exc}\n")
@@ -285,6 +273,40 @@ class Harness:
             for fd in fds:
                 os.close(fd)
             conn.close()
+
+    def _keep(
+        self,
+        seq: int,
+        req: dict[str, Any],
+        rc: int,
+        ends: tuple[str | None, str | None],
+        log: str,
+        streams: tuple[Capture, Capture, Stdin],
+    ) -> None:
+        """Record invocation `seq` as a target invocation: a program of the table, or a python
+        that opened the package's modules (`log`: its audit list); `ends`: (the harness's own
+        kill, how the harness ended it)."""
+        name, python = str(req["name"]), str(req["name"]) in ("python", "python3")
+        killed, ended = ends
+        out, err, stdin = streams
+        opened = read_opened(log)
+        if python and not opened:
+            return
+        entry: dict[str, Any] = {
+            "target": name if not python else module_name(opened[0]),
+            "kind": "python" if python else "program",
+            "args": [str(a) for a in req["args"]],
+            "exit_code": rc if rc >= 0 else None,
+            # the harness's own kill is not the target dying of a signal
+            "signal": signal_name(-rc) if rc < 0 and killed is None else None,
+            "ended": ended,
+            "opened": opened,
+            "stdout": out.value(),
+            "stderr": err.value(),
+            "stdin": stdin.record(),
+        }
+        with self.lock:
+            self.entries.append((seq, entry))
 
     def kill_targets(self, why: str = "killed-by-harness") -> None:
         """End every target still running, and any that registers later; its record says the
@@ -408,7 +430,7 @@ def canonical_key(inv: dict[str, Any]) -> str:
     )
 
 
-def exited_within(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+def exited_within(proc: subprocess.Popen[bytes] | Launched, timeout: float) -> bool:
     """Whether `proc` exits within `timeout` s. Woken by the exit itself (a pidfd), not by
     Popen.wait(timeout=)'s polling, which sleeps up to 50 ms between looks: every reproducer run
     paid that. Without pidfd_open (an old kernel), the polling wait."""
@@ -428,7 +450,7 @@ def exited_within(proc: subprocess.Popen[bytes], timeout: float) -> bool:
 
 
 def collect(
-    proc: subprocess.Popen[bytes], harness: Harness, timeout: int
+    proc: subprocess.Popen[bytes] | Launched, harness: Harness, timeout: int
 ) -> tuple[int, bytes, bytes, bool]:
     """Wait for the reproducer (at most `timeout` s), then end what it left running in its
     process group, and read its output (capped like a target's). Returns (returncode, stdout,

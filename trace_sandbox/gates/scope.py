@@ -2,7 +2,7 @@
 
 All judgements are made on the diff alone, line by line, as a reviewer reads it. A removed
 check (assertion, bounds check, error return) counts as removed unless the file gains a check of
-the same kind that tests at least the same identifiers (engine/gates/core/checks.py): changing
+the same kind that tests at least the same identifiers (trace_sandbox/gates/checks.py): changing
 `klen >= KEY_MAX` to `klen > KEY_MAX - 1` keeps it, trading it for `klen > 100` does not. Added
 catch-alls and ignored return codes are compared by count per file. Multi-line constructs are
 joined while their brackets are open (a prototype over two lines is one prototype).

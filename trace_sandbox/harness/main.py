@@ -51,19 +51,20 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
+from typing import Any
 
-from capture import TAIL_CHARS, Capture, normalise, signal_name
-from faults import sanitizer_report
-from isolation import isolated_reproducer, serving
-from redaction import redact, taint_fragments
-from targets import (
+from .capture import TAIL_CHARS, Capture, normalise, signal_name
+from .faults import sanitizer_report
+from .isolation import isolated_reproducer, serving
+from .redaction import redact, taint_fragments
+from .targets import (
     Harness,
     canonical_key,
     collect,
     invocation_failed,
     invocation_record,
 )
-from targetview import (
+from .targetview import (
     AUDIT_HOOK,
     find_python,
     make_view,
@@ -106,7 +107,7 @@ def main() -> int:
 def run(env: Mapping[str, str]) -> None:
     """One reproducer run, configured by `env` (the derivation's environment, see above), its
     record written to `$out/outcome.json`. Callable in-process: a batch of variant runs
-    (engine/gates/core/variant_runs.py) calls it once per variant, each with its own `out` and
+    (trace_sandbox/gates/variant_runs.py) calls it once per variant, each with its own `out` and
     TMPDIR, several at a time; nothing here reads or changes process-wide state.
 
     `symbolize=0` in `env`: the targets' sanitizer reports are left unsymbolized (frames as
@@ -120,28 +121,14 @@ def run(env: Mapping[str, str]) -> None:
     work, view, hook = (os.path.join(tmp, d) for d in ("work", "target", "hook"))
     private = tempfile.mkdtemp(prefix="trace-", dir=tmp)
     python = os.path.realpath(sys.executable)
-    os.makedirs(work)
-    for path in env.get("data", "").split():
-        dest = os.path.join(work, store_name(path))
-        if os.path.isdir(path):
-            shutil.copytree(path, dest)
-        else:
-            shutil.copyfile(path, dest)
-    script = os.path.join(work, ".trace-reproducer.sh")
-    shutil.copyfile(env["script"], script)
+    script = _working_directory(env, work)
     sockets = os.path.join(tmp, "sockets")
     os.makedirs(sockets)
     sock = os.path.join(sockets, "s")
     programs = make_view(pkg, view, python, sock)
-    os.makedirs(hook)
-    with open(os.path.join(hook, "sitecustomize.py"), "w", encoding="utf-8") as fh:
-        fh.write(AUDIT_HOOK.format(pkg=pkg))
-    tools = [os.path.join(t, "bin") for t in env.get("tools", "").split()]
     shims = os.path.join(tmp, "shims")
-    os.makedirs(shims)
-    for name in ("python3", "python"):
-        write_wrapper(os.path.join(shims, name), python, sock, name)
-    pypath = ":".join([hook, *python_paths(pkg)])
+    pypath = _python_hooks(pkg, hook, shims, python, sock)
+    tools = [os.path.join(t, "bin") for t in env.get("tools", "").split()]
     unsymbolized = env.get("symbolize") == "0"
     options = {var: "symbolize=0" for var in SANITIZER_OPTIONS} if unsymbolized else {}
     harness = Harness(private, sock, programs, find_python(tools), pypath, options)
@@ -165,7 +152,7 @@ def run(env: Mapping[str, str]) -> None:
         "cwd": work,
         "env": child_env,
         "expose": [work, view, shims, sockets],
-        # a batch of variant runs (engine/gates/core/variant_runs.py) keeps more from the
+        # a batch of variant runs (trace_sandbox/gates/variant_runs.py) keeps more from the
         # reproducer: `hide`, the records the other runs wrote; `only`, the directory holding
         # every run's own TMPDIR (it shows this run's alone, not the others' at work beside it)
         "hide": [pkg, os.path.realpath(out), out, private, hook, *env.get("hide", "").split()],
@@ -190,6 +177,52 @@ def run(env: Mapping[str, str]) -> None:
         (pkg, "<target>"),
         (tmp, "<tmp>"),
     ]
+    ended = (rc, stdout_b, stderr_b, timed_out, timeout)
+    record = _record(env, ended, entries, subs)
+    os.makedirs(out)
+    with open(os.path.join(out, "outcome.json"), "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
+def _python_hooks(pkg: str, hook: str, shims: str, python: str, sock: str) -> str:
+    """The audit hook (AUDIT_HOOK, read from this module when the run starts: the coverage gate
+    appends its tracer to it) in `hook`, the `python3`/`python` shims in `shims`; the targets'
+    PYTHONPATH."""
+    os.makedirs(hook)
+    with open(os.path.join(hook, "sitecustomize.py"), "w", encoding="utf-8") as fh:
+        fh.write(AUDIT_HOOK.format(pkg=pkg))
+    os.makedirs(shims)
+    for name in ("python3", "python"):
+        write_wrapper(os.path.join(shims, name), python, sock, name)
+    return ":".join([hook, *python_paths(pkg)])
+
+
+def _working_directory(env: Mapping[str, str], work: str) -> str:
+    """The reproducer's working directory: its data copied in (named as in the store, hash
+    removed), the script beside them; the script's path."""
+    os.makedirs(work)
+    for path in env.get("data", "").split():
+        dest = os.path.join(work, store_name(path))
+        if os.path.isdir(path):
+            shutil.copytree(path, dest)
+        else:
+            shutil.copyfile(path, dest)
+    script = os.path.join(work, ".trace-reproducer.sh")
+    shutil.copyfile(env["script"], script)
+    return script
+
+
+def _record(
+    env: Mapping[str, str],
+    ended: tuple[int, bytes, bytes, bool, int],
+    entries: list[dict[str, Any]],
+    subs: list[tuple[str, str]],
+) -> dict[str, Any]:
+    """The run's trace.run/v1 record: the target invocations the harness saw (`entries`) and the
+    reproducer's own end (`ended`: exit status, stdout, stderr, timed out, timeout), normalised
+    (`subs`) and redacted."""
+    rc, stdout_b, stderr_b, timed_out, timeout = ended
     # redacted before anything is cut or kept (redaction.py): a tail never starts inside a
     # secret a rule would have matched whole; the digests are of the streams as written
     fragments = taint_fragments(env.get("taint"))
@@ -206,7 +239,7 @@ def run(env: Mapping[str, str]) -> None:
         (invocation_record(e, subs, fragments) for e in entries), key=canonical_key
     )
     reports = [i["sanitizer"] for i in invocations if i["sanitizer"]]
-    record = {
+    return {
         "schema": "trace.run/v1",
         "run": int(env.get("run", "1")),
         "build": "ok",
@@ -221,11 +254,3 @@ def run(env: Mapping[str, str]) -> None:
         "stdout_tail": stdout[-TAIL_CHARS:],
         "stderr_tail": stderr[-TAIL_CHARS:],
     }
-    os.makedirs(out)
-    with open(os.path.join(out, "outcome.json"), "w", encoding="utf-8") as fh:
-        json.dump(record, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,11 +9,12 @@ Two halves, both run in the sandbox:
   the run wrote and the `.gcno` notes the coverage build saved in
   `$out/share/trace-coverage/<build dir>/`. Writes `coverage.json`: per source file, its
   executable and executed lines.
-* `evaluate` (the coverage gate): changed lines = the patch's added lines (new-file numbers);
-  measured = those that are executable; covered = measured ∩ executed, by statement: a changed
-  line inside a multi-line condition (statements.py) is executable and executed as its
-  statement is (gcc counts a clause's test on another line of it, often the one before, and
-  leaves the clause's own line at 0: libmodbus' fix of CVE-2022-0367 read 0/1 with its PoC).
+* `evaluate` (the coverage gate, coverage_gate.py): changed lines = the patch's added lines
+  (new-file numbers); measured = those that are executable; covered = measured ∩ executed, by
+  statement: a changed line inside a multi-line condition (statements.py) is executable and
+  executed as its statement is (gcc counts a clause's test on another line of it, often the one
+  before, and leaves the clause's own line at 0: libmodbus' fix of CVE-2022-0367 read 0/1 with
+  its PoC).
   Beside it, the branch arcs of the changed lines' statements (gcov's branch data: taken of
   total) are reported (`details.branches`, not gated). Not measurable (not a
   pass) when the run reported no coverage at all, when ANY changed file that may hold executable
@@ -35,13 +36,8 @@ import subprocess
 from types import CodeType
 from typing import Any
 
-from .applied import applied_policy, threshold
-from .codes import RULES, gate_record
 from .diff import parse_series
-from .landing import landed, load_landing
 from .lang import Lang, code_only, is_test_path, language
-from .modules import load_module
-from .statements import spans, statement_of
 
 # Appended to the harness's sitecustomize (a str.format template: braces doubled).
 PY_TRACER = """
@@ -276,15 +272,19 @@ def run(cfg: dict[str, Any]) -> int:
         record = {"schema": "trace.run/v1", "side": "post", "run": 1, "build": "failed"}
         record["target_ran"] = False
     else:
-        harness = load_module("trace_harness", env["harness"], "the reproducer harness")
+        from ..harness import main as harness
+
         hook = getattr(harness, "AUDIT_HOOK", None)
         if not isinstance(hook, str) or "_PKG" not in hook:
             raise RuntimeError("the reproducer harness has no AUDIT_HOOK template with _PKG")
-        harness.AUDIT_HOOK = hook + PY_TRACER  # type: ignore[attr-defined]
+        harness.AUDIT_HOOK = hook + PY_TRACER
         run_out = os.path.join(tmp, "trace-run-out")
         os.environ["out"] = run_out  # noqa: SIM112 - Nix names the output variable `out`
-        harness.main()
-        os.environ["out"] = out  # noqa: SIM112
+        try:
+            harness.main()
+        finally:  # the harness module is shared by this process: leave its hook as it was
+            harness.AUDIT_HOOK = hook
+            os.environ["out"] = out  # noqa: SIM112
         with open(os.path.join(run_out, "outcome.json"), encoding="utf-8") as fh:
             record = json.load(fh)
     patches = [_read(p) for p in cfg["patches"]]
@@ -324,166 +324,3 @@ def _file_json(v: dict[str, Any]) -> dict[str, Any]:
     if v.get("branches"):
         out["branches"] = {str(k): v["branches"][k] for k in sorted(v["branches"])}
     return out
-
-
-# ---- the gate ----
-
-
-def _patched_source(cfg: dict[str, Any], path: str) -> str | None:
-    """The patched file (the patched-source step's copy, beside its landing.json)."""
-    landing = cfg.get("landing")
-    if not landing:
-        return None
-    full = os.path.join(os.path.dirname(str(landing)), "files", path)
-    return _read(full) if os.path.isfile(full) else None
-
-
-def by_statement(
-    lines: list[int], data: dict[str, Any], source: str | None, path: str
-) -> tuple[list[int], list[int], list[int], dict[int, list[int]]]:
-    """(executable, covered, decided, within) of the changed `lines` (`decided`: the lines whose
-    statement, not their own count, made them executable or executed; `within`: each changed
-    line's multi-line statement, [first, last]): a line that lies in a
-    multi-line statement (a condition spanning lines: statements.py) is executable when any line
-    of it is, and executed when any line of it ran (its condition was evaluated: gcc counts a
-    clause's test where it pleases, often on the line before). Other lines: gcov's own counts."""
-    exe, ran = set(data["executable"]), set(data["executed"])
-    found = spans(source) if source is not None and language(path) != "python" else []
-    executable: list[int] = []
-    covered: list[int] = []
-    decided: list[int] = []
-    within: dict[int, list[int]] = {}
-    for n in lines:
-        span = statement_of(n, found)
-        rng = range(span[0], span[1] + 1) if span else range(n, n + 1)
-        if span is not None:
-            within[n] = [span[0], span[1]]
-        by_line = (n in exe, n in ran)
-        by_statement = (any(k in exe for k in rng), any(k in ran for k in rng))
-        if span is not None and by_statement != by_line:
-            decided.append(n)  # the statement, not the line, decided
-        if by_statement[0]:
-            executable.append(n)
-            if by_statement[1]:
-                covered.append(n)
-    return executable, covered, decided, within
-
-
-def branch_share(
-    lines: list[int], statements: dict[int, list[int]], data: dict[str, Any]
-) -> list[int]:
-    """[taken, total] branch arcs of the changed lines and of the statements they lie in."""
-    branches: dict[str, list[int]] = data.get("branches") or {}
-    wanted = set(lines)
-    for first, last in statements.values():
-        wanted.update(range(first, last + 1))
-    taken = sum(branches[str(n)][0] for n in wanted if str(n) in branches)
-    total = sum(branches[str(n)][1] for n in wanted if str(n) in branches)
-    return [taken, total]
-
-
-def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
-    """cfg: patches, policy (the signing policy's name, version and min_score; no min_score: no
-    threshold), coverage (path to a coverage.json), landing (the patched-source step's
-    landing.json: where each added line landed; absent: the hunk headers' numbers)."""
-    policy = applied_policy(cfg)
-    min_score = threshold(policy, "min_score")
-    with open(cfg["coverage"], encoding="utf-8") as fh:
-        cov: dict[str, Any] = json.load(fh)
-    landing = load_landing(cfg.get("landing"))
-    stated = changed_text([_read(p) for p in cfg["patches"]])
-    changed = {
-        path: {landed(landing, path, n): t for n, t in text.items()}
-        for path, text in stated.items()
-    }
-    sources: dict[str, str] = cov.get("sources") or {}
-    reported = sorted(cov["files"])
-    per_file: list[dict[str, Any]] = []
-    measured = covered = 0
-    branches = [0, 0]  # taken, total arcs of the changed lines' statements (gcov)
-    unmeasured: list[str] = []
-    unmapped: list[str] = []
-    for path, text in changed.items():
-        lines = list(text)
-        moved = {n: m for n, m in zip(stated[path], lines, strict=True) if n != m}
-        src = sources.get(path) or match_path(path, reported)
-        if src is None or src not in cov["files"]:
-            code = [n for n, t in text.items() if may_execute(t, language(path))]
-            if code and language(path) == "python" and "python-settrace" in cov.get("tools", []):
-                unmapped.append(path)
-            elif code:
-                unmeasured.append(path)
-            per_file.append(
-                {"file": path, "changed": lines, "measurable": False, "may_execute": code}
-                | ({"moved": moved} if moved else {})
-            )
-            continue
-        data = cov["files"][src]
-        source = _patched_source(cfg, path)
-        executable, hit, decided, within = by_statement(lines, data, source, path)
-        branch = branch_share(lines, within, data)
-        statements = {n: within[n] for n in decided}
-        branches = [branches[0] + branch[0], branches[1] + branch[1]]
-        measured += len(executable)
-        covered += len(hit)
-        per_file.append(
-            {
-                "file": path,
-                "coverage_file": src,
-                "mapped_by": "content" if sources.get(path) == src else "path",
-                "changed": lines,
-                "executable": executable,
-                "covered": hit,
-                "missed": [n for n in executable if n not in hit],
-                "measurable": True,
-                "branches": branch,
-            }
-            | ({"moved": moved} if moved else {})
-            | ({"statements": {str(k): v for k, v in statements.items()}} if statements else {})
-        )
-    rules: list[str] = []
-    no_data = cov.get("build") == "failed" or not cov.get("tools")
-    if no_data:
-        rules.append("coverage.not-measurable")
-    elif unmapped:
-        rules.append("coverage.path-not-mapped")
-    elif unmeasured:
-        rules.append("coverage.file-not-measured")
-    elif not measured:
-        rules.append("coverage.no-executable-lines")
-    share = round(covered / measured, 6) if measured else None
-    if not rules and share is not None and min_score is not None and share < min_score:
-        rules.append("coverage.below-threshold")
-    measurable = not rules or rules == ["coverage.below-threshold"]
-    summary = f"{covered} of {measured} executable changed line(s) run"
-    if any("moved" in f for f in per_file):
-        summary += " (lines where the patch landed, not its hunk headers)"
-    if any("statements" in f for f in per_file):
-        summary += " (a clause of a multi-line condition counted by its statement)"
-    if branches[1]:
-        summary += f"; {branches[0]} of {branches[1]} branch(es) of the changed statements taken"
-    if rules and rules[0] != "coverage.below-threshold":
-        summary += f"; {RULES[rules[0]][1]}"
-    if unmapped or unmeasured:
-        summary += f": {', '.join(unmapped + unmeasured)}; reported: {', '.join(reported[:10])}"
-    return gate_record(
-        "coverage",
-        rules,
-        measurable=measurable,
-        score=share if measurable else None,
-        details={
-            "summary": summary,
-            "tools": cov.get("tools", []),
-            "threshold": min_score,
-            "policy": policy,
-            "changed_lines": sum(len(v) for v in changed.values()),
-            "executable_changed_lines": measured,
-            "covered_lines": covered,
-            "branches": {"taken": branches[0], "total": branches[1]},
-            "branch_share": round(branches[0] / branches[1], 6) if branches[1] else None,
-            "files": per_file,
-            "unmeasured_files": unmeasured,
-            "unmapped_files": unmapped,
-            "reported_files": reported[:50],
-        },
-    )

@@ -15,7 +15,8 @@ pipeline ends: not a failure either. A reproducer that hits its timeout is a fai
 target invocation did. Runs of one side must agree (flakiness): on how each invocation ended,
 and on the verdict each run gets.
 
-Stdlib only. In the sandbox (`python3 -S -B -m trace_gates.main expectation OUT`) its config holds
+Stdlib only. In the sandbox (`python3 -S -B -m trace_sandbox.gates.main expectation OUT`) its
+config holds
 `pre`, `post` (the run steps' store paths) and `oracles` ({"expect": ..., "accept": ...}, from
 `engine/candidate.py`); `trace verify` imports the same functions to judge a side on its own
 when the other side's build is broken, so the rules live in one place.

@@ -43,7 +43,11 @@ def redact(text: str, fragments: frozenset[str] = frozenset()) -> str:
     """The text with every rule applied in order (as engine.evidence.redact.redact_text), then
     every run of known secret fragments replaced."""
     for pattern, keep, marker in RULES:
-        text = pattern.sub(lambda m, k=keep, r=marker: (m.group(k) if k else "") + r, text)
+
+        def repl(m: re.Match[str], k: int = keep, r: str = marker) -> str:
+            return (m.group(k) if k else "") + r
+
+        text = pattern.sub(repl, text)
     return redact_fragments(text, fragments)
 
 

@@ -249,7 +249,7 @@ def isolated_reproducer(
 
 
 # --- one launcher serving a batch of runs ----------------------------------------------------
-# A batch of runs in one harness process (the variants gate's, engine/gates/core/variant_runs.py)
+# A batch of runs in one harness process (the variants gate's, trace_sandbox/gates/variant_runs.py)
 # would start one launcher interpreter per run: its start-up and imports (ctypes) cost more than
 # the rest of the launcher's work. `serving` starts ONE launcher for the batch instead, the same
 # program with the same empty environment, which forks a launcher per run: each fork is exactly
@@ -426,7 +426,7 @@ class serving:
 
 def launcher() -> str:
     """This file as the launcher runs it: its byte-compiled copy when the harness was compiled
-    (templates/verify/python-compiled.nix; the interpreter runs a .pyc given as the script
+    (templates/lib/sandbox.nix; the interpreter runs a .pyc given as the script
     without compiling anything; a .py script is compiled on every start, once per reproducer
     run), else the source."""
     me = os.path.abspath(__file__)

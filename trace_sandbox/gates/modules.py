@@ -1,23 +1,17 @@
-"""Load what the pipeline hands a gate: a stdlib-only script (the reproducer harness, the
-expectation gate's rules) as a module, from its store path, so the gate runs the very code the
-verify steps run, not a copy of it; and the JSON records of upstream steps."""
+"""Load what the pipeline hands a gate: a stdlib-only script (the expectation gate's rules) as
+a module, from its store path, so the gate runs the very code the verify steps run, not a copy
+of it; and the JSON records of upstream steps."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import sys
 from types import ModuleType
 from typing import Any
 
 
 def load_module(name: str, path: str, what: str) -> ModuleType:
-    """`path`: a .py file, or a directory of modules run as `python3 DIR` (DIR/__main__.py,
-    its siblings importable)."""
-    if os.path.isdir(path):
-        sys.path.insert(0, path)
-        path = os.path.join(path, "__main__.py")
+    """`path`: a stdlib-only .py file the pipeline hands the gate (the mutation gate's judge)."""
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise RuntimeError(f"cannot load {what} {path}")

@@ -1,21 +1,21 @@
-"""Entry point inside the Nix sandbox: `python3 -S -B -m trace_gates.main GATE OUT`.
+"""Entry point inside the Nix sandbox: `python3 -S -B -m trace_sandbox.gates.main GATE OUT`.
 
-`python3 -S -B -m trace_gates.main mutants OUTDIR` writes every mutant's patch series instead,
-`python3 -S -B -m trace_gates.main mutant-run OUTDIR` is a mutant-run step after its build: the
-check (stillborn, equivalent, not code: engine/gates/core/equiv.py), the reproducer's run, and
+`... mutants OUTDIR` writes every mutant's patch series instead,
+`... mutant-run OUTDIR` is a mutant-run step after its build: the
+check (stillborn, equivalent, not code: trace_sandbox/gates/equiv.py), the reproducer's run, and
 for a mutant the reproducer did not kill the PoC's variants (mutant_variants.py),
 `... patched-source SRC OUT` records where the patch landed (landing.py),
-`python3 -S -B -m trace_gates.main coverage-run` is the coverage variant's reproducer run,
-`python3 -S -B -m trace_gates.main variant-plan OUTDIR` writes the variants gate's plan,
+`... coverage-run` is the coverage variant's reproducer run,
+`... variant-plan OUTDIR` writes the variants gate's plan,
 `... variant-runs PLAN OUTDIR` runs every variant of it against one build (variant_runs.py), and
-`python3 -S -B -m trace_gates.main tests-record OUT` one side's package-test record, and
+`... tests-record OUT` one side's package-test record, and
 `... base-test-patches OUTDIR` the patches without their test files' sections (testfiles.py).
 
 `-S`: the gates are stdlib only, so the interpreter's site (its site-packages and their `.pth`
 files, which can run code at start-up) is never loaded into a gate. `-B`: the store is
 read-only. Each gate imports only its own modules (the imports are inside the functions), as
-byte-compiled once for every step in the shared `trace-gates` derivation on PYTHONPATH
-(templates/verify/python-compiled.nix): no gate compiles a module.
+byte-compiled once for every step in the shared `trace-sandbox` derivation on PYTHONPATH
+(templates/lib/sandbox.nix): no gate compiles a module.
 
 The gate's configuration comes as JSON in the environment variable TRACE_GATE_CONFIG (a
 derivation attribute, so it is part of the derivation's hash); the gate writes its GateRecord
@@ -41,7 +41,7 @@ def _read(path: str) -> str:
 
 def scope_gate(cfg: dict[str, Any]) -> dict[str, Any]:
     # each gate imports only its own modules: a gate is a process of its own, in a sandbox of its
-    # own, that loads what it imports (from the compiled trace-gates derivation)
+    # own, that loads what it imports (from the compiled trace-sandbox derivation)
     from .scope import DEFAULT_SCOPE, ScopePolicy
     from .scope import evaluate as scope_evaluate
 
@@ -70,7 +70,7 @@ def mutation_gate(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def coverage_gate(cfg: dict[str, Any]) -> dict[str, Any]:
-    from .coverage import evaluate
+    from .coverage_gate import evaluate
 
     return evaluate(cfg)
 
@@ -185,7 +185,9 @@ def main(argv: list[str]) -> int:
 
         return run(json.loads(os.environ["TRACE_GATE_CONFIG"]))
     if len(argv) != 2 or argv[0] not in GATES:
-        print(f"usage: python3 -m trace_gates.main {{{','.join(GATES)}}} OUT", file=sys.stderr)
+        print(
+            f"usage: python3 -m trace_sandbox.gates.main {{{','.join(GATES)}}} OUT", file=sys.stderr
+        )
         return 2
     cfg = json.loads(os.environ["TRACE_GATE_CONFIG"])
     record = GATES[argv[0]](cfg)

@@ -175,31 +175,11 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         - regressed
     )
     weakened = (base or {}).get("base_tests", {}).get("weakened", [])
-    rules: list[str] = []
-    if not pre_units:
-        rules.append("regression.no-tests")
-    elif not passing:
-        rules.append("regression.none-pass-pre-fix")
-    elif regressions:
-        rules.append("regression.introduced")
-    if flaky:
-        rules.append("regression.flaky-test")
-    if weakened:
-        rules.append("regression.tests-weakened")
+    rules = _rules(bool(pre_units), bool(passing), bool(regressions), bool(flaky), bool(weakened))
     measurable = not {"regression.no-tests", "regression.none-pass-pre-fix"} & set(rules)
     kept = len(passing) - len(regressions)
     score = round(kept / len(passing), 6) if passing and measurable else None
-    summary = (
-        f"{len(pre_units)} tests; {len(passing)} pass pre-fix, {len(regressions)} of them fail "
-        "post-fix"
-        + (f" ({regressions[0]['test']}, {regressions[0]['side']})" if regressions else "")
-        + (f"; flaky (passed on a rerun): {', '.join(flaky)}" if flaky else "")
-        + (
-            f"; the patch weakens the package's tests ({len(weakened)} finding(s))"
-            if weakened
-            else ""
-        )
-    )
+    summary = _summary(len(pre_units), len(passing), regressions, flaky, weakened)
     return gate_record(
         "regression",
         rules,
@@ -232,6 +212,42 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             # never reached the tests), read by `trace decide` (engine/policy/signing.py)
             "pre_log_tail": str(pre.get("log_tail", "")) if pre_units and not passing else "",
         },
+    )
+
+
+def _rules(tests: bool, passing: bool, regressed: bool, flaky: bool, weakened: bool) -> list[str]:
+    """The regression gate's reason codes: at most one of the first three, then the others."""
+    rules: list[str] = []
+    if not tests:
+        rules.append("regression.no-tests")
+    elif not passing:
+        rules.append("regression.none-pass-pre-fix")
+    elif regressed:
+        rules.append("regression.introduced")
+    if flaky:
+        rules.append("regression.flaky-test")
+    if weakened:
+        rules.append("regression.tests-weakened")
+    return rules
+
+
+def _summary(
+    tests: int,
+    passing: int,
+    regressions: list[dict[str, str]],
+    flaky: list[str],
+    weakened: list[dict[str, Any]],
+) -> str:
+    return (
+        f"{tests} tests; {passing} pass pre-fix, {len(regressions)} of them fail "
+        "post-fix"
+        + (f" ({regressions[0]['test']}, {regressions[0]['side']})" if regressions else "")
+        + (f"; flaky (passed on a rerun): {', '.join(flaky)}" if flaky else "")
+        + (
+            f"; the patch weakens the package's tests ({len(weakened)} finding(s))"
+            if weakened
+            else ""
+        )
     )
 
 

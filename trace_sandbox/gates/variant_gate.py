@@ -313,6 +313,77 @@ def special_cased(
     return sorted(v for v, sides in undone.items() if set(NEIGHBOURS) <= sides)
 
 
+Record = dict[str, Any]
+REASONED = ("still-fails", "breaks-oracle", "regressed", "mishandled")
+
+
+def _status(post_rec: Record, pre_rec: Record, expect: Record, seen: Any) -> str:
+    """How one variant ended against the post-fix build (first match wins)."""
+    post_crash, pre_crash = crashes(post_rec), crashes(pre_rec)
+    if post_rec.get("build") == "failed" or not post_rec.get("target_ran"):
+        return "not-run"
+    if post_crash and (
+        any(same_bug(c, expect) for c in post_crash) or set(post_crash) - set(pre_crash)
+    ):
+        return "still-fails"
+    if post_crash:
+        return "other-crash"
+    if seen.broken:
+        return "breaks-oracle"
+    if seen.mishandled:
+        return "mishandled"
+    return "regressed" if seen.regressed else "survives"
+
+
+def _result(n: int, meta: Record, post_rec: Record, pre_rec: Record, declared: Record) -> Record:
+    """Variant n's entry in the record: what it is, its status and what it broke."""
+    seen = variant_judgement(post_rec, pre_rec, declared)
+    status = _status(post_rec, pre_rec, declared["expect"], seen)
+    broken = {"breaks-oracle": seen.broken, "mishandled": seen.mishandled}
+    return (
+        {"index": n}
+        | {k: meta[k] for k in ("id", "operator", "unit", "description", "files")}
+        | {
+            "status": status,
+            "post_crash": crashes(post_rec),
+            "pre_crash": crashes(pre_rec),
+            "broken": (broken | {"regressed": seen.regressed}).get(status, []),
+            "bad_input": _bad_input(pre_rec, declared["expect"]),
+        }
+    )
+
+
+def _blocking(plan: Record, results: list[Record], poc_post: list[Record]) -> list[str]:
+    """The reason the gate measured nothing (at most one)."""
+    if not plan["poc"]["target_ran"]:
+        return ["variants.no-poc"]
+    if not results:
+        return ["variants.none-generated"]
+    if any(r.get("build") == "failed" or crashes(r) for r in poc_post) or not poc_post:
+        return ["variants.post-fix-fails"]
+    if all(r["status"] == "not-run" for r in results):
+        return ["variants.none-run"]
+    return []
+
+
+def _summary(results: list[Record], by: dict[str, list[Record]], special: list[int]) -> str:
+    still = by["bundled"]
+    summary = f"{len(results)} variants of the PoC; {len(by['still-fails'])} still crash post-fix"
+    if by["breaks-oracle"]:
+        summary += f", {len(by['breaks-oracle'])} break a declared post-fix oracle"
+    if by["mishandled"]:
+        summary += f", {len(by['mishandled'])} bad input(s) not handled as the PoC"
+    if by["regressed"]:
+        summary += f", {len(by['regressed'])} good input(s) the fix made fail"
+    if still:
+        summary += f" (replay: variants/{still[0]['id']}/, {still[0]['description']}"
+        summary += f": {still[0]['broken'][0]})" if still[0]["broken"] else ")"
+    summary += f"; {sum(bool(r['pre_crash']) for r in results)} crash pre-fix"
+    if special:
+        summary += f"; the fix's effect vanishes when the PoC's value {special[0]} moves by one"
+    return summary
+
+
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg: plan (dir), post and pre (variant run dirs), post_runs (the PoC's post-fix run
     dirs), expect (the candidate's [expect]), oracles (its {expect, accept}), policy."""
@@ -332,73 +403,20 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     if sorted(post) != want or sorted(pre) != want:
         raise ValueError(f"variant runs {sorted(post)}/{sorted(pre)} do not match the plan {want}")
     poc_post = [load_json_object(os.path.join(d, "outcome.json")) for d in cfg["post_runs"]]
-    results = []
-    for n in want:
-        meta, post_rec = post[n]
-        _, pre_rec = pre[n]
-        post_crash, pre_crash = crashes(post_rec), crashes(pre_rec)
-        seen = variant_judgement(post_rec, pre_rec, declared)
-        if post_rec.get("build") == "failed" or not post_rec.get("target_ran"):
-            status = "not-run"
-        elif post_crash and (
-            any(same_bug(c, expect) for c in post_crash) or set(post_crash) - set(pre_crash)
-        ):
-            status = "still-fails"
-        elif post_crash:
-            status = "other-crash"
-        elif seen.broken:
-            status = "breaks-oracle"
-        elif seen.mishandled:
-            status = "mishandled"
-        elif seen.regressed:
-            status = "regressed"
-        else:
-            status = "survives"
-        results.append(
-            {
-                "index": n,
-                "id": meta["id"],
-                "operator": meta["operator"],
-                "unit": meta["unit"],
-                "description": meta["description"],
-                "files": meta["files"],
-                "status": status,
-                "post_crash": post_crash,
-                "pre_crash": pre_crash,
-                "broken": {
-                    "breaks-oracle": seen.broken,
-                    "mishandled": seen.mishandled,
-                    "regressed": seen.regressed,
-                }.get(status, []),
-                "bad_input": _bad_input(pre_rec, declared["expect"]),
-            }
-        )
-    rules: list[str] = []
-    if not plan["poc"]["target_ran"]:
-        rules.append("variants.no-poc")
-    elif not results:
-        rules.append("variants.none-generated")
-    elif (
-        any(r.get("build") == "failed" for r in poc_post)
-        or any(crashes(r) for r in poc_post)
-        or not poc_post
-    ):
-        rules.append("variants.post-fix-fails")
-    elif all(r["status"] == "not-run" for r in results):
-        rules.append("variants.none-run")
+    results = [_result(n, post[n][0], post[n][1], pre[n][1], declared) for n in want]
+    rules = _blocking(plan, results, poc_post)
     special = special_cased(results, plan, poc_post, post, pre) if not rules else []
     for r in results:
         facts = post[r["index"]][0].get("field") or {}
         neighbour = facts.get("value") in special and facts.get("neighbour") in NEIGHBOURS
         if r["status"] == "survives" and neighbour:
             r["status"] = "special-cased"
-    crashing = [r for r in results if r["status"] == "still-fails"]
-    breaking = [r for r in results if r["status"] == "breaks-oracle"]
-    still = [r for r in results if r["status"] in BUNDLED]
+    by = {s: [r for r in results if r["status"] == s] for s in REASONED}
+    by["bundled"] = still = [r for r in results if r["status"] in BUNDLED]
+    crashing, breaking = by["still-fails"], by["breaks-oracle"]
+    regressing, mishandling = by["regressed"], by["mishandled"]
     if not rules and crashing:
         rules.append("variants.still-fails")
-    regressing = [r for r in results if r["status"] == "regressed"]
-    mishandling = [r for r in results if r["status"] == "mishandled"]
     if not rules or set(rules) <= {"variants.still-fails"}:
         rules += ["variants.breaks-oracle"] if breaking else []
         rules += ["variants.mishandled"] if mishandling else []
@@ -411,19 +429,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         if judged and measurable
         else None
     )
-    summary = f"{len(results)} variants of the PoC; {len(crashing)} still crash post-fix"
-    if breaking:
-        summary += f", {len(breaking)} break a declared post-fix oracle"
-    if mishandling:
-        summary += f", {len(mishandling)} bad input(s) not handled as the PoC"
-    if regressing:
-        summary += f", {len(regressing)} good input(s) the fix made fail"
-    if still:
-        summary += f" (replay: variants/{still[0]['id']}/, {still[0]['description']}"
-        summary += f": {still[0]['broken'][0]})" if still[0]["broken"] else ")"
-    summary += f"; {sum(bool(r['pre_crash']) for r in results)} crash pre-fix"
-    if special:
-        summary += f"; the fix's effect vanishes when the PoC's value {special[0]} moves by one"
+    summary = _summary(results, by, special)
     return gate_record(
         "variants",
         rules,

@@ -29,13 +29,11 @@ into those per-variant directories for the gates (variant_gate, mutant_variants,
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import sys
 import tempfile
-import threading
 from types import ModuleType
 from typing import Any
 
@@ -48,33 +46,19 @@ SCHEMA = "trace.variant-runs/v1"
 PARALLEL = 4
 
 
-_LOADED: dict[str, ModuleType] = {}
-_LOADING = threading.Lock()
+def harness() -> ModuleType:
+    """The verify harness's entry module (trace_sandbox.harness.main), imported on first use
+    only: a gate that runs no reproducer does not pay for the harness's imports."""
+    from ..harness import main
 
-
-def harness(path: str) -> ModuleType:
-    """The verify harness at `path` (its `__main__.py`, beside its own modules), loaded once."""
-    with _LOADING:
-        if path not in _LOADED:
-            if path not in sys.path:
-                sys.path.insert(0, path)
-            spec = importlib.util.spec_from_file_location(
-                "trace_harness", os.path.join(path, "__main__.py")
-            )
-            if spec is None or spec.loader is None:
-                raise ImportError(f"no verify harness at {path}")
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            _LOADED[path] = module
-        return _LOADED[path]
+    return main
 
 
 def launcher_server() -> Any:
     """ONE launcher process for the reproducer runs of this process (the harness's `serving`,
     for the derivation's harness and this interpreter): a launcher interpreter per run cost more
     than the rest of the launcher's work."""
-    module = harness(os.environ["harness"])  # noqa: SIM112 (a derivation attribute)
-    return module.serving(os.path.realpath(sys.executable))
+    return harness().serving(os.path.realpath(sys.executable))
 
 
 def run_harness(variant: str, out: str, *, hide: str = "", runs: str | None = None) -> None:
@@ -91,7 +75,7 @@ def run_harness(variant: str, out: str, *, hide: str = "", runs: str | None = No
     if runs:
         env["only"] = runs
     try:
-        harness(env["harness"]).run(env)
+        harness().run(env)
     finally:
         remove(tmp)
 
