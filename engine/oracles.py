@@ -7,11 +7,9 @@ engine/candidate.py.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from engine.relation import Relation
 
 SIGNALS = {
     "SIGHUP": 1,
@@ -117,8 +115,10 @@ def _known_signal(v: str | None) -> str | None:
     return v
 
 
-class InvocationOracle(Oracle):
-    """An oracle for the target invocations it selects (all selectors given must match)."""
+class Selectors(Strict):
+    """Which target invocations something applies to: every selector given must match."""
+
+    WHAT: ClassVar[str] = "a per-invocation oracle"
 
     target: str | None = Field(default=None, description="the program, 'bin/NAME' or 'NAME'")
     args: str | None = Field(
@@ -138,16 +138,48 @@ class InvocationOracle(Oracle):
         return _regex(v)
 
     @model_validator(mode="after")
-    def _selects(self) -> InvocationOracle:
+    def _selects(self) -> Selectors:
         if self.target is None and self.args is None and self.index is None:
-            raise ValueError("a per-invocation oracle needs a selector: target, args or index")
+            raise ValueError(f"{self.WHAT} needs a selector: target, args or index")
         return self
+
+
+class InvocationOracle(Oracle, Selectors):
+    """An oracle for the target invocations it selects (all selectors given must match)."""
+
+
+class RelationSide(Selectors):
+    """The invocations one side of a relation reads (in natural order of their arguments,
+    concatenated), and which of their streams."""
+
+    WHAT: ClassVar[str] = "a relation side"
+
+    stream: Literal["stdout", "stdin"] = Field(
+        default="stdout", description="what the side's invocations printed, or what they read"
+    )
+
+
+class Relation(Strict):
+    """A relation oracle (`[[accept.relation]]`, `[[expect.relation]]`): two sides and how their
+    texts relate, where no golden output exists (the paginator's pages 1..k of n items, in page
+    order, are the n items on one page). `equal`: a's text is b's; `permutation`: the same lines
+    in another order; `prefix`: a's text starts b's; a round trip is `equal` between the
+    encoder's `stdin` and the decoder's `stdout`. In [accept] every relation must hold on the
+    patched target; in [expect] it is one the unpatched target BREAKS (the bug, as `not_golden`
+    is for one output). Judged in the sandbox (trace_sandbox/gates/oracle.py)."""
+
+    a: RelationSide
+    b: RelationSide
+    relation: Literal["equal", "permutation", "prefix"] = Field(
+        description="equal: a's text is b's; permutation: the same lines in another order; "
+        "prefix: a's text starts b's"
+    )
 
 
 class Expectation(Oracle):
     """[expect]: how the UNPATCHED target must misbehave. Top-level fields: some invocation
     meets them all; [[expect.invocation]]: every invocation each selects meets it;
-    [[expect.relation]]: a relation the unpatched target breaks (engine/relation.py)."""
+    [[expect.relation]]: a relation the unpatched target breaks (`Relation`)."""
 
     invocation: list[InvocationOracle] = Field(
         default_factory=list, description="per-invocation oracles ([[expect.invocation]])"

@@ -506,7 +506,7 @@ def describe(record: Record) -> str:
     return f"target survived ({len(record.get('invocations') or [])} invocation(s), all exit 0)"
 
 
-# ---- relations between invocations (engine/relation.py declares them) ---------------------------
+# ---- relations between invocations (engine/oracles.py `Relation` declares them) ---------------
 
 
 def _natural(i: Record) -> list[tuple[int, int | str]]:
