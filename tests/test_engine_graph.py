@@ -290,7 +290,7 @@ def test_a_kind_s_default_inputs_reach_every_step_unless_it_names_its_own(tmp_pa
         "c": {},
     }
     # the default input enters the step's key: a change to it reruns every step of the kind
-    from engine.run import components
+    from engine.plan import components
 
     before = components(g, g.steps["a"], {})["inputs"]
     (tmp_path / "data" / "lib.txt").write_text("changed")

@@ -20,7 +20,8 @@ from engine.candidate import load_candidate
 from engine.graph import load_graph
 from engine.hashing import key_digest
 from engine.model import Graph
-from engine.run import components, run_graph
+from engine.plan import components
+from engine.run import run_graph
 from engine.verify.pipeline import verify_context
 
 REPO = Path(__file__).resolve().parent.parent
