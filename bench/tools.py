@@ -161,7 +161,7 @@ def render_all(project: Project) -> Expression:
     from engine import expression
     from engine.graph import load_graph
     from engine.hashing import key_digest
-    from engine.run import components
+    from engine.plan import components
 
     graph = load_graph(project.graph, root=project.root)
     keys: dict[str, str] = {}
