@@ -38,11 +38,14 @@ def register(sub: Any) -> None:
 
 def _check_outside(out: Path, bundles: list[Path]) -> None:
     from engine.errors import InputError
+    from engine.paths import cli
 
     for bundle in bundles:
         if not bundle.is_dir():
             raise InputError(
-                "not a bundle directory", file=bundle, hint="pass a directory `trace bundle` wrote"
+                "not a bundle directory",
+                file=bundle,
+                hint=f"pass a directory `{cli('bundle')}` wrote",
             )
         if out.resolve().is_relative_to(bundle.resolve()):
             raise InputError(

@@ -65,7 +65,7 @@ def make_source(args: argparse.Namespace) -> Source | None:
         raise UsageError(
             f"--source {args.source} is not a source directory in {STORE}",
             hint="`nix run .#verify` passes the fork flake's own source (`self`); run "
-            "`trace fork` without --source to verify the work tree",
+            f"`{cli('fork')}` without --source to verify the work tree",
         )
     if not args.system:
         raise UsageError("--source needs --system (the system to import the package set for)")
