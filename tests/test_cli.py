@@ -109,3 +109,22 @@ def test_jobs_below_one_are_refused_before_any_work(
     assert proc.returncode == 2, proc.stderr
     assert "-j/--jobs" in proc.stderr and "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_verify_names_the_steps_that_did_not_build() -> None:
+    """A gate whose step failed is missing from the verify table and `decide` refuses the
+    candidate: `trace verify` says which steps did not build, never hides them."""
+    from engine.cli.verify import unbuilt_lines
+    from engine.run import RunResult, StepResult
+
+    steps = {
+        "post-fix": StepResult(id="post-fix", key="k", status="built"),
+        "mutant-run@5": StepResult(
+            id="mutant-run@5", key="k", status="failed", log_tail="x\nerror: lock held"
+        ),
+        "gate-mutation": StepResult(id="gate-mutation", key="k", status="skipped"),
+    }
+    assert unbuilt_lines(RunResult(graph="g", steps=steps)) == [
+        "NOT BUILT mutant-run@5 (failed): error: lock held",
+        "NOT BUILT gate-mutation (skipped): no log",
+    ]

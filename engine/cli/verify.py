@@ -28,6 +28,7 @@ from engine.verify.pipeline import find_fork
 
 if TYPE_CHECKING:
     from engine.pipeline.models import Judged
+    from engine.run import RunResult
     from engine.verify_result import VerifyResult
 
 
@@ -151,6 +152,17 @@ def _bundle(
     return 1 if outcome.denied else 0
 
 
+def unbuilt_lines(run: RunResult) -> list[str]:
+    """Steps of the run that did not build (a gate whose step failed is missing from the table,
+    and `decide` refuses the candidate until a run builds it): said, never hidden."""
+    out = []
+    for r in run.steps.values():
+        if r.status in ("failed", "skipped"):
+            why = (r.log_tail or "").strip().splitlines()
+            out.append(f"NOT BUILT {r.id} ({r.status}): {why[-1] if why else 'no log'}")
+    return out
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     if (args.sign or args.key) and args.bundle is None:
         from engine.errors import UsageError
@@ -210,7 +222,7 @@ def _verify(args: argparse.Namespace, fork: Path) -> tuple[int, Judged, list[Pat
     else:
         print_table(result)
         print(f"result: {out}")
-    for line in rebuild_lines(verified.run):
+    for line in [*rebuild_lines(verified.run), *unbuilt_lines(verified.run)]:
         print(line, file=sys.stderr)
     status = 0 if result.passed and not verified.run.rebuilt_differently else 1
     written = [out]
