@@ -52,7 +52,7 @@ def answered_text(project: Path, mode: str) -> str:
     db = sqlite3.connect(project / ".trace" / "state.db")
     try:
         if mode == "FAST":
-            (outs,) = db.execute("SELECT outs FROM fastpath_v2").fetchone()
+            (outs,) = db.execute("SELECT outs FROM fastpath_v3").fetchone()
             out = dict(json.loads(outs))["a"]
         else:
             (key,) = db.execute("SELECT key FROM last_keys WHERE step_id = 'a'").fetchone()
