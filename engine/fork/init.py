@@ -114,7 +114,8 @@ def _nix(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
         )
     except FileNotFoundError:
         raise UsageError(
-            f"{args[0]} is not on PATH", hint="run trace init where Nix is installed"
+            f"{args[0]} is not on PATH",
+            hint="run `trace init` (or `nix run <trace>#init`) where Nix is installed",
         ) from None
     except subprocess.TimeoutExpired:
         raise TraceError(f"{' '.join(args[:3])} took longer than {NIX_DEADLINE:.0f} s") from None
@@ -131,7 +132,8 @@ def has_trace_input(root: Path, flake: Path) -> bool:
         raise InputError(
             f"cannot evaluate {flake}: {proc.stderr.strip()[-600:]}",
             file=flake,
-            hint="fix the flake so `nix flake show` works, then run trace init again",
+            hint="fix the flake so `nix flake show` works, then run `trace init` (or "
+            "`nix run <trace>#init`) again",
         )
     return bool(json.loads(proc.stdout))
 
@@ -238,7 +240,8 @@ def init_fork(
         if proc.returncode != 0:
             raise TraceError(
                 f"`nix flake lock` failed in {root}:\n{proc.stderr.strip()[-2000:]}",
-                hint="check inputs.trace.url in flake.nix, then run trace init again",
+                hint="check inputs.trace.url in flake.nix, then run `trace init` (or "
+                "`nix run <trace>#init`) again",
             )
         stage(root, ["flake.lock"])
         staged.insert(1, "flake.lock")
