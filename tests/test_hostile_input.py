@@ -450,17 +450,32 @@ CASES: dict[str, Case] = {
 }
 
 
-def _existing_state(project: Path, fork: bool) -> None:
-    """Give the project a state directory with content, as earlier runs leave it: a real
-    `trace run` of a good graph (an engine project), or an index with a recorded key, a
+@pytest.fixture(scope="module")
+def built_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One engine project after a real `trace run` of a good graph, built once for the module:
+    each engine-project case copies its state directory instead of building again."""
+    project = tmp_path_factory.mktemp("built") / "p"
+    project.mkdir()
+    shutil.copytree(MINIPKGS, project / "ok" / "pkgs")
+    (project / "ok" / "text.nix.j2").write_text(TEXT_TEMPLATE)
+    kinds = KINDS.replace('"pkgs"', '"ok/pkgs"').replace("templates/", "ok/")
+    (project / "ok.toml").write_text(kinds + STEP)
+    proc = _run(["run", "ok.toml", "-q"], project)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return project
+
+
+def _existing_state(project: Path, fork: bool, request: pytest.FixtureRequest) -> None:
+    """Give the project a state directory with content, as earlier runs leave it: the state of
+    a real `trace run` of a good graph (an engine project), or an index with a recorded key, a
     stat cache and a generated file (a fork: a real verify is minutes)."""
     if not fork:
-        shutil.copytree(MINIPKGS, project / "ok" / "pkgs")
-        (project / "ok" / "text.nix.j2").write_text(TEXT_TEMPLATE)
-        kinds = KINDS.replace('"pkgs"', '"ok/pkgs"').replace("templates/", "ok/")
-        (project / "ok.toml").write_text(kinds + STEP)
-        proc = _run(["run", "ok.toml", "-q"], project)
-        assert proc.returncode == 0, proc.stderr.decode()
+        built: Path = request.getfixturevalue("built_state")
+        shutil.copytree(built / "ok", project / "ok")
+        shutil.copy2(built / "ok.toml", project / "ok.toml")
+        shutil.copytree(built / ".trace", project / ".trace", symlinks=True)
+        roots = gcroot_folder(built / ".trace")  # outside the state dir, one per state path
+        shutil.copytree(roots, gcroot_folder(project / ".trace"), symlinks=True)
         return
     from engine.cache import Index
     from engine.hashing import StatCache
@@ -474,10 +489,23 @@ def _existing_state(project: Path, fork: bool) -> None:
     (project / ".trace" / "build" / "earlier.nix").write_text("{ }\n")
 
 
-@pytest.mark.parametrize("state", ["fresh", "existing-state-dir"])
-@pytest.mark.parametrize("name", list(CASES))
+def _case_states() -> list[object]:
+    """Every case on a fresh and on an existing state directory. An engine project's existing
+    state comes from a real `trace run`, so those are marked `nix` (--all); one of them is on
+    the fast tier's FAST_NIX list (tests/conftest.py)."""
+    params: list[object] = []
+    for name, case in CASES.items():
+        params.append(pytest.param(name, "fresh", id=f"{name}-fresh"))
+        marks = () if case.fork else (pytest.mark.nix,)
+        params.append(
+            pytest.param(name, "existing-state-dir", marks=marks, id=f"{name}-existing-state-dir")
+        )
+    return params
+
+
+@pytest.mark.parametrize(("name", "state"), _case_states())
 def test_hostile_input_exits_2_names_the_file_and_writes_nothing(
-    name: str, state: str, tmp_path: Path
+    name: str, state: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     case = CASES[name]
     project = tmp_path / "p"
@@ -485,7 +513,7 @@ def test_hostile_input_exits_2_names_the_file_and_writes_nothing(
     if state != "fresh":
         if case.where.startswith("--state-dir"):
             pytest.skip("the case is about the state directory itself")
-        _existing_state(project, case.fork)
+        _existing_state(project, case.fork, request)
     existed = (project / ".trace").exists()
     before = _snapshot(tmp_path)
     proc = _run(argv, project)  # raises TimeoutExpired on a hang
