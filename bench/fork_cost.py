@@ -46,7 +46,7 @@ from engine.graph import load_graph  # noqa: E402
 from engine.hashing import StatCache  # noqa: E402
 from engine.nix import Nix  # noqa: E402
 from engine.signing.keys import keygen  # noqa: E402
-from engine.verify.pipeline import project_root, verify_context  # noqa: E402
+from engine.verify.fork_graph import project_root, verify_context  # noqa: E402
 
 Clock = dict[str, float]
 

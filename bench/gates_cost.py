@@ -39,9 +39,9 @@ sys.path.insert(0, str(REPO))
 
 from engine.candidate import load_candidate  # noqa: E402
 from engine.graph import load_graph  # noqa: E402
-from engine.model import Graph  # noqa: E402
+from engine.graphtypes import Graph  # noqa: E402
 from engine.run import run_graph  # noqa: E402
-from engine.verify.pipeline import verify_context  # noqa: E402
+from engine.verify.fork_graph import verify_context  # noqa: E402
 
 BASE_STEPS = ("pre-fix", "post-fix", "pre-fix-run", "post-fix-run")
 GOAL = 3.0  # issue 10: the whole verify of one C candidate, cold, <= 3x the base

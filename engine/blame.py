@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.errors import InputError, NixError
-from engine.model import Graph
+from engine.graphtypes import Graph
 
 # A failing evaluation of some prefix: (rc, stderr).
 Evaluate = Callable[[list[str]], tuple[int, str]]

@@ -16,8 +16,8 @@ from engine import expression
 from engine.cache import Index, IndexView
 from engine.errors import NixError
 from engine.files import write_atomic
+from engine.graphtypes import Graph
 from engine.hashing import digest_bytes
-from engine.model import Graph
 from engine.plan import Plan, plan
 
 # Generated Nix files kept in STATE/build (the newest); `trace gc` removes them all.

@@ -24,7 +24,7 @@ from typing import Any
 
 from engine import hostpaths
 from engine.errors import InputError
-from engine.model import Graph, InputRef, Step
+from engine.graphtypes import Graph, InputRef, Step
 from engine.render import NixExpr, nix_path, nix_string, render
 
 # An upstream step, rendered here or not, as downstream templates see it: Nix's own reading of

@@ -17,6 +17,7 @@ from engine.errors import InputError
 from engine.graphfile import File, load_files, resolve_in, suggest
 from engine.graphfile import find_line as find_line  # re-exported: engine.graph is its old home
 from engine.graphparams import TYPE_NAMES, Resolver, check_type, resolve_params
+from engine.graphtypes import Graph, InputRef, Kind, NixConfig, Param, Step
 from engine.hashing import StatCache, digest_bytes
 from engine.loader import (
     check_path,
@@ -24,7 +25,6 @@ from engine.loader import (
     read_text,
     resolve,
 )
-from engine.model import Graph, InputRef, Kind, NixConfig, Param, Step
 from engine.paths import key_source_paths
 from engine.spec import (
     FORBIDDEN_OPTIONS,

@@ -12,8 +12,8 @@ from typing import Any
 
 from engine.errors import InputError
 from engine.graphfile import File, resolve_in, shipped, suggest
+from engine.graphtypes import InputRef, Kind, Param
 from engine.hashing import StatCache, tree_digest
-from engine.model import InputRef, Kind, Param
 from engine.paths import PREFIX
 from engine.spec import ParamSpec, StepSpec, VarRef
 

@@ -34,14 +34,14 @@ from typing import Any
 
 from engine import userkey
 from engine.errors import InputError
+from engine.graphtypes import Graph, InputRef
 from engine.hashing import StatCache, digest_bytes, tree_digest
 from engine.loader import read_bytes, read_text, resolve
-from engine.model import Graph, InputRef
 from engine.readonly import read_only_connection
 
 TABLE = "CREATE TABLE IF NOT EXISTS load_cache (name TEXT PRIMARY KEY, mac TEXT, payload BLOB)"
-FORMAT = 5  # 2: the graph as dataclasses (engine/model.py); 3: + unique trees; 4: sources first;
-# 5: kinds' default inputs
+FORMAT = 5  # 2: the graph as dataclasses (engine/graphtypes.py); 3: + unique trees;
+# 4: sources first; 5: kinds' default inputs
 
 
 def key_file() -> Path | None:

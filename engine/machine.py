@@ -7,7 +7,7 @@ Where substituters, trusted keys and builders come from, in order:
    `/etc/trace/machine.toml`: each setting it gives replaces Nix's own;
 2. otherwise the machine's Nix configuration (`/etc/nix/nix.conf`, `NIX_CONFIG` ...), as it is.
 
-A pipeline file can set none of them (engine/model.py FORBIDDEN_OPTIONS), and whatever the
+A pipeline file can set none of them (engine/graphtypes.py FORBIDDEN_OPTIONS), and whatever the
 configuration says, trace passes `require-sigs = true` on every Nix call (engine/nix.py), so a
 substituted path is accepted only with a signature by a key in `trusted-public-keys`. A machine
 config that turns signatures off or lists a cache without a trusted key is refused (exit 2).

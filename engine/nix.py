@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import NixError
+from engine.graphtypes import NixConfig
 from engine.machine import Machine, load_machine
-from engine.model import NixConfig
 
 _BUILDING = re.compile(r"^building '(/nix/store/[^']+\.drv)'(?: on '([^']+)')?")
 _COPYING = re.compile(r"^copying path '(/nix/store/[^']+)' from '([^']+)'")

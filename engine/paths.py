@@ -42,7 +42,7 @@ def resolve_ref(value: str, base: Path) -> Path:
 # key, so a changed engine never answers from results an older engine built (even without a
 # version bump, as in a development checkout).
 KEY_SOURCES = (
-    "model.py",
+    "graphtypes.py",
     "spec.py",
     "graph.py",
     "graphfile.py",

@@ -15,8 +15,8 @@ from typing import Any
 
 from engine import __version__
 from engine.cache import CachedResult, IndexView
+from engine.graphtypes import Graph, InputRef, Step
 from engine.hashing import digest_bytes, key_digest
-from engine.model import Graph, InputRef, Step
 
 
 @dataclass(kw_only=True)

@@ -10,7 +10,7 @@ from typing import Literal, Protocol
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from engine.model import Graph
+    from engine.graphtypes import Graph
     from engine.nix import Nix, RealiseReport
 
 

@@ -3,7 +3,7 @@
 A pipeline file declares step *kinds* (template + typed parameters) and *steps* (instances of a
 kind with parameters, the steps they need and the files they read). `trace schema` exports
 `PipelineFile.model_json_schema()` for TOML editors. Loading (engine/graph.py) validates files
-with these and resolves them into the graph of engine/model.py, which flows onward.
+with these and resolves them into the graph of engine/graphtypes.py, which flows onward.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from engine.model import ParamType
+from engine.graphtypes import ParamType
 
 ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 

@@ -8,7 +8,7 @@ from typing import Any
 from engine.candidate import load_candidate
 from engine.graph import load_graph
 from engine.run import RunResult, run_graph
-from engine.verify.pipeline import verify_context
+from engine.verify.fork_graph import verify_context
 
 REPO = Path(__file__).resolve().parent.parent
 FORK = REPO / "tests" / "fixtures" / "fork"

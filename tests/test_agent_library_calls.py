@@ -1,6 +1,6 @@
 """`trace land` and `trace draft` call the library, not `engine.cli.main([...])` with its output
-parsed: land checks the bundle with engine.bundle_verify.verifier, draft decides with
-engine.bundle_verify.decide. What a failed verdict, a bad input and a decision become, with the
+parsed: land checks the bundle with engine.audit.verifier, draft decides with
+engine.signoff.decide. What a failed verdict, a bad input and a decision become, with the
 library call made to fail or answer (the real bundles and decisions are in tests/test_draft.py)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from engine.agent import land
-from engine.bundle_verify.checks import BundleVerdict
-from engine.bundle_verify.signature import Check
+from engine.audit.checks import BundleVerdict
+from engine.audit.signature import Check
 from engine.errors import InputError
 
 
@@ -29,7 +29,7 @@ def _with(monkeypatch: pytest.MonkeyPatch, verify: Any) -> list[dict[str, Any]]:
         calls.append(kw)
         return verify
 
-    monkeypatch.setattr("engine.bundle_verify.verifier.make_verifier", make_verifier)
+    monkeypatch.setattr("engine.audit.verifier.make_verifier", make_verifier)
     return calls
 
 
@@ -70,7 +70,7 @@ def test_draft_decides_in_process_and_reads_the_typed_decision(
 
     seen: dict[str, Any] = {}
 
-    # the shape of engine.bundle_verify.decide.Decided: .decision.decision, .decision.reasons
+    # the shape of engine.signoff.decide.Decided: .decision.decision, .decision.reasons
     reasons = [SimpleNamespace(code="gate-scope-failed"), SimpleNamespace(code="review-missing")]
     decided = SimpleNamespace(decision=SimpleNamespace(decision="deny", reasons=reasons))
 
@@ -78,7 +78,7 @@ def test_draft_decides_in_process_and_reads_the_typed_decision(
         seen.update(kw, candidate=candidate)
         return decided
 
-    monkeypatch.setattr("engine.bundle_verify.decide.decide_candidate", decide_candidate)
+    monkeypatch.setattr("engine.signoff.decide.decide_candidate", decide_candidate)
     opts = DraftOptions(fork=tmp_path, state=tmp_path / "s", source=tmp_path, signing_policy=None)
     cand = tmp_path / "c" / "candidate.toml"
     assert decide_draft(cand, opts) == ("deny", ["gate-scope-failed", "review-missing"])
@@ -96,7 +96,7 @@ def test_a_draft_that_cannot_be_decided_is_bad_input_naming_the_candidate(
     def decide_candidate(candidate: Path, **kw: Any) -> Any:
         raise BusyError("the state directory is busy")
 
-    monkeypatch.setattr("engine.bundle_verify.decide.decide_candidate", decide_candidate)
+    monkeypatch.setattr("engine.signoff.decide.decide_candidate", decide_candidate)
     opts = DraftOptions(fork=tmp_path, state=tmp_path / "s", source=tmp_path)
     cand = tmp_path / "c" / "candidate.toml"
     with pytest.raises(InputError) as exc:

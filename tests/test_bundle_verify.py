@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from engine.bundle_verify.checks import BundleVerdict, verify_bundle
-from engine.bundle_verify.identity import IdentityPolicy, load_identity_policy
+from engine.audit.checks import BundleVerdict, verify_bundle
+from engine.audit.identity import IdentityPolicy, load_identity_policy
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
 from engine.evidence.bundle import Assembled, assemble, write_bundle
 from engine.evidence.payload import PayloadEntry, json_entry, text_entry
@@ -475,12 +475,15 @@ def test_every_reason_code_is_catalogued_and_documented() -> None:
     every redaction rule (so the user docs cannot drift from the code)."""
     import re
 
-    from engine.bundle_verify.reasons import REASONS
+    from engine.audit.reasons import REASONS
     from engine.evidence.redact import RULES
 
     repo = Path(__file__).resolve().parent.parent
     emitted: set[str] = set()
-    for f in (repo / "engine" / "bundle_verify").glob("*.py"):
+    for f in [
+        *(repo / "engine" / "audit").glob("*.py"),
+        *(repo / "engine" / "signoff").glob("*.py"),
+    ]:
         text = f.read_text()
         emitted |= set(
             re.findall(

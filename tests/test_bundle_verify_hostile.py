@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.bundle_verify.reasons import REASONS
+from engine.audit.reasons import REASONS
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
 from engine.evidence.statement import PAYLOAD_TYPE
 from engine.signing.keymode import sign_with_key
@@ -248,7 +248,7 @@ def test_the_statement_must_agree_with_the_replay_record(
 
 def test_replay_outside_git_says_so(tmp_path: Path) -> None:
     """`--replay` in a directory that is not a git checkout named "at None" before."""
-    from engine.bundle_verify.replay import _pin_problems
+    from engine.audit.replay import _pin_problems
     from engine.evidence.replay import FilePin, ForkPin, ReplayRecord
 
     (tmp_path / "c.toml").write_text("x")

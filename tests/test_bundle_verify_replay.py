@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.bundle_verify.checks import verify_bundle
-from engine.bundle_verify.identity import load_identity_policy
-from engine.bundle_verify.replay import replay_checks
-from engine.bundle_verify.signature import Check
+from engine.audit.checks import verify_bundle
+from engine.audit.identity import load_identity_policy
+from engine.audit.replay import replay_checks
+from engine.audit.signature import Check
 from engine.candidate import load_candidate
 from engine.evidence import PAYLOAD_DIR
 from engine.evidence.bundle import assemble, write_bundle

@@ -134,7 +134,7 @@ def test_the_drafted_candidate_bundles_and_verifies(
 ) -> None:
     """bundle -> verify-bundle: the model steps' transcripts, review and draft record are
     payload files, pinned in the replay record, and checked against each other."""
-    from engine.bundle_verify.transcripts import transcript_problems
+    from engine.audit.transcripts import transcript_problems
     from engine.evidence.replay import ReplayRecord
 
     key = world.fork.parent / "k"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.bundle_verify.consistency import record_checks
-from engine.bundle_verify.replay import replay_checks
+from engine.audit.consistency import record_checks
+from engine.audit.replay import replay_checks
 from engine.cli import main
 from engine.evidence import PAYLOAD_DIR, STATEMENT_FILE
 from engine.evidence.statement import Statement

@@ -237,7 +237,7 @@ def test_pipeline_cannot_turn_the_sandbox_off(tmp_path: Path, opt: str) -> None:
 
 
 def test_nix_calls_end_with_the_enforced_settings() -> None:
-    from engine.model import NixConfig
+    from engine.graphtypes import NixConfig
     from engine.nix import Nix
 
     args = Nix(NixConfig(options={"cores": "1"}, extra_sandbox_paths=["/usr"])).option_args()

@@ -17,7 +17,7 @@ import pytest
 
 from engine import nix as nixmod
 from engine.cli import main
-from engine.model import NixConfig
+from engine.graphtypes import NixConfig
 from engine.nix import Nix, batches, printable
 from tests.enginekit import make_project
 

@@ -147,7 +147,7 @@ def test_a_bundled_policy_that_is_not_the_decisions_disagrees(
 ) -> None:
     """A producer that bundles another policy than the one the decision names (the records
     checks, offline; a changed file after signing already fails its subject digest)."""
-    from engine.bundle_verify.consistency import record_checks
+    from engine.audit.consistency import record_checks
     from engine.evidence.statement import Statement
 
     _, bundle, _ = made

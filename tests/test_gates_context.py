@@ -14,8 +14,8 @@ from engine.candidate import load_candidate
 from engine.errors import PolicyError
 from engine.gates.context import gate_context, signing_policy_path
 from engine.graph import load_graph
-from engine.policy.signing import load_signing_rules
-from engine.verify.pipeline import verify_context
+from engine.policy.signing_decision import load_signing_rules
+from engine.verify.fork_graph import verify_context
 
 REPO = Path(__file__).resolve().parent.parent
 FORK = REPO / "tests" / "fixtures" / "fork"

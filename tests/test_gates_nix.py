@@ -17,9 +17,9 @@ import pytest
 
 from engine.candidate import load_candidate
 from engine.graph import load_graph
-from engine.policy.signing import load_signing_rules
+from engine.policy.signing_decision import load_signing_rules
 from engine.run import RunResult, run_graph
-from engine.verify.pipeline import verify_context
+from engine.verify.fork_graph import verify_context
 
 REPO = Path(__file__).resolve().parent.parent
 FORK = REPO / "tests" / "fixtures" / "fork"

@@ -18,11 +18,11 @@ import pytest
 from engine import expression
 from engine.candidate import load_candidate
 from engine.graph import load_graph
+from engine.graphtypes import Graph
 from engine.hashing import key_digest
-from engine.model import Graph
 from engine.plan import components
 from engine.run import run_graph
-from engine.verify.pipeline import verify_context
+from engine.verify.fork_graph import verify_context
 
 REPO = Path(__file__).resolve().parent.parent
 FORK = REPO / "tests" / "fixtures" / "fork"

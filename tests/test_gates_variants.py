@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from engine.errors import PolicyError
-from engine.policy.signing import load_signing_rules
+from engine.policy.signing_decision import load_signing_rules
 from trace_sandbox.gates.variant_gate import crashes, evaluate, write_plan
 from trace_sandbox.gates.variants import Invocation, generate, literal_tokens, script_of
 

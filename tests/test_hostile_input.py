@@ -631,7 +631,7 @@ def _loaders() -> dict[str, Callable[[Path], object]]:
     from engine.policy.critical import load_critical
     from engine.policy.reasons import load_catalogue
     from engine.policy.routing import load_routing
-    from engine.policy.signing import load_signing
+    from engine.policy.signing_decision import load_signing
     from engine.roles.agentfile import load_agent
 
     return {

@@ -80,7 +80,7 @@ def test_hints_in_a_fork_name_the_forks_command(
         assert f"`{FORK_CLI} keygen`" in (err.value.hint or "")
         assert "`trace keygen`" not in (err.value.hint or "")
     # the verify-bundle catalogue is read at import: in a fork's process, its form
-    code = "from engine.bundle_verify.reasons import REASONS; print(REASONS['bundle.unsigned'][1])"
+    code = "from engine.audit.reasons import REASONS; print(REASONS['bundle.unsigned'][1])"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout

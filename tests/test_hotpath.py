@@ -1,7 +1,7 @@
 """The hot path imports only what it uses: a `trace plan` or `trace run` whose graph comes from
 the load cache (nothing it was loaded from changed, engine/loadcache.py) imports no pydantic:
 pipeline files are validated by engine/spec.py as they are read, and the graph, plan and results
-that flow between modules are plain dataclasses (engine/model.py, engine/run.py,
+that flow between modules are plain dataclasses (engine/graphtypes.py, engine/run.py,
 engine/cache.py, engine/machine.py). Checked in the sys.modules of a fresh interpreter
 running the CLI; each test's first call is the control (a full load does import it). Timings live
 in bench/."""

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.bundle_verify.produce import BundleRequest, _sign
 from engine.errors import SigningError
 from engine.evidence.bundle import write_bundle
 from engine.signing import deadline as deadline_mod
 from engine.signing.deadline import Deadline
+from engine.signoff.produce import BundleRequest, _sign
 from tests.enginekit import verify_bundle_process
 from tests.sigstore_fake import TEST_ISSUER, FakeSigstore, shared
 from tests.test_bundle_verify import POLICY, assembled, run, write_policy

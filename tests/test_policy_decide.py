@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from engine.cli import main
-from engine.pipeline.models import Judged
+from engine.pipeline.values import Judged
 from engine.run import RunResult, StepResult
 from engine.verify_result import VerifyResult
 from tests.test_policy_signing import POLICY, gates_doc, verify_doc

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from engine.errors import PolicyError
-from engine.policy.evidence import Evidence
+from engine.policy.evidence_view import Evidence
 from engine.policy.reasons import Catalogue, load_catalogue
 from engine.policy.routing import RouteDecision, RouteFacts, load_routing, route
-from engine.policy.signing import (
+from engine.policy.signing_decision import (
     Decision,
     SigningPolicy,
     decide,

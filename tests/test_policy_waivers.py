@@ -16,7 +16,7 @@ from engine.policy.maintainers import NOBODY
 from engine.policy.reasons import Catalogue
 from engine.policy.routing import RouteDecision
 from engine.policy.signed_waiver import WaiverTrust
-from engine.policy.signing import SigningPolicy, load_signing
+from engine.policy.signing_decision import SigningPolicy, load_signing
 from engine.policy.waivers import WaiverSet, load_waivers
 from tests.test_policy_signing import POLICY, _gate, run_case, shipped_route
 from tests.waiverkit import (

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 import tests.test_bundle_verify as tbv
-from engine.bundle_verify.checks import BundleVerdict
-from engine.bundle_verify.signature import Check
+from engine.audit.checks import BundleVerdict
+from engine.audit.signature import Check
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE
 from engine.evidence.payload import text_entry
 from engine.report.render import unmachine, visible

@@ -18,7 +18,7 @@ from engine.agent.inputs import digest
 from engine.models.spec import ModelSpec, Request
 from engine.models.transcript import make_transcript
 from engine.policy.review import ReviewEvidence, ReviewRule, review_findings
-from engine.policy.signing import Decision, decide, load_signing
+from engine.policy.signing_decision import Decision, decide, load_signing
 from engine.policy.waivers import NO_WAIVERS
 from engine.roles.claims import payload_review, review_evidence
 from tests.test_policy_signing import POLICY, evidence, gates_doc, shipped_route, verify_doc
@@ -177,9 +177,9 @@ def test_a_bundle_of_the_replaced_version_still_matches_its_pins() -> None:
     """Bumping the signing policy for [review] keeps 1.1.0 (and the catalogue it named) under
     policy/history/: a statement pinning their digests passes verify-bundle's version and
     digest checks, and the decision re-run finds the file; another 1.1.0 text does not pass."""
-    from engine.bundle_verify.checks import policy_pin_check, policy_version_check
-    from engine.bundle_verify.consistency import _policy_files
-    from engine.bundle_verify.identity import load_identity_policy
+    from engine.audit.checks import policy_pin_check, policy_version_check
+    from engine.audit.consistency import _policy_files
+    from engine.audit.identity import load_identity_policy
     from engine.evidence.bundle import assemble
     from engine.evidence.payload import json_entry
     from tests.test_evidence import replay_record

@@ -30,8 +30,8 @@ import pytest
 from plumbum import local
 
 from engine.cli import main
+from engine.graphtypes import NixConfig
 from engine.machine import Machine
-from engine.model import NixConfig
 from engine.nix import Nix, check_groups, store_uri
 from tests.enginekit import make_project
 

@@ -25,8 +25,8 @@ import pytest
 from engine.cli import main
 from engine.errors import InputError
 from engine.evidence import PAYLOAD_DIR
+from engine.graphtypes import NixConfig
 from engine.machine import Machine, load_machine
-from engine.model import NixConfig
 from engine.nix import Nix
 from tests.enginekit import make_project
 from tests.storekit import delete_outputs, outputs

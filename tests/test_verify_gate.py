@@ -12,7 +12,7 @@ import pytest
 from engine.candidate import load_candidate
 from engine.graph import load_graph
 from engine.run import RunResult, StepResult
-from engine.verify.pipeline import find_fork, project_root, verify_context
+from engine.verify.fork_graph import find_fork, project_root, verify_context
 from engine.verify.verdict import judge
 from engine.verify_result import REASONS
 from trace_sandbox.gates import expectation, oracle

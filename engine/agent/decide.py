@@ -1,5 +1,5 @@
 """The signing policy's decision on a drafted candidate: what `trace decide` decides, in process
-(engine.bundle_verify.decide), with the record written beside the draft's other decisions."""
+(engine.signoff.decide), with the record written beside the draft's other decisions."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 def decide_draft(candidate: Path, opts: DraftOptions) -> tuple[str, list[str]]:
     """('allow' | 'deny', its reason codes), from the cached verify of this very candidate."""
-    from engine.bundle_verify.decide import decide_candidate
     from engine.errors import InputError
+    from engine.signoff.decide import decide_candidate
 
     out = opts.state / "decisions" / f"draft-{candidate.parent.name}.json"
     out.unlink(missing_ok=True)

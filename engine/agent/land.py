@@ -62,7 +62,7 @@ def _bundle_ok(bundle: Path, fork: Path, key: Path | None, identity: Path | None
     """[] when the bundle verifies as `trace verify-bundle --fork FORK` checks it; else why not."""
     import sys
 
-    from engine.bundle_verify.verifier import make_verifier
+    from engine.audit.verifier import make_verifier
 
     try:
         verdict = make_verifier(root=fork, identity=identity, keys=[key] if key else [])(bundle)
@@ -186,7 +186,7 @@ def land(
     """Make the candidate's branch on the fork; LandRefused (with its reasons) when it may not
     land."""
     from engine.candidate import load_candidate
-    from engine.verify.pipeline import find_fork
+    from engine.verify.fork_graph import find_fork
 
     cand = load_candidate(candidate)
     fork = (fork or find_fork(cand.path) or Path.cwd()).resolve()

@@ -58,7 +58,7 @@ def draft_target(target: Path, req: DraftRequest) -> tuple[DraftRecord, Path]:
     import shutil
 
     from engine.errors import TraceError, UsageError
-    from engine.verify.pipeline import find_fork
+    from engine.verify.fork_graph import find_fork
 
     fork = (req.fork or find_fork(target) or Path.cwd()).resolve()
     if not (fork / "trace.toml").is_file() and not (fork / "default.nix").is_file():

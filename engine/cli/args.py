@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from engine.graphtypes import Graph
     from engine.hashing import StatCache
-    from engine.model import Graph
     from engine.otel import StepClock
     from engine.run import RunResult
 

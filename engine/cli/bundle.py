@@ -54,8 +54,8 @@ def register(sub: Any) -> None:
 
 
 def _bundle(args: argparse.Namespace) -> int:
-    from engine.bundle_verify.produce import produce_bundle, report_lines
     from engine.cli.options import request_from_args
+    from engine.signoff.produce import produce_bundle, report_lines
 
     outcome = produce_bundle(
         request_from_args(

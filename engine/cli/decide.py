@@ -1,5 +1,5 @@
 """`trace decide CANDIDATE`: may this candidate's evidence be signed? allow/deny with every reason
-code (the library: engine.bundle_verify.decide)."""
+code (the library: engine.signoff.decide)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import UsageError
 
 if TYPE_CHECKING:
-    from engine.model import Graph
-    from engine.policy.signing import Decision, Reason
+    from engine.graphtypes import Graph
+    from engine.policy.signing_decision import Decision, Reason
     from engine.run import RunResult
 
 
@@ -130,7 +130,7 @@ def _decision_text(d: Decision, out: Path) -> str:
 def cmd_decide(args: argparse.Namespace) -> int:
     # a repeat with nothing changed replays the last run (engine/fork/warm.py)
     from engine.fork.warm import graph_reads, memoised, store_outs
-    from engine.verify.pipeline import find_fork
+    from engine.verify.fork_graph import find_fork
 
     cand = args.candidate
     fork = (args.fork or find_fork(cand) or cand.absolute().parent).resolve()
@@ -146,7 +146,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
 
 
 def _decide(args: argparse.Namespace, seen: list[tuple[Graph, RunResult]]) -> tuple[int, Path]:
-    from engine.bundle_verify.decide import decide_candidate
+    from engine.signoff.decide import decide_candidate
 
     decided = decide_candidate(
         args.candidate,

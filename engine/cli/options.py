@@ -10,10 +10,10 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.bundle_verify import DEFAULT_BUILDER
+from engine.signoff import DEFAULT_BUILDER
 
 if TYPE_CHECKING:
-    from engine.bundle_verify.produce import BundleRequest, Signed
+    from engine.signoff.produce import BundleRequest, Signed
 
 
 def add_signing_options(p: Any) -> None:
@@ -73,8 +73,8 @@ def request_from_args(args: argparse.Namespace, **fields: object) -> BundleReque
     """A request from the shared options plus the command's own."""
     import datetime as dt
 
-    from engine.bundle_verify.produce import BundleRequest
     from engine.errors import UsageError
+    from engine.signoff.produce import BundleRequest
 
     sign: Signed = "key" if args.key else "keyless" if args.sign else "no"
     today = None

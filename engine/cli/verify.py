@@ -2,7 +2,7 @@
 verdict, and with `--bundle` route, decide and write (and sign, when allowed) its bundle.
 
 The command line lives here, above both engine.verify (the pipeline) and the bundle producer, so
-that engine.verify never imports engine.bundle_verify.
+that engine.verify never imports engine.audit.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from engine.cli.args import (
 )
 from engine.paths import cli
 from engine.pipeline.verify import build_verify
-from engine.verify.pipeline import find_fork
+from engine.verify.fork_graph import find_fork
 
 if TYPE_CHECKING:
-    from engine.pipeline.models import Judged
+    from engine.pipeline.values import Judged
     from engine.run import RunResult
     from engine.verify_result import VerifyResult
 
@@ -133,8 +133,8 @@ def _bundle(
     policy: Path,
     verified: Judged,
 ) -> int:
-    from engine.bundle_verify.produce import produce_bundle, report_lines
     from engine.cli.options import request_from_args
+    from engine.signoff.produce import produce_bundle, report_lines
 
     outcome = produce_bundle(
         request_from_args(

@@ -7,12 +7,12 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.bundle_verify.verifier import DEFAULT_IDENTITY
+from engine.audit.verifier import DEFAULT_IDENTITY
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from engine.bundle_verify.checks import BundleVerdict
+    from engine.audit.checks import BundleVerdict
 
 
 def register(sub: Any) -> None:
@@ -50,7 +50,7 @@ def add_verify_options(v: Any) -> None:
 
 def verifier_from_args(args: argparse.Namespace) -> Callable[[Path], BundleVerdict]:
     """The library's verifier with the options of `add_verify_options`."""
-    from engine.bundle_verify.verifier import make_verifier
+    from engine.audit.verifier import make_verifier
 
     return make_verifier(
         root=args.root,
@@ -62,7 +62,7 @@ def verifier_from_args(args: argparse.Namespace) -> Callable[[Path], BundleVerdi
 
 
 def _verify_bundle(args: argparse.Namespace) -> int:
-    from engine.bundle_verify.report import print_json, print_table
+    from engine.audit.report import print_json, print_table
 
     verdict = verifier_from_args(args)(args.bundle)
     (print_json if args.json else print_table)(verdict)

@@ -1,5 +1,5 @@
 """`trace waive CANDIDATE CODE --justification TEXT --key KEY`: the argparse side; the work is
-engine.bundle_verify.waive.write_waiver."""
+engine.signoff.waive.write_waiver."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _date(value: str | None, flag: str) -> dt.date | None:
 
 
 def cmd_waive(args: argparse.Namespace) -> int:
-    from engine.bundle_verify.waive import write_waiver
+    from engine.signoff.waive import write_waiver
 
     done = write_waiver(
         args.candidate,

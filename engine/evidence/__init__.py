@@ -12,7 +12,7 @@ Layout of a bundle directory (everything below is written atomically, as one dir
 Modules: `payload` (typed payload entries and canonical forms), `redact` (documented redaction
 rules applied before anything is hashed), `replay` (the replay record), `statement` (in-toto +
 SLSA predicate), `bundle` (assembling and writing the directory). Lower layers only: this package
-imports nothing from `engine.signing` or `engine.bundle_verify`.
+imports nothing from `engine.signing` or `engine.audit`.
 """
 
 PAYLOAD_DIR = "payload"

@@ -53,14 +53,14 @@ from engine.evidence.payload import (
     text_entry,
 )
 from engine.evidence.replay import ModelPin, RunHost, SourcePin
-from engine.policy.evidence import SourceRef
+from engine.policy.evidence_view import SourceRef
 from engine.records import GateRecord
 from engine.run import RunResult
 from engine.verify_result import VerifyResult
 
 if TYPE_CHECKING:
     from engine.evidence.bundle import Assembled
-    from engine.model import Graph
+    from engine.graphtypes import Graph
 
 VERIFY_RESULT_PATH = "verify-result.json"
 GATES_DIR = "gates"
@@ -355,7 +355,7 @@ def policy_entries(signing_policy: Path) -> list[PayloadEntry]:
     sha256 is the digest the decision and the statement pin, so verify-bundle can re-run the
     decision offline with it and compare it with the fork's file), and the reason catalogue it
     names when that is a plain file name beside it (a fork's merged `reasons.toml`)."""
-    from engine.policy.signing import load_signing_rules
+    from engine.policy.signing_decision import load_signing_rules
 
     _, _, catalogue = load_signing_rules(signing_policy)
     files = [signing_policy]

@@ -23,11 +23,11 @@ from pydantic import ValidationError
 from engine.errors import InputError
 from engine.evidence.payload import PayloadEntry
 from engine.evidence.redact import redact_entry, redact_path
-from engine.policy.evidence import Evidence, SourceRef
+from engine.policy.evidence_view import Evidence, SourceRef
 from engine.policy.review import ReviewEvidence
 from engine.policy.routing import RouteDecision
 from engine.policy.signed_waiver import WaiverTrust
-from engine.policy.signing import Decision
+from engine.policy.signing_decision import Decision
 from engine.policy.waivers import WaiverSet
 from engine.records import GateRecord
 from engine.verify_result import VerifyResult
@@ -56,7 +56,7 @@ def signing_decision(
     """`trace decide` in-process: the signing policy over the verify result and gate records
     (`waivers`: the valid signed ones, from `waiver_set`)."""
     from engine.policy.registry import SIGNING, policy_dir
-    from engine.policy.signing import decide, load_signing
+    from engine.policy.signing_decision import decide, load_signing
     from engine.policy.waivers import NO_WAIVERS
 
     signing, catalogue = load_signing(policy or policy_dir() / SIGNING)
@@ -70,7 +70,7 @@ def signing_decision(
 def waiver_set(path: Path | None, policy: Path, trust: WaiverTrust) -> WaiverSet:
     """The waivers at `path` (none when None), checked against `trust` and the catalogue of
     the signing `policy`; invalid ones are ignored with a warning (engine.policy.waivers)."""
-    from engine.policy.signing import load_signing
+    from engine.policy.signing_decision import load_signing
     from engine.policy.waivers import NO_WAIVERS, load_waivers
 
     if path is None:

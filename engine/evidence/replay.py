@@ -9,7 +9,7 @@ records each step's content key, derivation and the sha256 of its canonical outc
 File pins are relative to the project root (for `trace verify`: the fork), or `trace:<path>` for
 trace's own shipped graphs and templates (wherever trace is installed), as graphs name them.
 The graph is loaded for a replay exactly as `trace verify` loads it: with
-`engine.verify.pipeline.verify_context(candidate, root, signing_policy)` (`context = "verify"`),
+`engine.verify.fork_graph.verify_context(candidate, root, signing_policy)` (`context = "verify"`),
 where `signing_policy` is the file the record pins (its thresholds are the gate steps' `policy`
 parameters, so they are part of the gate steps' keys): `trace:policy/signing.toml` for the
 shipped file, a path relative to the project root for a fork's own. A signing policy outside
@@ -26,8 +26,8 @@ from typing import Any, Final, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.errors import InputError
+from engine.graphtypes import Graph
 from engine.hashing import digest_json
-from engine.model import Graph
 from engine.paths import PREFIX, data_dir, resolve_ref
 from engine.run import RunResult
 

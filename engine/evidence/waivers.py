@@ -2,7 +2,7 @@
 byte for byte as the maintainer signed it) and `policy/maintainers.toml` (the maintainers policy
 whose keys they were checked against; its sha256 is the decision's `maintainers` digest, which
 the statement pins). verify-bundle re-verifies every waiver from these files alone
-(engine/bundle_verify/waivers.py)."""
+(engine/audit/waivers.py)."""
 
 from __future__ import annotations
 

@@ -18,10 +18,10 @@ from engine.fork.report import Outcome
 from engine.pipeline.build import build_fresh, judge_built
 from engine.pipeline.bundle import assemble, payload_entries
 from engine.pipeline.decide import decide
-from engine.pipeline.models import Decided, Judged
 from engine.pipeline.route import route
 from engine.pipeline.sign import key_hint_of, sign_keyless, sign_with_key
-from engine.verify.pipeline import project_root
+from engine.pipeline.values import Decided, Judged
+from engine.verify.fork_graph import project_root
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from engine.evidence.replay import RunHost
     from engine.fork.memo import Run
     from engine.fork.nixreads import NixReads
-    from engine.model import Graph
+    from engine.graphtypes import Graph
     from engine.run import RunResult
 
 BUILDER_ID = "urn:trace:builder:fork"  # docs/evidence.md
@@ -114,7 +114,7 @@ def _decide(
     from engine.evidence.decisions import waiver_set
     from engine.policy.registry import ROUTING, SIGNING
     from engine.policy.signed_waiver import waiver_trust
-    from engine.policy.signing import load_signing
+    from engine.policy.signing_decision import load_signing
     from engine.policy.waivers import NO_WAIVERS
 
     routing = route(judged.candidate, policy / ROUTING)
@@ -228,7 +228,7 @@ def _judged(
     against the store, judge; also what Nix read of the package set (`build.watch`)."""
     from engine.graph import load_graph
     from engine.rebuilds import rebuild_steps
-    from engine.verify.pipeline import verify_context
+    from engine.verify.fork_graph import verify_context
 
     hasher = once.hasher  # one package-set walk per run, not per candidate
     graph = load_graph(
@@ -326,7 +326,8 @@ def _notes(note: str, judged: Judged, decided: Decided) -> str:
     if run.rebuilt_differently:  # `--rebuild`: shown in the table, and the run exits 1
         notes.append("rebuilt differently: " + ", ".join(run.rebuilt_differently))
     # a deny for the environment (a tool missing from the sandbox): said in the table, with
-    # its record, so nobody changes the patch for it (engine/policy/signing.py environmental)
+    # its record, so nobody changes the patch for it (engine/policy/signing_decision.py,
+    # environmental)
     notes += [
         f"{r.code}: {d}"
         for r in decided.decision.reasons

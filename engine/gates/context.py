@@ -55,7 +55,7 @@ def signing_policy_path(signing_policy: Path | None = None, fork: Path | None = 
 
 def gate_policies(signing_policy: Path) -> dict[str, str]:
     """gate name -> the JSON its step's `policy` parameter carries (canonical: sorted keys)."""
-    from engine.policy.signing import load_signing_rules
+    from engine.policy.signing_decision import load_signing_rules
 
     policy, _, _ = load_signing_rules(signing_policy)
     return {

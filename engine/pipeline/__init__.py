@@ -9,6 +9,6 @@
     -> sign (engine.pipeline.sign: key or keyless, under the signer lock)
 
 `engine.pipeline.verify` is `trace verify` (load -> build fresh) as a library. The stages sit below
-the applications (engine.bundle_verify, engine.fork, engine.agent) and above what they call (the
+the applications (engine.audit, engine.fork, engine.agent) and above what they call (the
 verify graph and verdict in engine.verify, the policies, the evidence records, the model roles).
 """

@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from engine.errors import InputError, TraceError
-from engine.pipeline.models import Built, Judged
+from engine.pipeline.values import Built, Judged
 
 if TYPE_CHECKING:
     from collections.abc import Collection
 
     from engine.cache import Index, IndexView
     from engine.candidate import Candidate
+    from engine.graphtypes import Graph
     from engine.hashing import StatCache
-    from engine.model import Graph
     from engine.otel import StepClock
 
 
@@ -40,11 +40,11 @@ def build_fresh(
     the steps the index answered against the store (`recheck`: their determinism too); `clock`
     notes when each step reached each state (`--otel`); `rebuild`: step ids rebuilt with Nix's
     --check (engine/rebuilds.py); `hasher`: the read-only stat cache the graph was loaded with
-    (engine.verify.pipeline.load_verify_graph), its new entries persisted once the graph
+    (engine.verify.fork_graph.load_verify_graph), its new entries persisted once the graph
     evaluated."""
     from engine.progress import Progress
     from engine.run import run_graph
-    from engine.verify.blame import blame_candidate
+    from engine.verify.candidate_blame import blame_candidate
     from engine.verify.trusted import from_store
 
     began = dt.datetime.now(dt.UTC)
@@ -77,7 +77,7 @@ def build_cached(
     signing policy of `options`. `ran` is this check."""
     from engine.cache import Index, IndexView
     from engine.run import run_graph
-    from engine.verify.pipeline import load_verify_graph
+    from engine.verify.fork_graph import load_verify_graph
     from engine.verify.trusted import from_store
 
     signing_policy = options.get("signing_policy")

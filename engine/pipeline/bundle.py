@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.pipeline.models import Decided, Judged
+from engine.pipeline.values import Decided, Judged
 
 if TYPE_CHECKING:
     from engine.evidence.bundle import Assembled

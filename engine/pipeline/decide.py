@@ -7,10 +7,10 @@ import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.pipeline.models import Decided, Judged
+from engine.pipeline.values import Decided, Judged
 
 if TYPE_CHECKING:
-    from engine.policy.evidence import SourceRef
+    from engine.policy.evidence_view import SourceRef
     from engine.policy.routing import RouteDecision
     from engine.policy.waivers import WaiverSet
     from engine.records import GateRecord

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from engine.candidate import load_candidate
 from engine.errors import UsageError
-from engine.pipeline.models import Located
-from engine.verify.pipeline import find_fork
+from engine.pipeline.values import Located
+from engine.verify.fork_graph import find_fork
 
 
 def fork_of(candidate: Path, fork: Path | None) -> Path:

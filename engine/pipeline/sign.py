@@ -31,7 +31,7 @@ def sign_keyless(
     force_identity: bool,
 ) -> str:
     """Keyless: refused (SigningError) when the token's identity is outside the signer lock."""
-    from engine.bundle_verify.identity import sign_keyless_locked, signer_lock
+    from engine.audit.identity import sign_keyless_locked, signer_lock
 
     return sign_keyless_locked(
         statement,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from engine.pipeline.build import build_fresh, judge_built
 from engine.pipeline.load import locate
-from engine.pipeline.models import Judged
+from engine.pipeline.values import Judged
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -50,8 +50,8 @@ def build_verify(
     from engine.errors import InputError
     from engine.evaluation import evaluate_before_state
     from engine.rebuilds import rebuild_steps
-    from engine.verify.blame import blame_candidate
-    from engine.verify.pipeline import load_verify_graph
+    from engine.verify.candidate_blame import blame_candidate
+    from engine.verify.fork_graph import load_verify_graph
 
     located = locate(candidate_file, options.get("fork"), options.get("state_dir"))
     wait, policy = options.get("wait", 0), options.get("signing_policy")

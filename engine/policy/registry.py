@@ -42,6 +42,6 @@ SCHEMAS: dict[str, str] = {
     "waiver": "engine.policy.signed_waiver:WaiverStatement",
     "maintainers": "engine.policy.maintainers:MaintainersFile",
     "route-decision": "engine.policy.routing:RouteDecision",
-    "decision": "engine.policy.signing:Decision",
+    "decision": "engine.policy.signing_decision:Decision",
     "advisory": "engine.advisory:OsvAdvisory",
 }

@@ -3,7 +3,7 @@ it reads: the Reviewer's claims of a drafted candidate, each already checked aga
 recorded transcript (engine/roles/claims.py builds this view from draft.json and the transcripts).
 
 `review_findings` is pure: the rule and the evidence in, `(code, source, detail)` out, which
-`engine.policy.signing.decide` turns into reasons like any other hit.
+`engine.policy.signing_decision.decide` turns into reasons like any other hit.
 """
 
 from __future__ import annotations

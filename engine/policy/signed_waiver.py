@@ -155,7 +155,7 @@ def candidate_patch(candidate: Candidate) -> str:
 def trace_keys(signing_policy: Path) -> dict[str, str]:
     """The keys of trace's own signing identity (the signer lock beside the signing policy, else
     the shipped one): hint -> why it may not sign a waiver."""
-    from engine.bundle_verify.identity import load_identity_policy, signer_lock
+    from engine.audit.identity import load_identity_policy, signer_lock
 
     lock = signer_lock(None, signing_policy)
     why = f"trace's own signing key (listed in {lock.name})"

@@ -1,7 +1,8 @@
 """The signing policy file (policy/signing.toml): its rules, the gates' thresholds and the
-review rule, loaded strictly with the reason catalogue it names. `engine.policy.signing.decide`
-applies it; `SigningPolicy.applied(gate)` is what a gate step receives (through
-`engine.gates.context.gate_context`) and writes back as its record's `details.policy`.
+review rule, loaded strictly with the reason catalogue it names.
+`engine.policy.signing_decision.decide` applies it; `SigningPolicy.applied(gate)` is what a gate
+step receives (through `engine.gates.context.gate_context`) and writes back as its record's
+`details.policy`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.model import Graph
+    from engine.graphtypes import Graph
 
 
 def draw(graph: Graph, fmt: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from engine.bundle_verify.checks import BundleVerdict
+from engine.audit.checks import BundleVerdict
 from engine.report.load import load_bundle
 from engine.report.page import render_report
 from engine.report.render import render_page, write_page
@@ -141,8 +141,8 @@ def fork_findings(
     """`trace fork --report DIR`: the findings of one fork run. Bundles are checked against the
     run's merged policy directory (its signing-identity.json and policy files), and, when the
     run signed with a local key, that key's public half (KEY.pub, as `trace keygen` writes)."""
-    from engine.bundle_verify.checks import verify_bundle
-    from engine.bundle_verify.identity import load_identity_policy
+    from engine.audit.checks import verify_bundle
+    from engine.audit.identity import load_identity_policy
     from engine.paths import data_dir
     from engine.signing.keys import key_hint, load_public_key
 

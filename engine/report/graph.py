@@ -8,7 +8,7 @@ from engine.report.layout import layered
 from engine.report.render import render_page
 
 if TYPE_CHECKING:
-    from engine.model import Graph
+    from engine.graphtypes import Graph
 
 
 def graph_picture(graph: Graph, fmt: str) -> str:

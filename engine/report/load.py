@@ -1,5 +1,5 @@
 """A bundle read for reporting: every payload file as a link with its own digest status, plus the
-verdict of `trace verify-bundle` (engine.bundle_verify.checks.verify_bundle, called, never
+verdict of `trace verify-bundle` (engine.audit.checks.verify_bundle, called, never
 re-implemented).
 
 Nothing here trusts the files: each is read as bytes, decoded leniently and parsed as JSON only
@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from engine.bundle_verify.checks import BundleVerdict, _payload_files, _sha256
-from engine.bundle_verify.signature import Check
+from engine.audit.checks import BundleVerdict, _payload_files, _sha256
+from engine.audit.signature import Check
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
 from engine.evidence.bundle import INDEX_PATH
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.bundle_verify.checks import BundleVerdict
+from engine.audit.checks import BundleVerdict
 from engine.report.load import load_bundle
 from engine.report.render import render_page
 from engine.report.verdict import INTENT_REASONS
@@ -13,7 +13,7 @@ from engine.report.view import ReportView, build_view
 
 def render_report(view: ReportView) -> str:
     from engine import __version__
-    from engine.bundle_verify.reasons import REASONS
+    from engine.audit.reasons import REASONS
 
     return render_page(
         "report.html.j2",

@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from engine.bundle_verify.checks import BundleVerdict
-from engine.bundle_verify.signature import Check
+from engine.audit.checks import BundleVerdict
+from engine.audit.signature import Check
 from engine.report.load import LoadedBundle
 from engine.report.proven import Proof, proofs
 from engine.report.records import as_dict, as_list

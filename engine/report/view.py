@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from engine.bundle_verify.signature import Check
+from engine.audit.signature import Check
 from engine.report import sections as sec
 from engine.report.diff import diff_rows
 from engine.report.layout import Layout

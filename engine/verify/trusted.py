@@ -44,7 +44,7 @@ from engine.paths import cli
 
 if TYPE_CHECKING:
     from engine.cache import Index
-    from engine.model import Graph
+    from engine.graphtypes import Graph
     from engine.nix import Nix
     from engine.plan import Plan
     from engine.run import RunResult, StepResult

@@ -17,7 +17,7 @@ from engine import __version__
 from engine.candidate import Candidate
 from engine.errors import InputError
 from engine.graphfile import find_line
-from engine.model import Graph
+from engine.graphtypes import Graph
 from engine.paths import cli
 from engine.records import GateRecord, RunRecord, Side
 from engine.run import RunResult, StepResult

@@ -209,7 +209,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             **({"post_base": _side_summary(base)} if base is not None else {}),
             "post_log_tail": _tail(regressions, post, base),
             # when nothing passes pre-fix: why (a tool missing from the sandbox, a build that
-            # never reached the tests), read by `trace decide` (engine/policy/signing.py)
+            # never reached the tests), read by `trace decide` (engine/policy/signing_decision.py)
             "pre_log_tail": str(pre.get("log_tail", "")) if pre_units and not passing else "",
         },
     )

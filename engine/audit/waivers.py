@@ -17,9 +17,9 @@ import hashlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from engine.bundle_verify.identity import IdentityPolicy
-from engine.bundle_verify.safefs import unsafe_name
-from engine.bundle_verify.signature import Check
+from engine.audit.identity import IdentityPolicy
+from engine.audit.safefs import unsafe_name
+from engine.audit.signature import Check
 from engine.evidence.bundle import POLICY_DIR
 from engine.policy.maintainers import FILE, NOBODY, load_maintainers
 from engine.policy.signed_waiver import BUNDLE_DIR, WaiverTrust, check_signed, patch_digest
@@ -57,7 +57,7 @@ def _trust(payload: Path, d: Any, lock: IdentityPolicy, signer: dict[str, str]) 
 
 def _catalogue(payload: Path, d: Any) -> Any:
     from engine.errors import TraceError
-    from engine.policy.signing import load_signing
+    from engine.policy.signing_decision import load_signing
 
     try:
         return load_signing(payload / POLICY_DIR / PurePosixPath(d.policy.path).name)[1]
@@ -68,7 +68,7 @@ def _catalogue(payload: Path, d: Any) -> Any:
 def waiver_check(payload: Path, lock: IdentityPolicy, signer: dict[str, str]) -> Check:
     from pydantic import ValidationError
 
-    from engine.policy.signing import Decision
+    from engine.policy.signing_decision import Decision
 
     try:
         d = Decision.model_validate_json((payload / SIGNING_PATH).read_bytes())

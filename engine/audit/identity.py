@@ -86,7 +86,7 @@ def load_identity_policy(path: Path) -> IdentityPolicy:
         raise PolicyError(
             "signer identity policy not found",
             file=path,
-            hint="create policy/signing-identity.json (see engine/bundle_verify/identity.py)",
+            hint="create policy/signing-identity.json (see engine/audit/identity.py)",
         ) from None
     except json.JSONDecodeError as exc:
         raise PolicyError(f"JSON syntax error: {exc.msg}", file=path, line=exc.lineno) from None
@@ -98,7 +98,7 @@ def load_identity_policy(path: Path) -> IdentityPolicy:
             err["msg"],
             file=path,
             key=".".join(str(p) for p in err["loc"]),
-            hint="see the format in engine/bundle_verify/identity.py",
+            hint="see the format in engine/audit/identity.py",
         ) from None
     keys: dict[str, ec.EllipticCurvePublicKey] = {}
     for i, k in enumerate(spec.keys):

@@ -21,7 +21,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from pydantic import BaseModel, ValidationError
 
-from engine.bundle_verify.identity import IdentityPolicy, KeylessSigner
+from engine.audit.identity import IdentityPolicy, KeylessSigner
 from engine.errors import SigningError
 from engine.signing.deadline import DEFAULT_SECONDS
 from engine.signing.dsse import Envelope

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from engine import hostpaths
-from engine.policy.evidence import Evidence, SourceRef
+from engine.policy.evidence_view import Evidence, SourceRef
 from engine.policy.reasons import Catalogue
 from engine.policy.review import ReviewEvidence, review_findings
 from engine.policy.routing import RouteDecision

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from engine.bundle_verify.identity import IdentityPolicy
-from engine.bundle_verify.safefs import MAX_STATEMENT, Unsafe, read_regular, unsafe_name
-from engine.bundle_verify.signature import Check
+from engine.audit.identity import IdentityPolicy
+from engine.audit.safefs import MAX_STATEMENT, Unsafe, read_regular, unsafe_name
+from engine.audit.signature import Check
 from engine.errors import InputError
 from engine.evidence.bundle import REPLAY_PATH
 from engine.evidence.redact import REDACTION_VERSION, rules_digest

@@ -7,7 +7,7 @@ is loaded exactly as `trace verify` loaded it (`verify_context(candidate, root, 
 with the pinned signing policy, whose thresholds the gate steps apply), the package set's digest is
 compared with its pin, and every recorded step is instantiated again: its key and derivation
 path must equal the record's (else `replay.pin-mismatch`). Then each step is really rebuilt
-(engine.bundle_verify.rebuild): built when the store lacks its output, and rebuilt with
+(engine.audit.rebuild): built when the store lacks its output, and rebuilt with
 `nix --check` otherwise, so nothing is merely found in the store. Every rebuilt outcome is
 compared with the replay record's digest and with `outcomes/<step>.json`; when the bundle holds
 `trace verify`'s result (verify-result.json), the rebuilt steps are judged again and the
@@ -25,8 +25,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from engine.bundle_verify.rebuild import Rebuilt, instantiate, rebuild
-from engine.bundle_verify.signature import Check
+from engine.audit.rebuild import Rebuilt, instantiate, rebuild
+from engine.audit.signature import Check
 from engine.errors import TraceError
 from engine.evidence.bundle import OUTCOMES_DIR, REPLAY_PATH
 from engine.evidence.collect import VERIFY_RESULT_PATH
@@ -183,7 +183,7 @@ def replay_checks(statement: Statement, payload: Path, *, root: Path) -> list[Ch
         return [_pins_differ(problems)]
     from engine.candidate import load_candidate
     from engine.graph import load_graph
-    from engine.verify.pipeline import verify_context
+    from engine.verify.fork_graph import verify_context
 
     try:
         candidate = load_candidate(pinned_path(rec.candidate.path, root))

@@ -20,10 +20,10 @@ from engine.files import write_atomic
 
 if TYPE_CHECKING:
     from engine.candidate import Candidate
-    from engine.model import Graph
-    from engine.pipeline.models import Judged
-    from engine.policy.evidence import SourceRef
-    from engine.policy.signing import Decision
+    from engine.graphtypes import Graph
+    from engine.pipeline.values import Judged
+    from engine.policy.evidence_view import SourceRef
+    from engine.policy.signing_decision import Decision
     from engine.records import GateRecord
     from engine.run import RunResult
 
@@ -53,7 +53,7 @@ def built_evidence(
     is loaded with the deciding `signing_policy` (evidence verified under another is refused)."""
     from engine.evidence.collect import evidence_sources, gate_records, read_gate_files
     from engine.pipeline.build import verified_cached
-    from engine.policy.evidence import SourceRef
+    from engine.policy.evidence_view import SourceRef
     from engine.verify.cached import check_result_file
 
     judged = verified_cached(cand, fork.resolve(), state, signing_policy=signing_policy)
@@ -94,9 +94,9 @@ def decide_candidate(
     from engine.pipeline.decide import decide
     from engine.pipeline.route import route
     from engine.policy.signed_waiver import waiver_trust
-    from engine.policy.signing import load_signing
+    from engine.policy.signing_decision import load_signing
     from engine.policy.waivers import NO_WAIVERS
-    from engine.verify.pipeline import find_fork
+    from engine.verify.fork_graph import find_fork
 
     cand = load_candidate(candidate_file)
     fork = fork or find_fork(cand.path) or cand.dir

@@ -95,8 +95,7 @@ REASONS: dict[str, tuple[str, str]] = {
     ),
     "bundle.too-large": (
         "a bundle file, or the payload as a whole, exceeds the verifier's size cap",
-        "a trace bundle is far smaller: do not trust it "
-        "(the caps are in engine/bundle_verify/safefs.py)",
+        "a trace bundle is far smaller: do not trust it (the caps are in engine/audit/safefs.py)",
     ),
     "bundle.too-deep": (
         "payload/ is nested deeper, or holds more entries, than the verifier's cap",

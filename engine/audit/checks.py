@@ -1,6 +1,6 @@
 """Verifying a bundle directory: layout (nothing beside statement.json, statement.sigstore.json
 and payload/), signature, signer, payload type, statement, every payload digest, policy versions
-and digests, the records' agreement and the decisions re-run offline (engine.bundle_verify.
+and digests, the records' agreement and the decisions re-run offline (engine.audit.
 consistency), and (optionally) a replay. Every failing check carries one reason code.
 
 `verify_bundle` runs PHASES, a list of small named functions over one `Inspection`, in order: each
@@ -22,9 +22,9 @@ from typing import Literal
 from cryptography.hazmat.primitives.asymmetric import ec
 from pydantic import BaseModel, Field, ValidationError
 
-from engine.bundle_verify.identity import IdentityPolicy
-from engine.bundle_verify.pins import fork_policy_dirs, policy_pin_check, policy_version_check
-from engine.bundle_verify.safefs import (
+from engine.audit.identity import IdentityPolicy
+from engine.audit.pins import fork_policy_dirs, policy_pin_check, policy_version_check
+from engine.audit.safefs import (
     MAX_STATEMENT,
     Listing,
     Unsafe,
@@ -32,7 +32,7 @@ from engine.bundle_verify.safefs import (
     unsafe_name,
     walk,
 )
-from engine.bundle_verify.signature import Check, verify_signature
+from engine.audit.signature import Check, verify_signature
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
 from engine.evidence.bundle import ROOT_FILES
 from engine.evidence.statement import PAYLOAD_TYPE, Statement
@@ -312,8 +312,8 @@ def policies(ins: Inspection) -> bool:
             Check(name="records agree", ok=True, detail="not run: the payload digests failed")
         )
         return True
-    from engine.bundle_verify.consistency import record_checks
-    from engine.bundle_verify.waivers import waiver_check
+    from engine.audit.consistency import record_checks
+    from engine.audit.waivers import waiver_check
 
     ins.checks.append(policy_version_check(statement, ins.policy, forks))
     ins.checks.append(policy_pin_check(statement, ins.policy, forks))

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from engine.model import Graph
+from engine.graphtypes import Graph
 
 How = Literal["built", "checked", "differs", "failed"]
 

@@ -34,7 +34,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.bundle_verify import DEFAULT_BUILDER
 from engine.candidate import Candidate, load_candidate
 from engine.errors import InputError, UsageError
 from engine.evidence.collect import evidence_sources, gate_records, read_gate_files
@@ -44,12 +43,13 @@ from engine.paths import cli
 from engine.pipeline.bundle import assemble, payload_entries
 from engine.pipeline.decide import decide
 from engine.pipeline.load import fork_of
-from engine.pipeline.models import Decided, Judged
 from engine.pipeline.route import route
 from engine.pipeline.sign import key_hint_of, sign_keyless, sign_with_key
+from engine.pipeline.values import Decided, Judged
 from engine.policy.routing import RouteDecision
 from engine.policy.signed_waiver import WaiverTrust, waiver_trust
-from engine.policy.signing import Decision
+from engine.policy.signing_decision import Decision
+from engine.signoff import DEFAULT_BUILDER
 
 Signed = Literal["no", "key", "keyless"]
 

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.candidate import Candidate
-    from engine.model import Graph
+    from engine.graphtypes import Graph
     from engine.policy.routing import RouteDecision
-    from engine.policy.signing import Decision
+    from engine.policy.signing_decision import Decision
     from engine.policy.waivers import WaiverSet
     from engine.run import RunResult
     from engine.verify_result import VerifyResult

@@ -32,9 +32,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from engine.bundle_verify.pins import policy_files_with as _policy_files
-from engine.bundle_verify.safefs import unsafe_name
-from engine.bundle_verify.signature import Check
+from engine.audit.pins import policy_files_with as _policy_files
+from engine.audit.safefs import unsafe_name
+from engine.audit.signature import Check
 from engine.evidence.bundle import (
     MODEL_PATH,
     OUTCOMES_DIR,
@@ -77,7 +77,7 @@ class Bundled:
     def __init__(self, payload: Path) -> None:
         from engine.evidence.replay import ReplayRecord
         from engine.policy.routing import RouteDecision
-        from engine.policy.signing import Decision
+        from engine.policy.signing_decision import Decision
         from engine.records import GateRecord
         from engine.verify_result import VerifyResult
 
@@ -353,8 +353,8 @@ def _bundled_review(payload: Path, decided: Any) -> Any:
 def rerun_decision(b: Bundled, policy_dirs: list[Path]) -> Check:
     """`trace decide` again, over the bundled records, with the decision's own policy file."""
     from engine.errors import TraceError
-    from engine.policy.evidence import Evidence
-    from engine.policy.signing import decide, load_signing
+    from engine.policy.evidence_view import Evidence
+    from engine.policy.signing_decision import decide, load_signing
     from engine.policy.waivers import WaiverSet
 
     name = "signing decision re-run"
@@ -462,7 +462,7 @@ def record_checks(statement: Statement, payload: Path, policy_dirs: list[Path]) 
     disagree += _variant_problems(b)
     disagree += _model_problems(b)
     disagree += _policy_problems(b)
-    from engine.bundle_verify.transcripts import transcript_problems
+    from engine.audit.transcripts import transcript_problems
 
     disagree += transcript_problems(b.payload, b.replay)
     disagree += _statement_problems(statement, b)

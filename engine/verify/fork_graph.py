@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.candidate import Candidate
+    from engine.graphtypes import Graph
     from engine.hashing import StatCache
-    from engine.model import Graph
 
 STANDARD_GRAPH = "graphs/verify.toml"
 FORK_FILE = "trace.toml"

@@ -55,9 +55,9 @@ def write_waiver(
 ) -> Waived:
     from engine.candidate import load_candidate
     from engine.gates.context import signing_policy_path
-    from engine.policy.signing import load_signing
+    from engine.policy.signing_decision import load_signing
     from engine.signing.keys import key_hint, load_private_key
-    from engine.verify.pipeline import find_fork
+    from engine.verify.fork_graph import find_fork
 
     cand = load_candidate(candidate_file)
     root = (fork or find_fork(cand.path) or cand.dir).resolve()

@@ -13,7 +13,7 @@ directories would exhaust the stack, and a symlink would read outside the bundle
 - `unsafe_name` says why a subject name must not be joined to a path (absolute, `..`, `.`,
   empty parts, NUL, backslash).
 
-Problems carry the reason codes of engine.bundle_verify.reasons.
+Problems carry the reason codes of engine.audit.reasons.
 """
 
 from __future__ import annotations

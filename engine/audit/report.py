@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from engine.bundle_verify.checks import BundleVerdict
-from engine.bundle_verify.reasons import REASONS
+from engine.audit.checks import BundleVerdict
+from engine.audit.reasons import REASONS
 
 
 def print_json(verdict: BundleVerdict) -> None:

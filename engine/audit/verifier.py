@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engine.bundle_verify.checks import BundleVerdict
+    from engine.audit.checks import BundleVerdict
 
 DEFAULT_IDENTITY = Path("policy/signing-identity.json")
 
@@ -28,9 +28,9 @@ def make_verifier(
     there, its own policy files are accepted when the bundle pins their digest; default: the
     current directory for replays, no fork otherwise). `identity`: the signer lock (default:
     ROOT/policy/signing-identity.json if present, else trace's shipped one)."""
-    from engine.bundle_verify.checks import ReplayFn, verify_bundle
-    from engine.bundle_verify.identity import load_identity_policy
-    from engine.bundle_verify.replay import replay_checks
+    from engine.audit.checks import ReplayFn, verify_bundle
+    from engine.audit.identity import load_identity_policy
+    from engine.audit.replay import replay_checks
     from engine.paths import data_dir
     from engine.signing.keys import key_hint, load_public_key
 
