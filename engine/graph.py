@@ -255,6 +255,15 @@ def _expand_repeats(
     return expansions, repeated
 
 
+def nix_settings(entry: Path) -> tuple[NixSettings, Path | None]:
+    """The merged `[nix]` settings of a pipeline file and its includes, and the file that set
+    the package set (None when none did): what a graph generated for the same package set
+    (`trace record`'s trials) builds with."""
+    files = load_files(resolve(entry))
+    owner = next((f.path for f in reversed(files) if f.spec.nix and f.spec.nix.package_set), None)
+    return _merge_nix(files), owner
+
+
 def _nix_config(nix: NixSettings, package_set: str | None) -> NixConfig:
     from engine import hostpaths
 

@@ -34,7 +34,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("command line", ("engine.cli",)),
     (
         "applications",
-        ("engine.fork", "engine.agent", "engine.report", "engine.signoff", "engine.audit"),
+        (
+            "engine.fork",
+            "engine.agent",
+            "engine.report",
+            "engine.signoff",
+            "engine.audit",
+            "engine.record",
+        ),
     ),
     ("candidate pipeline", ("engine.pipeline",)),
     ("model roles", ("engine.roles", "engine.models")),

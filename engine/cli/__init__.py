@@ -47,6 +47,7 @@ COMMANDS: tuple[str, ...] = (
     "waive",
     "verify",
     "mutants",
+    "record",
     "fork",
     "report",
     "draft",

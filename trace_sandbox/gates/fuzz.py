@@ -13,7 +13,8 @@ the same order (a deterministic target gives the same corpus and the same crashe
 An execution is `run(unit, data)`: the PoC's invocations with one unit (a data file, a stdin,
 an argument: variants.Unit) replaced by `data`. `fuzz` returns the crashes it found, one per
 signature (sanitizer kind and innermost frame, or the signal), each with its input; `minimise`
-shrinks an input by delta debugging over its bytes while it still crashes the same way.
+(trace_sandbox/ddmin.py) shrinks an input by delta debugging over its bytes while it still
+crashes the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+# the minimiser is shared with `trace record --minimise` (trace_sandbox/ddmin.py)
+from ..ddmin import minimise as minimise
 
 MAP_SIZE = 1 << 16
 MAX_INPUT = 1 << 14  # a mutated input never grows past this
@@ -178,31 +182,3 @@ def fuzz(
             result.corpus.append((unit, child))
     result.edges = bin(seen).count("1")
     return result
-
-
-# --- minimisation ----------------------------------------------------------------------------
-
-
-def minimise(data: bytes, crashes: Callable[[bytes], bool], budget: int) -> tuple[bytes, int]:
-    """Delta debugging over bytes (ddmin's complement step): drop chunks of halving size while
-    the input still crashes; at most `budget` executions. Returns (input, executions used)."""
-    used = 0
-    n = 2
-    while len(data) >= 2 and used < budget:
-        size = max(1, len(data) // n)
-        shrunk = False
-        for start in range(0, len(data), size):
-            if used >= budget:
-                break
-            candidate = data[:start] + data[start + size :]
-            used += 1
-            if candidate and crashes(candidate):
-                data = candidate
-                n = max(n - 1, 2)
-                shrunk = True
-                break
-        if not shrunk:
-            if size == 1:
-                break
-            n = min(len(data), n * 2)
-    return data, used
