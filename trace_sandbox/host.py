@@ -6,8 +6,9 @@ letter: a side whose other side did not build (the expectation gate cannot run: 
 (`judge_pre`, `post_fix_acceptable`), and `trace mutants`' list, the mutation gate's own
 (`generate_mutants`, `Mutant`, `DiffError`), and `trace record`'s minimiser and fault site: the
 fuzzing gate's delta debugging (`shrink`), the fault-site gate's own-frame rule
-(`own_frames`) and the harness's rule for a failed invocation (`invocation_failed`). Everything else in trace_sandbox runs only inside
-the Nix sandbox. tests/test_layers.py keeps the engine to this module.
+(`own_frames`) and the harness's rule for a failed invocation (`invocation_failed`).
+Everything else in trace_sandbox runs only inside the Nix sandbox. tests/test_layers.py keeps
+the engine to this module.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def record(req: RecordRequest) -> RecordResult:
     patches = _patches(req.patches)
     state = (req.state or req.fork / ".trace").resolve()
     trials = Trials(req.fork, state, req.package, req.jobs)
-    with _nothing_written_on_bad_input(state, work_dir(req.fork)):
+    with _nothing_written_on_bad_input(state, work_dir(req.fork).parent, work_dir(req.fork)):
         [first] = trials.run([call])
         failure = failure_of(first, call.program)
         if failure is None:

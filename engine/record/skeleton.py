@@ -43,8 +43,8 @@ def candidate_toml(s: Skeleton) -> str:
     expect = s.failure.expect()
     lines = [
         f"# Recorded by `trace record` (docs/record.md): {s.failure.describe()}.",
-        "# record.json says what was captured, redacted"
-        + (" and minimised." if s.minimisation else "."),
+        "# record.json says what was captured and redacted"
+        + (", and how it was minimised." if s.minimisation else "."),
     ]
     if not s.patches:
         lines.append(f"# Next: write the fix as {FIX}, then `trace verify` this file.")
