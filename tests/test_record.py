@@ -179,7 +179,7 @@ class FakeTrials:
 
     def record(self, call: Interaction) -> dict[str, Any]:
         self.seen.append(call.digest())
-        text = b"".join(c for _, c in call.files)
+        text = b"".join(c for _, c in call.files) + (call.stdin or b"")
         long_key = any(len(line.partition(b"=")[0]) >= 16 and b"=" in line
                        for line in text.splitlines())  # fmt: skip
         if long_key and Arg("--strict") in call.args:
@@ -219,6 +219,15 @@ def test_minimisation_never_trades_the_failure_for_another_one() -> None:
     assert failure_of(fake.record(call.with_file("x.conf", b"!")), "cparse") not in (None, failure)
     small = minimise(call, Shrinker(fake, failure, budget=500))  # type: ignore[arg-type]
     assert dict(small.files)["x.conf"] == b"k" * 16 + b"="
+
+
+def test_the_stdin_is_minimised_by_lines_and_bytes_too() -> None:
+    fake = FakeTrials()
+    call = Interaction("cparse", (Arg("--strict"),), (), b"a=1\n" + b"k" * 30 + b"=x\nb=2\n")
+    failure = failure_of(fake.record(call), "cparse")
+    assert failure is not None
+    small = minimise(call, Shrinker(fake, failure, budget=500))  # type: ignore[arg-type]
+    assert small.stdin == b"k" * 16 + b"=" and small.args == (Arg("--strict"),)
 
 
 def test_the_budget_bounds_the_trials() -> None:
@@ -282,6 +291,7 @@ def test_a_skeleton_that_cannot_be_written_leaves_nothing(tmp_path: Path) -> Non
         (["record", "--package", "cparse", "--advisory", "/nonexistent", "--", "cparse"],
          "--advisory"),
         (["record", "--package", "cparse", "--id", "../x", "--", "cparse"], "not a candidate id"),
+        (["record", "--package", "cparse", "--out", "/", "--", "cparse"], "is outside the fork"),
     ],
 )  # fmt: skip
 def test_bad_command_lines_exit_2_with_a_hint_and_write_nothing(

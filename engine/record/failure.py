@@ -20,6 +20,7 @@ class Failure:
     sanitizer: str | None  # "Tool: kind", as `[expect] sanitizer` takes it
     function: str | None  # the innermost frame of the package's own code
     message: str | None  # the last non-empty line of its stderr (else stdout)
+    message_on_stderr: bool = True
 
     def signature(self) -> tuple[str, str, str]:
         """What must stay the same for a smaller input to count as the same failure."""
@@ -55,10 +56,8 @@ class Failure:
             out["exit_code"] = self.exit_code
         pattern = self.pattern()
         if pattern is not None:
-            out["stderr" if self.function or self._on_stderr else "stdout"] = pattern
+            out["stderr" if self.function or self.message_on_stderr else "stdout"] = pattern
         return out
-
-    _on_stderr: bool = True
 
 
 def _last_line(text: str) -> str | None:
@@ -86,6 +85,6 @@ def failure_of(record: dict[str, Any], program: str) -> Failure | None:
             sanitizer=kind,
             function=str(own[0].get("function")) if own else None,
             message=message or _last_line(stdout),
-            _on_stderr=message is not None,
+            message_on_stderr=message is not None,
         )
     return None

@@ -63,7 +63,12 @@ def candidate_id(req: RecordRequest, call: Interaction) -> str:
                 hint="letters, digits, '.', '_' and '-', starting with a letter or digit",
             )
         return req.cid
-    base = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{req.package}-{call.program}").strip("-.")
+    name = (
+        req.package
+        if req.package.split(".")[-1] == call.program
+        else f"{req.package}-{call.program}"
+    )
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
     return f"{base}-record-{call.digest()[:8]}"
 
 
@@ -124,6 +129,13 @@ def record(req: RecordRequest) -> RecordResult:
     call, seen = capture(req.program, req.argv, stdin=req.stdin, env=req.env, cwd=req.cwd)
     cid = candidate_id(req, call)
     folder = (req.out or req.fork / CANDIDATES / cid).resolve()
+    if not folder.is_relative_to(req.fork.resolve()):
+        raise UsageError(
+            f"--out {folder} is outside the fork {req.fork}",
+            key="--out",
+            hint="`trace verify` reads a candidate's files inside the fork (its project root): "
+            "record into a folder under it, e.g. trace/candidates/ID",
+        )
     if (folder / "candidate.toml").exists():
         raise UsageError(
             f"{folder / 'candidate.toml'} exists",
