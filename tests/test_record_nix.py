@@ -109,6 +109,7 @@ def decided(recorded: Recorded, capsys: pytest.CaptureFixture[str], cand: Path) 
     assert code == 0, out + err  # every claim holds: pre-fix overflows, post-fix exits 0
     code, out, err = trace(capsys, "decide", str(cand), "--state-dir", str(recorded.state),
                            "--json")  # fmt: skip
+    assert out.strip(), err
     decision: dict[str, Any] = json.loads(out)
     assert code == (0 if decision["decision"] == "allow" else 1), err
     return decision

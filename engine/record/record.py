@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,11 +125,10 @@ def _not_failing(trials: Trials, call: Interaction, record: dict[str, Any]) -> T
     )
 
 
-def record(req: RecordRequest) -> RecordResult:
-    call, seen = capture(req.program, req.argv, stdin=req.stdin, env=req.env, cwd=req.cwd)
-    cid = candidate_id(req, call)
+def _folder(req: RecordRequest, cid: str) -> Path:
+    """Where the skeleton goes: inside the fork, and not over an existing candidate."""
     folder = (req.out or req.fork / CANDIDATES / cid).resolve()
-    if not folder.is_relative_to(req.fork.resolve()):
+    if not folder.is_relative_to(req.fork):
         raise UsageError(
             f"--out {folder} is outside the fork {req.fork}",
             key="--out",
@@ -142,28 +141,44 @@ def record(req: RecordRequest) -> RecordResult:
             key="--out",
             hint="record into another folder (--out DIR, --id ID) or remove it",
         )
+    return folder
+
+
+def _reproduce(
+    req: RecordRequest, call: Interaction, trials: Trials
+) -> tuple[Failure, Interaction, dict[str, Any] | None]:
+    """Run the call (refused when its program did not fail) and, when asked, minimise it: the
+    failure as the written call shows it, the written call, the minimisation's numbers."""
+    [first] = trials.run([call])
+    failure = failure_of(first, call.program)
+    if failure is None:
+        raise _not_failing(trials, call, first)
+    if not req.minimise:
+        return failure, call, None
+    written = minimise(call, Shrinker(trials, failure, req.budget))
+    [last] = trials.run([written])
+    stats = {
+        "budget": req.budget,
+        "trials": trials.trials,
+        "built": trials.built,
+        "engine_runs": trials.run_count,
+        "bytes": [call.size(), written.size()],
+    }
+    return failure_of(last, written.program) or failure, written, stats
+
+
+def record(req: RecordRequest) -> RecordResult:
+    """Capture, run (and minimise) the call, write the skeleton; bad input writes nothing."""
+    req = replace(req, fork=req.fork.resolve())
+    call, seen = capture(req.program, req.argv, stdin=req.stdin, env=req.env, cwd=req.cwd)
+    cid = candidate_id(req, call)
+    folder = _folder(req, cid)
     advisory = _read_file(req.advisory, "--advisory") if req.advisory else None
     patches = _patches(req.patches)
     state = (req.state or req.fork / ".trace").resolve()
     trials = Trials(req.fork, state, req.package, req.jobs)
     with _nothing_written_on_bad_input(state, work_dir(req.fork).parent, work_dir(req.fork)):
-        [first] = trials.run([call])
-        failure = failure_of(first, call.program)
-        if failure is None:
-            raise _not_failing(trials, call, first)
-        written, stats = call, None
-        if req.minimise:
-            shrinker = Shrinker(trials, failure, req.budget)
-            written = minimise(call, shrinker)
-            [last] = trials.run([written])
-            failure = failure_of(last, written.program) or failure
-            stats = {
-                "budget": req.budget,
-                "trials": trials.trials,
-                "built": trials.built,
-                "engine_runs": trials.run_count,
-                "bytes": [call.size(), written.size()],
-            }
+        failure, written, stats = _reproduce(req, call, trials)
     skeleton = Skeleton(cid, req.package, failure, call, written, seen, advisory, patches, stats)
     candidate = write_skeleton(folder, skeleton)
     return RecordResult(candidate, failure, call, written, trials, req.minimise)
