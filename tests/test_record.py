@@ -221,13 +221,15 @@ def test_minimisation_never_trades_the_failure_for_another_one() -> None:
     assert dict(small.files)["x.conf"] == b"k" * 16 + b"="
 
 
-def test_the_stdin_is_minimised_by_lines_and_bytes_too() -> None:
+def test_the_stdin_and_the_variables_are_minimised_too() -> None:
     fake = FakeTrials()
-    call = Interaction("cparse", (Arg("--strict"),), (), b"a=1\n" + b"k" * 30 + b"=x\nb=2\n")
+    stdin = b"a=1\n" + b"k" * 30 + b"=x\nb=2\n"
+    call = Interaction("cparse", (Arg("--strict"),), (), stdin, (("A", "1"), ("B", "2")))
     failure = failure_of(fake.record(call), "cparse")
     assert failure is not None
     small = minimise(call, Shrinker(fake, failure, budget=500))  # type: ignore[arg-type]
     assert small.stdin == b"k" * 16 + b"=" and small.args == (Arg("--strict"),)
+    assert small.env == ()  # the fake's crash needs neither variable
 
 
 def test_the_budget_bounds_the_trials() -> None:

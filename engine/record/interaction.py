@@ -47,6 +47,10 @@ class Interaction:
         named = {a.text for a in args if a.file}
         return replace(self, args=args, files=tuple((n, c) for n, c in self.files if n in named))
 
+    def with_env(self, keep: tuple[int, ...]) -> Interaction:
+        """Only the variables at `keep` (indices)."""
+        return replace(self, env=tuple(self.env[i] for i in keep))
+
     def digest(self) -> str:
         doc = {
             "program": self.program,
@@ -58,10 +62,10 @@ class Interaction:
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     def size(self) -> int:
-        """Bytes of input: every argument, data file and the stdin."""
-        return sum(len(a.text.encode()) for a in self.args if not a.file) + sum(
-            len(c) for c in self.data().values()
-        )
+        """Bytes of input: every argument, data file, the stdin and each NAME=VALUE."""
+        args = sum(len(a.text.encode()) for a in self.args if not a.file)
+        env = sum(len(f"{n}={v}".encode()) for n, v in self.env)
+        return args + env + sum(len(c) for c in self.data().values())
 
 
 def command_line(call: Interaction) -> str:

@@ -1,8 +1,9 @@
 """Minimise a recorded call by delta debugging (trace_sandbox/ddmin.py, the fuzzing gate's
-minimiser): over its arguments, then each data file's lines and bytes, then its stdin's lines and
-bytes, keeping a smaller call only while it still fails the same way (Failure.signature: the
-sanitizer kind and faulting function). Trials run in batches under the harness (trials.py):
-each batch is one engine run, every trial a cached step."""
+minimiser): over its arguments, then the `--env` variables it was given, then each data file's
+lines and bytes, then its stdin's lines and bytes, keeping a smaller call only while it still
+fails the same way (Failure.signature: the sanitizer kind and faulting function). Trials run in
+batches under the harness (trials.py): each batch is one engine run, every trial a cached
+step."""
 
 from __future__ import annotations
 
@@ -38,8 +39,12 @@ class Shrinker:
                     return start + i
         return None
 
-    def items(self, n: int, make: Callable[[tuple[int, ...]], Interaction]) -> tuple[int, ...]:
-        """ddmin over the indices of n items; `make` builds the call that keeps some of them."""
+    def items(
+        self, n: int, make: Callable[[tuple[int, ...]], Interaction], *, none: bool = False
+    ) -> tuple[int, ...]:
+        """ddmin over the indices of n items; `make` builds the call that keeps some of them.
+        ddmin never tries an empty sequence; with `none` (arguments, variables: a call without
+        any is a call), one last trial tries without the one item left."""
         from trace_sandbox.host import shrink
 
         def first(trials: list[tuple[int, ...]]) -> int | None:
@@ -47,6 +52,9 @@ class Shrinker:
 
         kept, used = shrink(tuple(range(n)), first, max(0, self.budget - self.used))
         self.used += used
+        if none and len(kept) == 1 and self.used < self.budget:
+            self.used += 1
+            kept = () if first([()]) == 0 else kept
         return kept
 
     def octets(self, data: bytes, make: Callable[[bytes], Interaction]) -> bytes:
@@ -75,8 +83,8 @@ def _replacing(call: Interaction, name: str) -> Callable[[bytes], Interaction]:
 
 def minimise(call: Interaction, shrinker: Shrinker) -> Interaction:
     """The smallest call the budget found that still fails as `shrinker.failure` says."""
-    kept = shrinker.items(len(call.args), call.with_args)
-    call = call.with_args(kept)
+    call = call.with_args(shrinker.items(len(call.args), call.with_args, none=True))
+    call = call.with_env(shrinker.items(len(call.env), call.with_env, none=True))
     for name, content in call.files:
         call = call.with_file(name, shrinker.text(content, _replacing(call, name)))
     if call.stdin is not None:
