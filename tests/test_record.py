@@ -19,7 +19,7 @@ from engine.candidate import load_candidate
 from engine.cli import main
 from engine.errors import UsageError
 from engine.record.capture import Redactions, capture
-from engine.record.failure import failure_of
+from engine.record.failure import failure_of, run_summary
 from engine.record.interaction import Arg, Interaction, command_line
 from engine.record.minimise import Shrinker, minimise
 from engine.record.skeleton import Skeleton, write_skeleton
@@ -258,8 +258,9 @@ def test_the_skeleton_is_a_candidate_a_strict_load_accepts(tmp_path: Path) -> No
     assert failure is not None
     call = Interaction("cparse", (Arg("x.conf", file=True),), (("x.conf", b"k" * 16 + b"="),))
     fix = (KEY_OVERFLOW / "fix.patch").read_bytes()
+    run = run_summary(asan_record(), "cparse")
     s = Skeleton("rec-1", "cparse", failure, call, call, Redactions(), None,
-                 (("fix.patch", fix),), None)  # fmt: skip
+                 (("fix.patch", fix),), None, run)  # fmt: skip
     cand = load_candidate(write_skeleton(tmp_path / "rec", s))
     assert cand.spec.reproducer.data == ["x.conf"]
     assert cand.spec.expect.sanitizer == "AddressSanitizer: heap-buffer-overflow"
@@ -267,6 +268,9 @@ def test_the_skeleton_is_a_candidate_a_strict_load_accepts(tmp_path: Path) -> No
     assert (tmp_path / "rec" / "repro.sh").read_text().endswith('"$TARGET/bin/cparse" x.conf\n')
     record = json.loads((tmp_path / "rec" / "record.json").read_text())
     assert record["schema"] == "trace.record/v1" and record["failure"]["function"] == "parse_line"
+    [inv] = record["run"]["invocations"]  # what the harness saw, kept for a reviewer
+    assert inv["exit_code"] == 1 and inv["sanitizer"]["kind"] == "heap-buffer-overflow"
+    assert [f["function"] for f in inv["frames"]] == ["parse_line", "main"]
     assert json.loads((tmp_path / "rec" / "advisory.json").read_text())["id"].startswith("TRACE-")
 
 
@@ -275,7 +279,7 @@ def test_a_skeleton_that_cannot_be_written_leaves_nothing(tmp_path: Path) -> Non
     assert failure is not None
     call = Interaction("cparse", (Arg("x.conf", file=True),), (("x.conf", b"k"),))
     s = Skeleton("rec-1", "cparse", failure, call, call, Redactions(), None,
-                 (("repro.sh/x", b""),), None)  # fmt: skip
+                 (("repro.sh/x", b""),), None, {})  # fmt: skip
     with pytest.raises(OSError):
         write_skeleton(tmp_path / "rec", s)
     assert not (tmp_path / "rec").exists()

@@ -86,6 +86,8 @@ def test_the_recorded_call_is_minimised_to_the_keys_overflow_and_stated_in_expec
     assert record["recorded"]["bytes"] == 57 and record["written"]["bytes"] == 17
     assert record["failure"]["function"] == "parse_line"
     assert record["minimisation"]["trials"] > 10
+    [run] = record["run"]["invocations"]  # the recorded (unminimised) call, as the harness saw it
+    assert run["args"] == ["long-key.conf"] and "WRITE of size 40" in run["stderr"]
     assert "recorded bin/cparse: AddressSanitizer: heap-buffer-overflow" in recorded.out
 
 

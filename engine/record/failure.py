@@ -88,3 +88,22 @@ def failure_of(record: dict[str, Any], program: str) -> Failure | None:
             message_on_stderr=message is not None,
         )
     return None
+
+
+def run_summary(record: dict[str, Any], program: str, frames: int = 8) -> dict[str, Any]:
+    """What record.json keeps of the recorded run: each invocation of bin/<program> with its
+    exit, signal, sanitizer report, first own frames and output, as the harness recorded
+    them (normalised, redacted and capped in the sandbox)."""
+    from trace_sandbox.host import own_frames
+
+    keep = ("args", "exit_code", "signal", "sanitizer", "ended", "stdout", "stderr")
+    return {
+        "target_ran": record.get("target_ran"),
+        "timed_out": record.get("timed_out"),
+        "invocations": [
+            {**{k: inv.get(k) for k in keep},
+             "frames": own_frames(list(inv.get("frames") or []), frames)}
+            for inv in record.get("invocations") or []
+            if inv.get("target") == f"bin/{program}"
+        ],
+    }  # fmt: skip

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import InputError, TraceError, UsageError
 from engine.record.capture import capture
-from engine.record.failure import Failure, failure_of
+from engine.record.failure import Failure, failure_of, run_summary
 from engine.record.minimise import Shrinker, minimise
 from engine.record.skeleton import Skeleton, write_skeleton
 from engine.record.trials import Trials, work_dir
@@ -144,17 +144,23 @@ def _folder(req: RecordRequest, cid: str) -> Path:
     return folder
 
 
-def _reproduce(
-    req: RecordRequest, call: Interaction, trials: Trials
-) -> tuple[Failure, Interaction, dict[str, Any] | None]:
-    """Run the call (refused when its program did not fail) and, when asked, minimise it: the
-    failure as the written call shows it, the written call, the minimisation's numbers."""
+@dataclass(frozen=True)
+class _Reproduced:
+    failure: Failure  # as the written call shows it
+    written: Interaction
+    run: dict[str, Any]  # the recorded call's run (run_summary)
+    stats: dict[str, Any] | None  # the minimisation's numbers
+
+
+def _reproduce(req: RecordRequest, call: Interaction, trials: Trials) -> _Reproduced:
+    """Run the call (refused when its program did not fail) and, when asked, minimise it."""
     [first] = trials.run([call])
     failure = failure_of(first, call.program)
     if failure is None:
         raise _not_failing(trials, call, first)
+    run = run_summary(first, call.program)
     if not req.minimise:
-        return failure, call, None
+        return _Reproduced(failure, call, run, None)
     written = minimise(call, Shrinker(trials, failure, req.budget))
     [last] = trials.run([written])
     stats = {
@@ -164,7 +170,7 @@ def _reproduce(
         "engine_runs": trials.run_count,
         "bytes": [call.size(), written.size()],
     }
-    return failure_of(last, written.program) or failure, written, stats
+    return _Reproduced(failure_of(last, written.program) or failure, written, run, stats)
 
 
 def record(req: RecordRequest) -> RecordResult:
@@ -178,7 +184,18 @@ def record(req: RecordRequest) -> RecordResult:
     state = (req.state or req.fork / ".trace").resolve()
     trials = Trials(req.fork, state, req.package, req.jobs)
     with _nothing_written_on_bad_input(state, work_dir(req.fork).parent, work_dir(req.fork)):
-        failure, written, stats = _reproduce(req, call, trials)
-    skeleton = Skeleton(cid, req.package, failure, call, written, seen, advisory, patches, stats)
+        got = _reproduce(req, call, trials)
+    skeleton = Skeleton(
+        cid,
+        req.package,
+        got.failure,
+        call,
+        got.written,
+        seen,
+        advisory,
+        patches,
+        got.stats,
+        got.run,
+    )
     candidate = write_skeleton(folder, skeleton)
-    return RecordResult(candidate, failure, call, written, trials, req.minimise)
+    return RecordResult(candidate, got.failure, call, got.written, trials, req.minimise)

@@ -31,6 +31,7 @@ class Skeleton:
     advisory: bytes | None  # the OSV file given, else a stub is written
     patches: tuple[tuple[str, bytes], ...]  # (name, content) of fixes given
     minimisation: dict[str, Any] | None
+    run: dict[str, Any]  # the recorded call's run, as the harness saw it (failure.run_summary)
 
 
 def _toml(value: Any) -> str:
@@ -113,6 +114,7 @@ def record_json(s: Skeleton) -> bytes:
             "function": f.function,
         },
         "expect": f.expect(),
+        "run": s.run,
         "redactions": s.redactions.counts,
         "minimisation": s.minimisation,
     }

@@ -4,14 +4,15 @@ built by the engine in one run. A trial's step is keyed by its script and data, 
 run (by this minimisation or an earlier one) is answered from the cache index: a rerun is free.
 
 The generated files live in FORK/.trace/record/ (inside the fork, the project root every input
-must be under; `.trace` is left out of the package set's digest): `graph-<digest>.toml`, one per
-batch while it runs, and `trials/<digest>/` (repro.sh and the call's data), kept so the cached
-keys stay valid."""
+must be under; `.trace` is left out of the package set's digest): `graph-<pid>-<digest>.toml`,
+one per batch while it runs, and `trials/<digest>/` (repro.sh and the call's data), kept so
+the cached keys stay valid."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,9 +123,10 @@ class Trials:
 
         unique = list({step_id(c): c for c in calls}.values())
         text = graph_text(self.fork, self.package, unique)
-        # one file per batch, named by its content and removed after the run: two records of
-        # one fork never rewrite each other's graph (the index's lock orders their builds)
-        entry = work_dir(self.fork) / f"graph-{hashlib.sha256(text.encode()).hexdigest()[:16]}.toml"
+        # one file per batch and process, removed after the run: two records of one fork never
+        # rewrite each other's graph (the index's lock orders their builds)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        entry = work_dir(self.fork) / f"graph-{os.getpid()}-{digest}.toml"
         write_atomic(entry, text)
         try:
             run = self._build(entry)
