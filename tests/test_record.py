@@ -17,7 +17,7 @@ import pytest
 
 from engine.candidate import load_candidate
 from engine.cli import main
-from engine.errors import UsageError
+from engine.errors import StepFailed, UsageError
 from engine.record.capture import Redactions, capture
 from engine.record.failure import failure_of, run_summary
 from engine.record.interaction import Arg, Interaction, command_line
@@ -313,3 +313,27 @@ def test_bad_command_lines_exit_2_with_a_hint_and_write_nothing(
     err = capsys.readouterr().err
     assert message in err and "hint:" in err
     assert not (fork / ".trace").exists() and not (fork / "trace" / "candidates").exists()
+
+
+def test_a_package_that_does_not_build_is_exit_1_naming_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's run is played by a fake whose package step failed (no Nix): StepFailed."""
+    import engine.evaluation
+    import engine.run
+    from engine.record.trials import BUILD, Trials
+    from engine.run import RunResult, StepResult
+
+    def failed_run(graph: Any, index: Any, **_: Any) -> RunResult:
+        steps = {sid: StepResult(id=sid, key="k", status="skipped") for sid in graph.steps}
+        steps[BUILD] = StepResult(id=BUILD, key="k", status="failed", log_tail="make: *** Error 1")
+        return RunResult(graph="g", steps=steps)
+
+    monkeypatch.setattr(engine.run, "run_graph", failed_run)
+    monkeypatch.setattr(engine.evaluation, "evaluate_before_state", lambda *a: None)
+    fork = tmp_path / "fork"
+    skip = shutil.ignore_patterns(".trace", "result*", "candidates")
+    shutil.copytree(REPO / "tests" / "fixtures" / "fork", fork, ignore=skip)
+    call = Interaction("cparse", (Arg("x"),), ())
+    with pytest.raises(StepFailed, match=r"step package did not build\n  make: \*\*\* Error 1"):
+        Trials(fork, tmp_path / "state", "cparse").run([call])

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import InputError, TraceError
+from engine.errors import InputError, StepFailed, TraceError
 from engine.record.interaction import Interaction, repro_script
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ class Trials:
         if not run.ok:
             failed = [r for r in run.steps.values() if r.status in ("failed", "skipped")]
             tail = (failed[0].log_tail or "").strip().splitlines()[-5:]
-            raise TraceError(
+            raise StepFailed(
                 f"trace record: step {failed[0].id} did not build"
                 + "".join(f"\n  {t}" for t in tail),
                 hint=f"the package must build as `trace verify` builds it (pkgs.{self.package})",
