@@ -90,3 +90,41 @@ def require_code(
             line=find_line(text, loc),
             hint=catalogue.suggest(code),
         )
+
+
+# The reason codes of `trace verify-bundle` (policy/bundle-reasons.toml): `<area>.<rule>`, one per
+# integrity check. Declared like the catalogue above (a `[policy]` header, `[[reasons]]` with
+# code, message and solution); a failed integrity check is never waivable and never dated, so they
+# carry no `effective_on` or `waivable`.
+BUNDLE_SCHEMA = "trace.bundle-reasons/v1"
+BUNDLE_CODE_RE = r"^[a-z]+\.[a-z]+(-[a-z]+)*$"
+
+
+class BundleReasonSpec(Strict):
+    code: str = Field(pattern=BUNDLE_CODE_RE, description="stable machine code, `<area>.<rule>`")
+    message: str = Field(min_length=1, description="what the failed check found, for a human")
+    solution: str = Field(min_length=1, description="what to do about it")
+
+
+class BundleCatalogueFile(Strict):
+    policy: PolicyHeader
+    reasons: list[BundleReasonSpec] = Field(min_length=1)
+
+
+def load_bundle_catalogue(path: Path) -> dict[str, BundleReasonSpec]:
+    """code -> declaration of verify-bundle's catalogue, or a PolicyError naming file and key."""
+    what = "bundle reason catalogue"
+    text, data, _ = read_toml(path, what=what)
+    spec = validate(BundleCatalogueFile, data, path=path, text=text, what=what)
+    check_schema(spec.policy, BUNDLE_SCHEMA, path=path, text=text)
+    require_unique(
+        [r.code for r in spec.reasons],
+        table="reasons",
+        field="code",
+        what="reason code",
+        verb="is declared twice",
+        path=path,
+        text=text,
+        hint="a code has one meaning forever: remove the duplicate or give it a new code",
+    )
+    return {r.code: r for r in spec.reasons}

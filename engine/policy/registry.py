@@ -13,6 +13,7 @@ from engine.paths import data_dir
 ROUTING = "routing.toml"
 SIGNING = "signing.toml"
 REASONS = "reasons.toml"
+BUNDLE_REASONS = "bundle-reasons.toml"  # verify-bundle's integrity codes
 WAIVERS = "waivers.toml"
 # Earlier versions of a policy directory's files: history/NAME-VERSION/ holds the policy file as
 # it was signed under, with the catalogue it named beside it (byte for byte), so a bundle signed
