@@ -13,11 +13,9 @@ from engine.policy.source import (
     PolicyHeader,
     PolicyRef,
     Strict,
-    check_schema,
-    read_toml,
+    load_policy,
     ref,
     require_unique,
-    validate,
 )
 
 SCHEMA = "trace.critical/v1"
@@ -45,9 +43,9 @@ class CriticalList(Strict):
 
 
 def load_critical(path: Path) -> CriticalList:
-    text, data, digest = read_toml(path, what="critical-package list")
-    spec = validate(CriticalFile, data, path=path, text=text, what="critical-package list")
-    check_schema(spec.policy, SCHEMA, path=path, text=text)
+    spec, text, digest = load_policy(
+        path, CriticalFile, schema=SCHEMA, what="critical-package list"
+    )
     require_unique(
         [e.pattern for e in spec.packages],
         table="packages",

@@ -35,12 +35,10 @@ from engine.policy.source import (
     PolicyHeader,
     PolicyRef,
     Strict,
-    check_schema,
     find_line,
-    read_toml,
+    load_policy,
     ref,
     require_unique,
-    validate,
 )
 from engine.signing.keys import key_hint
 
@@ -94,9 +92,7 @@ def _public_key(pem: str, path: Path, text: str, i: int) -> ec.EllipticCurvePubl
 
 
 def load_maintainers(path: Path) -> Maintainers:
-    text, data, digest = read_toml(path, what="maintainers file")
-    spec = validate(MaintainersFile, data, path=path, text=text, what="maintainers file")
-    check_schema(spec.policy, SCHEMA, path=path, text=text)
+    spec, text, digest = load_policy(path, MaintainersFile, schema=SCHEMA, what="maintainers file")
     require_unique(
         [m.name for m in spec.maintainers],
         table="maintainers",

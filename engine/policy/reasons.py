@@ -18,13 +18,11 @@ from engine.policy.source import (
     PolicyHeader,
     PolicyRef,
     Strict,
-    check_schema,
     closest,
     find_line,
-    read_toml,
+    load_policy,
     ref,
     require_unique,
-    validate,
 )
 
 SCHEMA = "trace.reasons/v1"
@@ -62,9 +60,7 @@ class Catalogue(Strict):
 
 
 def load_catalogue(path: Path) -> Catalogue:
-    text, data, digest = read_toml(path, what="reason catalogue")
-    spec = validate(CatalogueFile, data, path=path, text=text, what="reason catalogue")
-    check_schema(spec.policy, SCHEMA, path=path, text=text)
+    spec, text, digest = load_policy(path, CatalogueFile, schema=SCHEMA, what="reason catalogue")
     require_unique(
         [r.code for r in spec.reasons],
         table="reasons",
@@ -114,9 +110,7 @@ class BundleCatalogueFile(Strict):
 def load_bundle_catalogue(path: Path) -> dict[str, BundleReasonSpec]:
     """code -> declaration of verify-bundle's catalogue, or a PolicyError naming file and key."""
     what = "bundle reason catalogue"
-    text, data, _ = read_toml(path, what=what)
-    spec = validate(BundleCatalogueFile, data, path=path, text=text, what=what)
-    check_schema(spec.policy, BUNDLE_SCHEMA, path=path, text=text)
+    spec, text, _ = load_policy(path, BundleCatalogueFile, schema=BUNDLE_SCHEMA, what=what)
     require_unique(
         [r.code for r in spec.reasons],
         table="reasons",

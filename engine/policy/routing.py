@@ -22,12 +22,10 @@ from engine.policy.source import (
     PolicyHeader,
     PolicyRef,
     Strict,
-    check_schema,
     find_line,
-    read_toml,
+    load_policy,
     ref,
     require_unique,
-    validate,
 )
 
 SCHEMA = "trace.routing/v1"
@@ -112,9 +110,7 @@ class RouteDecision(Strict):
 
 
 def load_routing(path: Path) -> RoutingPolicy:
-    text, data, digest = read_toml(path, what="routing policy")
-    spec = validate(RoutingFile, data, path=path, text=text, what="routing policy")
-    check_schema(spec.policy, SCHEMA, path=path, text=text)
+    spec, text, digest = load_policy(path, RoutingFile, schema=SCHEMA, what="routing policy")
     require_unique(
         [r.name for r in spec.rules],
         table="rules",

@@ -20,11 +20,9 @@ from engine.policy.source import (
     PolicyHeader,
     PolicyRef,
     Strict,
-    check_schema,
     find_line,
-    read_toml,
+    load_policy,
     ref,
-    validate,
 )
 
 SCHEMA = "trace.signing/v1"
@@ -145,9 +143,7 @@ class SigningPolicy(Strict):
 def load_signing_rules(path: Path) -> tuple[SigningPolicy, str, str]:
     """The signing policy file alone (no catalogue): the policy, the file's text and the
     catalogue path it names. What the gates need to know of it before anything is built."""
-    text, data, digest = read_toml(path, what="signing policy")
-    spec = validate(SigningFile, data, path=path, text=text, what="signing policy")
-    check_schema(spec.policy, SCHEMA, path=path, text=text)
+    spec, text, digest = load_policy(path, SigningFile, schema=SCHEMA, what="signing policy")
     # keys that belong to one gate only: (keys, that gate, what they are, the error's prefix)
     owned: tuple[tuple[tuple[str, ...], tuple[str, ...], str, str], ...] = (
         (SIZE_BOUNDS, (SIZE_GATE,), "max_files, max_hunks and max_lines bound", "size bound "),

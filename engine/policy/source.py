@@ -61,6 +61,16 @@ def read_toml(path: Path, *, what: str) -> tuple[str, dict[str, Any], str]:
     return doc.text, doc.data, doc.digest
 
 
+def load_policy(path: Path, model: type[M], *, schema: str, what: str) -> tuple[M, str, str]:
+    """A policy file read (engine/loader.py's rules), validated as `model` and its `[policy]`
+    header's schema checked: (the model, the text, the sha256 of its bytes), or a PolicyError
+    naming the file, the key and the line."""
+    text, data, digest = read_toml(path, what=what)
+    spec = validate(model, data, path=path, text=text, what=what)
+    check_schema(PolicyHeader.model_validate(data["policy"]), schema, path=path, text=text)
+    return spec, text, digest
+
+
 def validate(model: type[M], data: dict[str, Any], *, path: Path, text: str, what: str) -> M:
     """Validate `data` against `model`; the first error becomes a located PolicyError."""
     try:

@@ -26,11 +26,9 @@ from engine.policy.source import (
     PolicyHeader,
     PolicyRef,
     Strict,
-    check_schema,
     find_line,
-    read_toml,
+    load_policy,
     ref,
-    validate,
 )
 
 if TYPE_CHECKING:
@@ -150,9 +148,7 @@ def _report(found: WaiverSet, path: Path) -> WaiverSet:
 
 
 def _load_toml(path: Path, catalogue: Catalogue) -> WaiverSet:
-    text, data, digest = read_toml(path, what="waiver file")
-    spec = validate(WaiverFile, data, path=path, text=text, what="waiver file")
-    check_schema(spec.policy, SCHEMA, path=path, text=text)
+    spec, text, digest = load_policy(path, WaiverFile, schema=SCHEMA, what="waiver file")
     seen: set[tuple[str, str]] = set()
     for i, w in enumerate(spec.waivers):
         loc: tuple[str | int, ...] = ("waivers", i, "reason")

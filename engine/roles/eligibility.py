@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.advisory import Affected, OsvAdvisory
-from engine.policy.source import PolicyHeader, PolicyRef, check_schema, read_toml, ref, validate
+from engine.policy.source import PolicyHeader, PolicyRef, load_policy, ref
 
 SCHEMA = "trace.eligibility/v1"
 
@@ -56,9 +56,7 @@ class Verdict(BaseModel):
 
 
 def load_eligibility(path: Path) -> EligibilityPolicy:
-    text, data, digest = read_toml(path, what="eligibility policy")
-    spec = validate(EligibilityFile, data, path=path, text=text, what="eligibility policy")
-    check_schema(spec.policy, SCHEMA, path=path, text=text)
+    spec, _, digest = load_policy(path, EligibilityFile, schema=SCHEMA, what="eligibility policy")
     return EligibilityPolicy(ref=ref(spec.policy, path, digest), spec=spec)
 
 
