@@ -9,7 +9,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from engine.cli.options import add_policy_options, add_signing_options
+    from engine.cli.options import add_gate_option, add_policy_options, add_signing_options
 
     p = sub.add_parser(
         "bundle",
@@ -37,14 +37,7 @@ def register(sub: Any) -> None:
         help="cross-check: the record `trace decide` wrote must be what the policy decides now "
         "(the bundle is always decided in-process)",
     )
-    p.add_argument(
-        "--gate",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="an extra gate record JSON (trace.gate/v1); repeatable",
-    )
+    add_gate_option(p)
     add_policy_options(p)
     add_signing_options(p)
     p.add_argument(

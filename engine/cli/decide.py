@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 
 def register(sub: Any) -> None:
+    from engine.cli.options import add_gate_option
+
     p = sub.add_parser(
         "decide",
         help="may this candidate's evidence be signed? allow/deny with every reason code",
@@ -33,14 +35,7 @@ def register(sub: Any) -> None:
         help="a verify result JSON to cross-check: the verdict itself is judged from the "
         "cached builds, and a file that differs from it is refused",
     )
-    p.add_argument(
-        "--gate",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="an extra gate record JSON (trace.gate/v1); repeatable",
-    )
+    add_gate_option(p)
     p.add_argument(
         "--waivers",
         type=Path,

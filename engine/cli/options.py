@@ -1,4 +1,5 @@
-"""Command-line options shared by `trace bundle` and `trace verify --bundle`.
+"""Command-line options shared by `trace bundle` and `trace verify --bundle` (`--gate`: also
+`trace decide`).
 
 Plain argparse only: registering them must keep `trace --help` fast (no pydantic, no sigstore).
 `request_from_args` turns them into the library's typed `BundleRequest`.
@@ -41,6 +42,18 @@ def add_signing_options(p: Any) -> None:
     )
     p.add_argument(
         "--builder-id", default=DEFAULT_BUILDER, help="SLSA runDetails.builder.id of the bundle"
+    )
+
+
+def add_gate_option(p: Any) -> None:
+    """`--gate FILE`, repeatable (`trace bundle`, `trace decide`)."""
+    p.add_argument(
+        "--gate",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="an extra gate record JSON (trace.gate/v1); repeatable",
     )
 
 

@@ -59,10 +59,9 @@ class Catalogue(Strict):
         return f"did you mean '{guess}'? {where[0].upper()}{where[1:]}" if guess else where
 
 
-def load_catalogue(path: Path) -> Catalogue:
-    spec, text, digest = load_policy(path, CatalogueFile, schema=SCHEMA, what="reason catalogue")
+def _each_code_once(codes: list[str], path: Path, text: str) -> None:
     require_unique(
-        [r.code for r in spec.reasons],
+        codes,
         table="reasons",
         field="code",
         what="reason code",
@@ -71,6 +70,11 @@ def load_catalogue(path: Path) -> Catalogue:
         text=text,
         hint="a code has one meaning forever: remove the duplicate or give it a new code",
     )
+
+
+def load_catalogue(path: Path) -> Catalogue:
+    spec, text, digest = load_policy(path, CatalogueFile, schema=SCHEMA, what="reason catalogue")
+    _each_code_once([r.code for r in spec.reasons], path, text)
     return Catalogue(ref=ref(spec.policy, path, digest), reasons={r.code: r for r in spec.reasons})
 
 
@@ -111,14 +115,5 @@ def load_bundle_catalogue(path: Path) -> dict[str, BundleReasonSpec]:
     """code -> declaration of verify-bundle's catalogue, or a PolicyError naming file and key."""
     what = "bundle reason catalogue"
     spec, text, _ = load_policy(path, BundleCatalogueFile, schema=BUNDLE_SCHEMA, what=what)
-    require_unique(
-        [r.code for r in spec.reasons],
-        table="reasons",
-        field="code",
-        what="reason code",
-        verb="is declared twice",
-        path=path,
-        text=text,
-        hint="a code has one meaning forever: remove the duplicate or give it a new code",
-    )
+    _each_code_once([r.code for r in spec.reasons], path, text)
     return {r.code: r for r in spec.reasons}
