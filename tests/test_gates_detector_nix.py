@@ -16,6 +16,7 @@ pytestmark = pytest.mark.nix
 REPO = Path(__file__).resolve().parent.parent
 FORK = REPO / "tests" / "fixtures" / "fork"
 RECORD = REPO / "templates" / "verify" / "cc-record"
+LIB = REPO / "templates" / "lib"
 SANDBOX = "/usr /lib64 /bin /lib"
 
 
@@ -28,7 +29,8 @@ def build(expr: str) -> Path:
 
 
 def recorded(attr: str) -> Path:
-    return build(f"import {RECORD} {{ inherit pkgs; drv = pkgs.{attr}; }}")
+    trace = f"import {LIB} {{ inherit pkgs; }}"
+    return build(f"import {RECORD} {{ inherit pkgs; trace = {trace}; drv = pkgs.{attr}; }}")
 
 
 def test_a_makefile_build_is_recorded_and_unchanged() -> None:

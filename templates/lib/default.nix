@@ -11,7 +11,9 @@
 # - `gate` / `gateCommand`: a step running one gate of trace_sandbox.gates.main (gate.nix);
 # - `harness`: a step running the verify harness, one reproducer run (harness.nix);
 # - `outcome`: a build whose failure is an outcome, not an error (build-outcome.nix);
-# - `sandbox`: the sandbox package byte-compiled once (sandbox.nix).
+# - `sandbox`: the sandbox package byte-compiled once (sandbox.nix);
+# - `ccwrap`: compiler wrappers first on a build's PATH (ccwrap.nix, ccwrap.sh: the compile
+#   recorder templates/verify/cc-record and the fuzzing compiler templates/gates/fuzz-cc).
 { pkgs, src ? null }:
 let
   sandbox = import ./sandbox.nix { inherit pkgs src; };
@@ -24,4 +26,5 @@ in
   gateCommand = gates.command;
   harness = import ./harness.nix { inherit pkgs sandbox; };
   outcome = import ./build-outcome.nix;
+  ccwrap = import ./ccwrap.nix { inherit pkgs; };
 }

@@ -1,25 +1,11 @@
 # trace's coverage compiler for the fuzzing gate (templates/gates/fuzz-cc): installed as cc, gcc,
 # c++, g++ in a directory put first on PATH by the fuzzing build's preConfigure/preBuild (the
-# package's own build runs unchanged otherwise). Each compile gains
+# package's own build runs unchanged otherwise), after the shared prelude (templates/lib/ccwrap.sh:
+# `name`, `self`, `next`, `path`, `not_found`). Each compile gains
 # -fsanitize-coverage=trace-pc; each link (no -c, -S, -E) also gains trace's runtime
 # (trace_fuzz_rt.c, compiled once per build without the flag). Then the next compiler of that
 # name on PATH runs (the stdenv's own wrapper). clang has no trace-pc of gcc's shape: not wrapped.
-name=${0##*/}
-self=${0%/*}
-next=
-path=
-saved=$IFS
-IFS=:
-for d in $PATH; do
-  [ "$d" = "$self" ] && continue
-  path="${path:+$path:}$d"
-  if [ -z "$next" ] && [ -x "$d/$name" ]; then next="$d/$name"; fi
-done
-IFS=$saved
-if [ -z "$next" ]; then
-  echo "$name: not found (trace's fuzzing compiler found no $name after $self on PATH)" >&2
-  exit 127
-fi
+[ -n "$next" ] || not_found "trace's fuzzing compiler"
 link=1
 for a in "$@"; do
   case "$a" in -c|-S|-E|-M|-MM) link= ;; esac
