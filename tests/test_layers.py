@@ -333,3 +333,73 @@ def test_the_host_interface_check_sees_a_reach_past_it(tmp_path: Path) -> None:
         "engine/b.py: trace_sandbox",
         "engine/b.py: trace_sandbox.gates",
     }
+
+
+# Names that do not collide (issue 29): no module or package of engine/ is named like one at the
+# top of engine/ (the same name, or it with a trailing "s"). `engine/model.py` beside
+# `engine/models/`, `policy/signing.py` beside `engine/signing/`, `policy/evidence.py` beside
+# `engine/evidence/`, `verify/pipeline.py` beside `engine/pipeline/` and `verify/blame.py` beside
+# `engine/blame.py` each read as the other (renamed: graphtypes, signing_decision, evidence_view,
+# fork_graph, candidate_blame). The command wing (engine/cli/<command>.py) is named after the
+# commands. Known and not yet renamed: each entry must still exist and nothing may join them.
+KNOWN_NAME_CLASHES = {
+    "record ~ records",
+    "agent/record.py ~ record",
+    "agent/record.py ~ records",
+    "audit/rebuild.py ~ rebuilds",
+    "audit/report.py ~ report",
+    "evidence/agent.py ~ agent",
+    "fork/candidate.py ~ candidate",
+    "fork/report.py ~ report",
+    "fork/run.py ~ run",
+    "models/errors.py ~ errors",
+    "models/spec.py ~ spec",
+    "pipeline/verify.py ~ verify",
+    "record/record.py ~ record",
+    "record/record.py ~ records",
+    "report/graph.py ~ graph",
+    "report/records.py ~ record",
+    "report/records.py ~ records",
+    "report/render.py ~ render",
+    "signing/errors.py ~ errors",
+}
+
+
+def _alike(a: str, b: str) -> bool:
+    return a == b or a + "s" == b or b + "s" == a
+
+
+def name_clashes(engine: Path = ENGINE) -> set[str]:
+    """Top-level names of `engine` alike to each other, and deeper modules or packages named
+    like a top-level one (engine/cli/ aside)."""
+    top = {p.stem for p in engine.glob("*.py")} - {"__init__", "__main__"}
+    top |= {p.name for p in engine.iterdir() if (p / "__init__.py").is_file()}
+    out = {f"{a} ~ {b}" for a in top for b in top if a < b and _alike(a, b)}
+    for path in sorted(engine.rglob("*.py")):
+        parts = path.relative_to(engine).parts
+        name = parts[-2] if path.stem == "__init__" and len(parts) > 1 else path.stem
+        below = len(parts) > 2 or (len(parts) == 2 and path.stem != "__init__")
+        if below and parts[0] != "cli":
+            out |= {f"{'/'.join(parts)} ~ {t}" for t in sorted(top) if _alike(name, t)}
+    return out
+
+
+def test_no_module_is_named_like_another_at_the_top_of_the_engine() -> None:
+    assert name_clashes() == KNOWN_NAME_CLASHES
+
+
+def test_the_name_check_sees_the_clashes_issue_29_found(tmp_path: Path) -> None:
+    engine = tmp_path / "engine"
+    for package in ("models", "signing", "pipeline", "policy", "verify", "cli", "x/pipeline"):
+        (engine / package).mkdir(parents=True)
+        (engine / package / "__init__.py").write_text("")
+    for module in ("model", "blame", "policy/signing", "verify/pipeline", "verify/blame",
+                   "cli/pipeline", "policy/routing"):  # fmt: skip
+        (engine / f"{module}.py").write_text("")
+    assert name_clashes(engine) == {
+        "model ~ models",
+        "policy/signing.py ~ signing",
+        "verify/pipeline.py ~ pipeline",
+        "verify/blame.py ~ blame",
+        "x/pipeline/__init__.py ~ pipeline",
+    }
