@@ -9,7 +9,7 @@ and what to do; nothing is built or written when loading fails.
 from __future__ import annotations
 
 import graphlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -297,42 +297,60 @@ def _build_steps(
 ) -> dict[str, Step]:
     steps: dict[str, Step] = {}
     for sid, (ss, f) in specs.items():
-        kind = kinds[ss.kind]
-        for need in ss.needs:
-            if need not in specs:
-                raise InputError(
-                    f"step '{sid}' needs unknown step '{need}'",
-                    file=f.path,
-                    key=f"steps.{sid}.needs",
-                    line=f.line("steps", sid, "needs"),
-                    hint=suggest(need, list(specs), "step"),
-                )
-        params, key_params = resolve_params(sid, ss, kind, ss.kind, f, r)
-        inputs: dict[str, InputRef] = dict(kind.inputs)  # the kind's defaults, then the step's
-        for iname, ival in ss.inputs.items():
-            key = ("steps", sid, "inputs", iname)
-            var = ival.var if isinstance(ival, VarRef) else None
-            value = r.var(ival, f, *key) if isinstance(ival, VarRef) else ival
-            with r.blame(var, f, *key):
-                inputs[iname] = r.path(str(value), f, *key)
-        needs_base = {n: expansions[n] for n in ss.needs}
-        needs = tuple(x for n in ss.needs for x in expansions[n])
-        line = f.header_line("steps", sid)
-        for idx, xid in enumerate(expansions[sid], 1):
-            steps[xid] = Step(
-                id=xid,
-                base_id=sid,
-                kind=ss.kind,
-                needs=needs,
-                needs_base=needs_base,
-                inputs=inputs,
-                params=params,
-                path_params=key_params,
-                repeat_index=idx if sid in repeated else None,
-                check=kind.check if ss.check is None else ss.check,
-                source=f.path,
-                line=line,
+        steps.update(build_step(sid, ss, f, kinds, expansions, repeated, specs, r))
+    return steps
+
+
+def build_step(
+    sid: str,
+    ss: StepSpec,
+    f: File,
+    kinds: Mapping[str, Kind],
+    expansions: Mapping[str, tuple[str, ...]],
+    repeated: Collection[str],
+    known: Collection[str],
+    r: Resolver,
+) -> dict[str, Step]:
+    """One declared step, resolved: its expansions (id@1..id@N when repeated) by id. `known`:
+    every declared step id (a need must be one); `f` gives its path, lines and text only (the
+    resident graph of `trace watch`, engine/resident.py, re-resolves one edited step with it)."""
+    kind = kinds[ss.kind]
+    for need in ss.needs:
+        if need not in known:
+            raise InputError(
+                f"step '{sid}' needs unknown step '{need}'",
+                file=f.path,
+                key=f"steps.{sid}.needs",
+                line=f.line("steps", sid, "needs"),
+                hint=suggest(need, list(known), "step"),
             )
+    params, key_params = resolve_params(sid, ss, kind, ss.kind, f, r)
+    inputs: dict[str, InputRef] = dict(kind.inputs)  # the kind's defaults, then the step's
+    for iname, ival in ss.inputs.items():
+        key = ("steps", sid, "inputs", iname)
+        var = ival.var if isinstance(ival, VarRef) else None
+        value = r.var(ival, f, *key) if isinstance(ival, VarRef) else ival
+        with r.blame(var, f, *key):
+            inputs[iname] = r.path(str(value), f, *key)
+    needs_base = {n: expansions[n] for n in ss.needs}
+    needs = tuple(x for n in ss.needs for x in expansions[n])
+    line = f.header_line("steps", sid)
+    steps: dict[str, Step] = {}
+    for idx, xid in enumerate(expansions[sid], 1):
+        steps[xid] = Step(
+            id=xid,
+            base_id=sid,
+            kind=ss.kind,
+            needs=needs,
+            needs_base=needs_base,
+            inputs=inputs,
+            params=params,
+            path_params=key_params,
+            repeat_index=idx if sid in repeated else None,
+            check=kind.check if ss.check is None else ss.check,
+            source=f.path,
+            line=line,
+        )
     return steps
 
 

@@ -62,13 +62,20 @@ HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 
 
 class File:
-    def __init__(self, path: Path, text: str, spec: PipelineFile, digest: str) -> None:
+    def __init__(
+        self,
+        path: Path,
+        text: str,
+        spec: PipelineFile,
+        digest: str,
+        headers: dict[str, int] | None = None,
+    ) -> None:
         self.path = path
         self.text = text
         self.spec = spec
         self.digest = digest  # sha256 of the bytes read (engine/loadcache.py checks it)
-
-        self._headers: dict[str, int] | None = None
+        # dotted table name -> the line of its header (made from the text when first asked)
+        self._headers = headers
 
     def line(self, *dotted: str) -> int | None:
         """Line of a key, for error messages (a scan of the file: call it only when failing)."""

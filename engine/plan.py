@@ -83,7 +83,9 @@ def components(graph: Graph, step: Step, keys: dict[str, str]) -> dict[str, Any]
     }
 
 
-def _why(old: dict[str, Any] | None, new: dict[str, Any], changed_upstream: set[str]) -> list[str]:
+def why_dirty(
+    old: dict[str, Any] | None, new: dict[str, Any], changed_upstream: set[str]
+) -> list[str]:
     if old is None:
         return ["never built"]
     reasons: list[str] = []
@@ -151,7 +153,7 @@ def plan(
         else:
             dirty_up = {n for n in graph.steps[sid].needs if steps[n].dirty}
             old = index.last_components(gid, sid) if prev_key else None
-            reasons = _why(old, comps[sid], dirty_up) or ["no cached result for this key"]
+            reasons = why_dirty(old, comps[sid], dirty_up) or ["no cached result for this key"]
         steps[sid] = StepPlan(
             id=sid,
             key=key,

@@ -131,6 +131,7 @@ def read_outcome(out: str) -> Any:
 
 
 Reporter = Callable[[str, str], None]
+Planned = tuple[Plan, Mapping[str, CachedResult]]
 
 
 def _default_reporter(progress: bool) -> Reporter:
@@ -151,20 +152,24 @@ def run_graph(
     wait: float = 0,
     known_keys: Mapping[str, str] | None = None,
     rebuild: Collection[str] = (),
+    planned: Planned | None = None,
 ) -> RunResult:
     """Build every dirty step of the graph; answer clean steps from the index.
 
     `state` is a state directory (locked for the duration) or an Index the caller already holds.
     `rebuild`: step ids rebuilt with `--check` after the run, cached or not (`rebuild_steps`).
+    `planned`: the plan of this graph against this index and the cached results of its clean
+    steps, made by the caller (`trace watch`'s resident graph, engine/resident.py), instead of
+    `engine.plan.plan`.
     """
     from engine.machine import load_machine
 
     load_machine()  # a bad machine config is refused before anything is written
     report = reporter or _default_reporter(progress)
     if isinstance(state, Index):
-        return _run(graph, state, jobs, report, known_keys, rebuild)
+        return _run(graph, state, jobs, report, known_keys, rebuild, planned)
     with Index(state, wait=wait) as index:
-        return _run(graph, index, jobs, report, known_keys, rebuild)
+        return _run(graph, index, jobs, report, known_keys, rebuild, planned)
 
 
 def _run(
@@ -174,6 +179,7 @@ def _run(
     report: Reporter,
     known_keys: Mapping[str, str] | None = None,
     rebuild: Collection[str] = (),
+    planned: Planned | None = None,
 ) -> RunResult:
     """Plan; answer the clean steps from the index; build the dirty ones (`_build`), read their
     results (`_collect`), `--check` the check kinds (`_check`) and the `rebuild` steps
@@ -181,7 +187,7 @@ def _run(
     from engine.nix import Nix
 
     clock = _Clock()
-    p, cached = plan(graph, index, known_keys)
+    p, cached = planned or plan(graph, index, known_keys)
     clock.mark("plan")
     results = _cached_results(p, cached, report)
     dirty = p.dirty

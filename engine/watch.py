@@ -7,13 +7,18 @@ Where the signature is ambiguous (a file modified within the last second: an edi
 clock tick could keep every field), the snapshot also holds the file's sha256, so two edits in
 one tick are told apart by content.
 
-A change, and anything the watcher cannot account for (a read that is unreadable or gone, a
-snapshot that fails), runs the whole plan again: the graph is loaded again (through the load
-cache, engine/loadcache.py, which re-validates only what it cannot prove unchanged), planned
-against the index, and the dirty frontier is built; nothing is ever answered from the previous
-round's keys. This is the correctness half of issue 30's resident mode; keeping validated steps
-and `.drv` paths in memory across rounds (the speed half) is not done (docs/performance.md).
-Standard library only.
+The loop sleeps in inotify (engine/inotify.py: the directories of every read), so an edit wakes
+it at once; it also looks every `interval` seconds. Either way what changed is decided by the
+stat signature and digests above, never by the events; events the kernel lost (a queue overflow,
+a watched directory removed or moved) are a full plan whatever the signature says.
+
+Each round is told why it runs: the changed paths, or a sentence when the change cannot be
+accounted for (a read that is unreadable or gone, a snapshot that failed, lost events), which
+must be a full plan: the graph loaded again (through the load cache, engine/loadcache.py),
+planned against the index, the dirty frontier built. `trace watch` (engine/cli/watch.py) answers
+an edit of step tables in pipeline files from its resident graph instead (engine/resident.py:
+only the edited steps re-validated, unchanged steps' keys and `.drv` paths from memory), and
+anything else with a full plan. Standard library only.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from engine.fastpath import Entry, stamp
 
@@ -98,38 +103,98 @@ def rebuilt(result: Any) -> list[tuple[str, str, list[str]]]:
     ]
 
 
-def _taker(taken: list[tuple[Reads, Snapshot | None]], began: int) -> Callable[[Reads], None]:
-    return lambda reads: taken.append((reads, snapshot(reads, since_ns=began)))
+class Waiter(Protocol):
+    """What wakes the loop early (engine/inotify.py Changes): `wait` returns 'changed', 'lost'
+    (events were lost: a full plan) or 'timeout'; `ok` False: it cannot, so the loop polls."""
+
+    ok: bool
+
+    def wait(self, timeout: float) -> str: ...
+
+    def close(self) -> None: ...
+
+
+LOST = "(inotify lost events or a watched directory: full plan)"
+Taken = tuple[Reads, "Waiter | None", "Snapshot | None"]
+
+
+def _taker(
+    taken: list[Taken], began: int, changes: Callable[[Reads], Waiter] | None
+) -> Callable[[Reads], None]:
+    """What a round calls with its reads, after loading: the waiter is made first, then the
+    snapshot, so an edit after the snapshot always wakes it."""
+
+    def take(reads: Reads) -> None:
+        waiter = None if changes is None else changes(reads)
+        taken.append((reads, waiter, snapshot(reads, since_ns=began)))
+
+    return take
+
+
+def _next_change(
+    reads: Reads,
+    before: Snapshot | None,
+    waiter: Waiter | None,
+    interval: float,
+    sleep: Callable[[float], None],
+) -> list[str]:
+    """Wait for a change of what the last round read: woken by `waiter` (or every `interval`
+    seconds, also with a waiter), decided by the full stat signature and digests. A waiter's
+    loss is a full plan, whatever the signature says."""
+    try:
+        while True:
+            lost = False
+            if before is None or not before.racy:
+                if waiter is not None and waiter.ok:
+                    lost = waiter.wait(interval) == "lost"
+                else:
+                    sleep(interval)
+            why = changed(before, snapshot(reads))
+            if lost:
+                return [LOST, *why]
+            if why:
+                return why
+    finally:
+        if waiter is not None:
+            waiter.close()
 
 
 def watch(
-    load_and_run: Callable[[Callable[[Reads], None]], Any],
+    load_and_run: Callable[[Callable[[Reads], None], list[str]], Any],
     report: Callable[[Round], None],
     *,
     interval: float = 0.2,
     rounds: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    changes: Callable[[Reads], Waiter] | None = None,
 ) -> int:
-    """Run, then poll what the last run read and run again when it changes. `load_and_run`
-    calls its argument with the graph's reads right after loading, before building (the
-    snapshot is taken there). `rounds`: stop after that many runs (None: until interrupted).
-    Returns how many runs were made."""
+    """Run, then wait for a change of what the last run read and run again. `load_and_run`
+    gets a function to call with the graph's reads right after loading, before building (the
+    snapshot is taken there), and why this round runs (the changed paths, or a sentence when
+    the change cannot be accounted for: then it must run a full plan). `changes`: makes the
+    waiter for a round's reads (None: poll every `interval`). `rounds`: stop after that many
+    runs (None: until interrupted). A round that loaded nothing (it failed) keeps watching
+    what the round before it read. Returns how many runs were made."""
     why = ["first run"]
     made = 0
+    reads: Reads = ()
     while rounds is None or made < rounds:
-        taken: list[tuple[Reads, Snapshot | None]] = []
-        result = load_and_run(_taker(taken, time.time_ns()))
+        taken: list[Taken] = []
+        began = time.time_ns()
+        result = load_and_run(_taker(taken, began, changes), why)
         made += 1
         report(Round(why, rebuilt(result), bool(result.ok)))
         if rounds is not None and made >= rounds:
+            for _, waiter, _ in taken:
+                if waiter is not None:
+                    waiter.close()
             break
-        reads, before = taken[-1] if taken else ((), None)
-        while True:
-            if before is None or not before.racy:
-                sleep(interval)
-            why = changed(before, snapshot(reads))
-            if why:
-                break
+        if taken:
+            reads, waiter, before = taken[-1]
+        else:
+            waiter = None if changes is None else changes(reads)
+            before = snapshot(reads, since_ns=began)
+        why = _next_change(reads, before, waiter, interval, sleep)
     return made
 
 

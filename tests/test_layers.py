@@ -54,6 +54,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "engine.otel",
             "engine.watch",
+            "engine.resident",
+            "engine.inotify",
             "engine.run",
             "engine.rebuilds",
             "engine.evaluation",

@@ -11,6 +11,8 @@ from typing import Any, ClassVar
 
 from engine.cli.args import add_state_args, load_graph_of, positive_int, root, state_dir
 
+Reads = Sequence[tuple[Path, Sequence[str]]]
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -25,44 +27,93 @@ def register(sub: Any) -> None:
         "-j", "--jobs", type=positive_int, default=None, help="parallel builds (nix -j), >= 1"
     )
     p.add_argument(
-        "--interval", type=float, default=0.2, metavar="SECONDS", help="how often to look"
+        "--interval",
+        type=float,
+        default=0.2,
+        metavar="SECONDS",
+        help="how often to look without an inotify event (inotify wakes it at once)",
     )
     p.add_argument("--rounds", type=positive_int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(handler=cmd_watch)
 
 
-def _load_and_run(args: argparse.Namespace) -> Callable[[Callable[[Any], None]], Any]:
-    from engine import loadcache
-    from engine.cache import Index, nothing_written_on_bad_input
-    from engine.errors import TraceError
-    from engine.hashing import StatCache
-    from engine.run import run_graph
+class _Rounds:
+    """The rounds of one `trace watch`: a full plan the first time and whenever the resident
+    graph (engine/resident.py) cannot take the change; otherwise the resident's update."""
 
-    state = state_dir(args)
-    first = [True]
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.state = state_dir(args)
+        self.resident: Any = None  # engine.resident.Resident once a round succeeded
+        self.first = True
 
-    def once(loaded: Callable[[Sequence[tuple[Path, Sequence[str]]]], None]) -> Any:
-        hasher = StatCache.read_only(state / "state.db")
-        key = loadcache.name(args.graph, root(args), None, None)
+    def __call__(self, loaded: Callable[[Reads], None], why: list[str]) -> Any:
+        from engine.errors import TraceError
+        from engine.hashing import StatCache
+
+        hasher = StatCache.read_only(self.state / "state.db")
         try:
-            hit = loadcache.lookup(state, root(args), key, hasher)
-            graph, known = hit or (load_graph_of(args, hasher), None)
-            loaded(graph.reads)
-            with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
-                hasher.flush(index.db)
-                result = run_graph(graph, index, jobs=args.jobs, known_keys=known)
-                if known is None:
-                    keys = {sid: r.key for sid, r in result.steps.items()}
-                    loadcache.store(index.db, state, key, graph, keys)
+            nxt = self._update(why, hasher)
+            result = self._full(loaded, hasher) if nxt is None else self._resident(nxt, loaded)
         except TraceError as exc:
-            if first[0]:
+            self.resident = None
+            if self.first:
                 raise
             print(f"trace: error: {exc.render()}", file=sys.stderr)
             return _Failed()
-        first[0] = False
+        except BaseException:
+            self.resident = None
+            raise
+        self.first = False
         return result
 
-    return once
+    def _update(self, why: list[str], hasher: Any) -> Any:
+        """The resident graph after `why`, or None: a full plan (also on any surprise: the full
+        plan is always right, the resident only faster)."""
+        if self.resident is None:
+            return None
+        try:
+            return self.resident.update(why, hasher)
+        except Exception:
+            return None
+
+    def _full(self, loaded: Callable[[Reads], None], hasher: Any) -> Any:
+        from engine import loadcache
+        from engine.cache import Index, nothing_written_on_bad_input
+        from engine.resident import Resident
+        from engine.run import run_graph
+
+        args, state = self.args, self.state
+        self.resident = None
+        key = loadcache.name(args.graph, root(args), None, None)
+        hit = loadcache.lookup(state, root(args), key, hasher)
+        graph, known = hit or (load_graph_of(args, hasher), None)
+        loaded(graph.reads)
+        with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
+            hasher.flush(index.db)
+            result = run_graph(graph, index, jobs=args.jobs, known_keys=known)
+            if known is None:
+                keys = {sid: r.key for sid, r in result.steps.items()}
+                loadcache.store(index.db, state, key, graph, keys)
+        self.resident = Resident.make(graph, result)
+        return result
+
+    def _resident(self, nxt: Any, loaded: Callable[[Reads], None]) -> Any:
+        from engine.cache import Index
+        from engine.run import run_graph
+
+        self.resident = None
+        loaded(nxt.graph.reads)
+        with Index(self.state, wait=self.args.wait) as index:
+            result = run_graph(nxt.graph, index, jobs=self.args.jobs, planned=nxt.plan(index))
+        self.resident = nxt.absorb(result)
+        return result
+
+
+def _changes(reads: Reads) -> Any:
+    from engine.inotify import Changes
+
+    return Changes(reads)
 
 
 class _Failed:
@@ -81,7 +132,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from engine.cli import Terminated
 
     try:
-        watch(_load_and_run(args), report, interval=args.interval, rounds=args.rounds)
+        watch(_Rounds(args), report, interval=args.interval, rounds=args.rounds, changes=_changes)
     except Terminated:
         raise  # SIGTERM: exit 143 as every command
     except KeyboardInterrupt:  # Ctrl-C is how a watch ends: not an error

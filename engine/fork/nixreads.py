@@ -11,28 +11,20 @@ carry-over, the full path. Linux only; standard library only (ctypes)."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import hashlib
 import os
-import struct
 from pathlib import Path
 
-IN_OPEN = 0x00000020
-IN_Q_OVERFLOW = 0x00004000
-IN_ISDIR = 0x40000000
-IN_NONBLOCK = 0o4000
-IN_CLOEXEC = 0o2000000
-_EVENT = struct.Struct("iIII")
-MAX_DIRS = 20_000  # a bigger tree is not watched (no carry-over)
-
-
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name, use_errno=True) if name else None
-    except OSError:
-        return None
+from engine.inotify import (
+    IN_CLOEXEC,
+    IN_ISDIR,
+    IN_NONBLOCK,
+    IN_OPEN,
+    IN_Q_OVERFLOW,
+    MAX_DIRS,
+    parse,
+)
+from engine.inotify import libc as _libc
 
 
 class NixReads:
@@ -72,11 +64,7 @@ class NixReads:
                 data = os.read(self._fd, 1 << 16)
             except BlockingIOError:
                 return files, dirs
-            offset = 0
-            while offset < len(data):
-                wd, mask, _, size = _EVENT.unpack_from(data, offset)
-                raw = data[offset + _EVENT.size : offset + _EVENT.size + size].rstrip(b"\0")
-                offset += _EVENT.size + size
+            for wd, mask, raw in parse(data):
                 if mask & IN_Q_OVERFLOW or wd not in self._dirs:
                     return None
                 where = os.path.normpath(os.path.join(self._dirs[wd], os.fsdecode(raw)))
