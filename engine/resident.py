@@ -127,7 +127,9 @@ class _Source:
 
     def headers(self) -> dict[str, int]:
         """Each table header's line, from the sections (what graphfile.File.header_line maps)."""
-        lines = [1, *itertools.accumulate(t.count("\n") for _, t in self.sections or ())]
+        # lines as str.splitlines counts them (as the loader's File does: U+2028 too)
+        counts = (len(t.splitlines()) for _, t in self.sections or ())
+        lines = list(itertools.accumulate(counts, initial=1))
         return {
             h: n for (h, _), n in zip(self.sections or (), lines[:-1], strict=True) if h is not None
         }
@@ -301,11 +303,10 @@ class Resident:
             if step is None:
                 return None
             steps[step.id] = step
-        if text.count("\n") != old.text.count("\n"):  # lines moved: the other steps' too
-            for s in self.graph.steps.values():
-                line = headers.get(f"steps.{s.base_id}")
-                if s.source == path and s.id not in steps and s.line != line:
-                    steps[s.id] = dataclasses.replace(s, line=line)
+        for s in self.graph.steps.values():  # lines moved by the edit: the other steps' too
+            line = headers.get(f"steps.{s.base_id}")
+            if s.source == path and s.id not in steps and s.line != line:
+                steps[s.id] = dataclasses.replace(s, line=line)
         return new, f.digest, r.digested()
 
     def _restep(self, sid: str, part: str, f: Any, r: Any) -> Step | None:

@@ -92,7 +92,7 @@ def test_the_loop_runs_again_only_after_a_change(tmp_path: Path) -> None:
     rounds: list[watch.Round] = []
     polls = [0]
 
-    def load_and_run(loaded: Any) -> _Result:
+    def load_and_run(loaded: Any, why: list[str]) -> _Result:
         loaded(reads)
         runs.append(1)
         return _Result(["s0"] if len(runs) > 1 else [])
