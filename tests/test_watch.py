@@ -6,6 +6,7 @@ builds, an edited input rebuilds its step and what needs it, and Ctrl-C stops th
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -159,6 +160,95 @@ def test_trace_watch_rebuilds_an_edited_input_and_stops_on_ctrl_c(tmp_path: Path
         second = "".join(seen)
         assert "in.txt" in second and "built a" in second and "built b" in second, second
         assert "built c" not in second, second  # c was not dirty
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "trace watch: stopped" in err, err
+
+
+def _fresh_run_builds_nothing(project: Path) -> dict[str, str]:
+    """A fresh `trace run --full` (its own load, hashing and plan) on the watch's state dir:
+    every step cached means the watch recorded exactly the keys and results a full plan gives.
+    Returns each step's .drv."""
+    run = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "run", "graph.toml", "--full", "--json", "-q"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    steps = json.loads(run.stdout)["steps"]
+    assert {s["status"] for s in steps.values()} == {"cached"}, steps
+    return {sid: s["drv"] for sid, s in steps.items()}
+
+
+@pytest.mark.nix
+def test_trace_watch_resident_rounds_are_never_stale(tmp_path: Path) -> None:
+    """Each kind of edit in one watch: a step's param in the graph file (the resident graph:
+    only that step re-validated and rebuilt), the template, an input file, the package set.
+    After every round a fresh full `trace run` finds nothing to build and the same .drv paths."""
+    new = uuid.uuid4().hex
+    graph = make_project(
+        tmp_path,
+        f"""
+        [steps.a]
+        kind = "text"
+        params = {{ message = "a {new}" }}
+        inputs = {{ data = "data/in.txt" }}
+        [steps.b]
+        kind = "text"
+        params = {{ message = "b {new}" }}
+        needs = ["a"]
+        [steps.c]
+        kind = "text"
+        params = {{ message = "c {new}" }}
+        """,
+    )
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "in.txt").write_text("one\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "watch", str(graph)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+
+    def round_() -> str:
+        seen: list[str] = []
+        for line in proc.stdout:  # type: ignore[union-attr]
+            seen.append(line)
+            if line.startswith(("  ok", "  FAILED")):
+                return "".join(seen)
+        raise AssertionError("".join(seen) + proc.stderr.read())  # type: ignore[union-attr]
+
+    try:
+        assert "built c" in round_()
+        drvs = _fresh_run_builds_nothing(tmp_path)
+        text = graph.read_text()
+        graph.write_text(text.replace(f"b {new}", f"b2 {new}"))
+        out = round_()
+        assert "built b (param 'message' changed)" in out and "built a" not in out, out
+        after = _fresh_run_builds_nothing(tmp_path)
+        assert {s for s in after if after[s] != drvs[s]} == {"b"}
+        template = tmp_path / "templates" / "text.nix.j2"
+        template.write_text(template.read_text().replace("mkdir $out", "mkdir -p $out"))
+        out = round_()
+        assert all(f"built {s} (template changed" in out for s in "abc"), out
+        _fresh_run_builds_nothing(tmp_path)
+        EDITS["cp -p"](tmp_path / "data" / "in.txt", "two\n")
+        out = round_()
+        assert "built a (input 'data' changed)" in out and "built b" in out, out
+        assert "built c" not in out, out
+        _fresh_run_builds_nothing(tmp_path)
+        pkgs = tmp_path / "pkgs" / "default.nix"
+        pkgs.write_text(pkgs.read_text() + "\n# edited\n")
+        out = round_()
+        # a comment: new keys, the same derivations (reused: Nix has them)
+        assert all(f"reused {s} (package set changed" in out for s in "abc"), out
+        _fresh_run_builds_nothing(tmp_path)
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)

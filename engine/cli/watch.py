@@ -90,11 +90,11 @@ class _Rounds:
         graph, known = hit or (load_graph_of(args, hasher), None)
         loaded(graph.reads)
         with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
-            hasher.flush(index.db)
+            hasher.flush(index.writable())
             result = run_graph(graph, index, jobs=args.jobs, known_keys=known)
             if known is None:
                 keys = {sid: r.key for sid, r in result.steps.items()}
-                loadcache.store(index.db, state, key, graph, keys)
+                loadcache.store(index.writable(), state, key, graph, keys)
         self.resident = Resident.make(graph, result)
         return result
 
