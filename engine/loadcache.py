@@ -18,6 +18,13 @@ result is reused instead. An entry is used only when ALL of these hold, else the
   state's stat cache, which itself re-reads a file whose size, mtime, inode or ctime changed),
   gives the recorded digest, at the same real path;
 - the files behind `[nix] extra_sandbox_paths` have the identity they had (engine/hostpaths.py).
+
+One exception to the first rule after the MAC: when pipeline files were edited, and the edits
+are of step tables only, the entry is brought up to date instead of missing (engine/resident.py,
+the same update `trace watch` makes in memory: the entry stores each file's text cut into
+sections, checked to parse as the whole file does; only the edited sections are parsed and
+validated, only those steps resolved, only their keys and those below them computed; any other
+edit, or any doubt, is a miss). The caller stores the updated entry (`Hit.split`).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import os
 import pickle
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +48,8 @@ from engine.loader import read_bytes, read_text, resolve
 from engine.readonly import read_only_connection
 
 TABLE = "CREATE TABLE IF NOT EXISTS load_cache (name TEXT PRIMARY KEY, mac TEXT, payload BLOB)"
-FORMAT = 5  # 2: the graph as dataclasses (engine/graphtypes.py); 3: + unique trees;
-# 4: sources first; 5: kinds' default inputs
+FORMAT = 6  # 2: the graph as dataclasses (engine/graphtypes.py); 3: + unique trees;
+# 4: sources first; 5: kinds' default inputs; 6: + the pipeline files' sections (engine/resident.py)
 
 
 def key_file() -> Path | None:
@@ -109,10 +117,19 @@ def _digest_or_none(path: Path) -> str | None:
         return None
 
 
-def _sources_valid(sources: tuple[tuple[Path, str], ...]) -> bool:
-    return all(
-        _same_real_path(path) and _digest_or_none(path) == digest for path, digest in sources
-    )
+def _changed_sources(sources: tuple[tuple[Path, str], ...]) -> list[Path] | None:
+    """The pipeline files whose bytes are not the ones loaded; None when one is not at its real
+    path any more or cannot be read (then: a full load)."""
+    changed: list[Path] = []
+    for path, digest in sources:
+        if not _same_real_path(path):
+            return None
+        now = _digest_or_none(path)
+        if now is None:
+            return None
+        if now != digest:
+            changed.append(path)
+    return changed
 
 
 def _still_valid(graph: Graph, trees: list[Tree], hasher: StatCache) -> bool:
@@ -144,10 +161,27 @@ def _still_valid(graph: Graph, trees: list[Tree], hasher: StatCache) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Hit:
+    """A cached load: the graph and its keys. `split`: set when pipeline files were edited and
+    the entry was brought up to date from the edited step tables (engine/resident.py): the
+    sections to store with the updated graph (`store(..., split=hit.split)`)."""
+
+    graph: Graph
+    keys: dict[str, str]
+    split: Mapping[Path, Any] | None = None
+
+
 def lookup(
     state: Path, root: Path, key: str, hasher: StatCache
 ) -> tuple[Graph, dict[str, str]] | None:
     """The cached (graph, step keys) under `key`, if genuine and still what loading would give."""
+    hit = lookup_entry(state, root, key, hasher)
+    return None if hit is None else (hit.graph, hit.keys)
+
+
+def _row(state: Path, root: Path, key: str) -> bytes | None:
+    """The entry's payload, if this user's trace wrote it (its MAC checks out)."""
     db_path = state / "state.db"
     secret = _secret([root, state], create=False)
     if secret is None or not db_path.is_file():
@@ -166,11 +200,22 @@ def lookup(
         return None
     if not hmac.compare_digest(row[0], _mac(secret, key, row[1])):
         return None  # not written by this user's trace: never unpickled
+    return row[1]
+
+
+def lookup_entry(state: Path, root: Path, key: str, hasher: StatCache) -> Hit | None:
+    """The cached load under `key`, if genuine and still what loading would give: unchanged,
+    or with only step tables of pipeline files edited (those steps validated and resolved
+    again, their keys and those below them computed again: engine/resident.py)."""
+    payload = _row(state, root, key)
+    if payload is None:
+        return None
     try:
-        # authenticated above; the pipeline files first: an edited one (the usual miss) is
-        # told without unpickling the graph
-        sources, inner = pickle.loads(row[1])
-        if not isinstance(inner, bytes) or not _sources_valid(sources):
+        # authenticated above; the pipeline files first: an edited one is told without
+        # unpickling the graph
+        sources, inner, split = pickle.loads(payload)
+        changed = _changed_sources(sources)
+        if not isinstance(inner, bytes) or changed is None:
             return None
         graph, keys, trees = pickle.loads(inner)
         if (
@@ -181,23 +226,47 @@ def lookup(
             or not isinstance(trees, list)
         ):
             return None
-        if _still_valid(graph, trees, hasher):
-            return graph, keys
+        hit = Hit(graph, keys) if not changed else _edited(graph, keys, split, changed, hasher)
+        if hit is not None and _still_valid(
+            hit.graph, trees if not changed else _unique_trees(hit.graph), hasher
+        ):
+            return hit
     except Exception:  # unreadable, moved, not UTF-8, a class that changed: load again
         return None
     return None
 
 
+def _edited(
+    graph: Graph, keys: dict[str, str], split: bytes, changed: list[Path], hasher: StatCache
+) -> Hit | None:
+    from engine.resident import Resident
+
+    sections = pickle.loads(split)
+    nxt = Resident.cached(graph, keys, sections).update([str(p) for p in changed], hasher)
+    return None if nxt is None else Hit(nxt.graph, nxt.keys, nxt.split())
+
+
 def store(
-    db: sqlite3.Connection, state: Path, key: str, graph: Graph, keys: Mapping[str, str]
+    db: sqlite3.Connection,
+    state: Path,
+    key: str,
+    graph: Graph,
+    keys: Mapping[str, str],
+    split: Mapping[Path, Any] | None = None,
 ) -> None:
-    """Remember a graph that loaded and planned; nothing when no secret can be had."""
+    """Remember a graph that loaded and planned; nothing when no secret can be had. `split`:
+    its pipeline files' sections (`Hit.split`), else made here from the files (a full load)."""
+    from engine.resident import split_of
+
     secret = _secret([graph.root, state], create=True)
     if secret is None:
         return
     entry = (graph, dict(keys), _unique_trees(graph))
     inner = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
-    payload = pickle.dumps((graph.sources, inner), protocol=pickle.HIGHEST_PROTOCOL)
+    sections = pickle.dumps(
+        dict(split) if split is not None else split_of(graph), protocol=pickle.HIGHEST_PROTOCOL
+    )
+    payload = pickle.dumps((graph.sources, inner, sections), protocol=pickle.HIGHEST_PROTOCOL)
     db.execute(TABLE)
     db.execute(
         "INSERT OR REPLACE INTO load_cache VALUES (?, ?, ?)",

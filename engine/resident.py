@@ -38,7 +38,7 @@ import tomli
 
 from engine.cache import CachedResult, IndexView
 from engine.hashing import StatCache, digest_bytes, key_digest
-from engine.model import Graph, Step
+from engine.graphtypes import Graph, Step
 from engine.plan import Plan, StepPlan, components, graph_id, why_dirty
 
 TYPE_CHECKING = False
@@ -171,6 +171,24 @@ def splice(old: _Source, text: str) -> tuple[_Source, list[int]] | None:
     return _Source(text, (*secs[:i], *mid, *secs[j + 1 :])), changed
 
 
+def _below(graph: Graph) -> dict[str, tuple[str, ...]]:
+    below: dict[str, list[str]] = {sid: [] for sid in graph.order}
+    for sid in graph.order:
+        for need in graph.steps[sid].needs:
+            below[need].append(sid)
+    return {sid: tuple(b) for sid, b in below.items()}
+
+
+def split_of(graph: Graph) -> dict[Path, tuple[Section, ...] | None]:
+    """The sections of each pipeline file of a fully loaded graph (None: not split faithfully,
+    or no longer the bytes loaded)."""
+    out: dict[Path, tuple[Section, ...] | None] = {}
+    for path, digest in graph.sources:
+        src = _source(path, digest)
+        out[path] = None if src is None else src.sections
+    return out
+
+
 def _read(path: Path) -> tuple[bytes, str] | None:
     from engine.errors import InputError
     from engine.loader import decode, read_bytes
@@ -220,12 +238,26 @@ class Resident:
         keys = {sid: result.steps[sid].key for sid in graph.order}
         comps = {sid: components(graph, graph.steps[sid], keys) for sid in graph.order}
         sources = {path: _source(path, digest) for path, digest in graph.sources}
-        below: dict[str, list[str]] = {sid: [] for sid in graph.order}
-        for sid in graph.order:
-            for need in graph.steps[sid].needs:
-                below[need].append(sid)
-        frozen = {sid: tuple(b) for sid, b in below.items()}
-        return cls(graph, keys, comps, {}, sources, frozen).absorb(result)
+        return cls(graph, keys, comps, {}, sources, _below(graph)).absorb(result)
+
+    @classmethod
+    def cached(
+        cls,
+        graph: Graph,
+        keys: dict[str, str],
+        split: Mapping[Path, tuple[Section, ...] | None],
+    ) -> Resident:
+        """From the load cache (engine/loadcache.py): a graph, its keys and its pipeline files'
+        sections as stored (authenticated there); components are made when needed."""
+        sources = {
+            path: None if secs is None else _Source("".join(t for _, t in secs), secs)
+            for path, secs in split.items()
+        }
+        return cls(graph, keys, {}, {}, sources, _below(graph))
+
+    def split(self) -> dict[Path, tuple[Section, ...] | None]:
+        """What the load cache stores of the pipeline files: their sections."""
+        return {p: None if s is None else s.sections for p, s in self.sources.items()}
 
     def absorb(self, result: RunResult) -> Resident:
         """After a round ran this resident's plan: its results remembered, its keys recorded."""
@@ -350,7 +382,8 @@ class Resident:
             if sid not in todo:
                 continue
             comp = components(graph, graph.steps[sid], keys)
-            if comp != comps[sid]:
+            was = comps.get(sid) or components(self.graph, self.graph.steps[sid], self.keys)
+            if comp != was:
                 keys[sid], comps[sid] = key_digest(comp), comp
                 todo.update(self.below[sid])
         return dataclasses.replace(self, graph=graph, keys=keys, comps=comps, sources=sources)

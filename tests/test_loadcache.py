@@ -59,7 +59,9 @@ def test_an_unchanged_graph_is_not_loaded_again_and_plans_the_same(
     assert plan_json(graph, state) == first
 
 
-def test_an_edit_keeping_size_and_mtime_is_a_miss(tmp_path: Path) -> None:
+def test_an_edit_keeping_size_and_mtime_is_seen(tmp_path: Path) -> None:
+    """Content, not mtime: the edited step is what the entry answers with now (brought up to
+    date from its table: engine/resident.py), never the old step."""
     graph, state = project(tmp_path)
     before = {s["id"]: s["key"] for s in plan_json(graph, state)["steps"]}
     st = graph.stat()
@@ -68,10 +70,52 @@ def test_an_edit_keeping_size_and_mtime_is_a_miss(tmp_path: Path) -> None:
     graph.write_text(text.replace('message = "step 7 "', 'message = "step 8 "'))
     os.utime(graph, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert graph.stat().st_size == st.st_size and graph.stat().st_mtime_ns == st.st_mtime_ns
-    assert lookup(graph, state) is None
+    hit = lookup(graph, state)
+    assert hit is not None and hit[0].steps["s7"].params["message"] == "step 8 "
+    assert hit[1] == _fresh_keys(graph)
     after = {s["id"]: s["key"] for s in plan_json(graph, state)["steps"]}
     assert after["s7"] != before["s7"]
     assert after["s0"] == before["s0"]
+
+
+def _fresh_keys(graph: Path) -> dict[str, str]:
+    from engine.graph import load_graph
+    from engine.hashing import key_digest
+    from engine.plan import components
+
+    g = load_graph(graph, root=graph.parent)
+    keys: dict[str, str] = {}
+    for sid in g.order:
+        keys[sid] = key_digest(components(g, g.steps[sid], keys))
+    return keys
+
+
+def test_an_edited_step_table_is_brought_up_to_date_and_stored(tmp_path: Path) -> None:
+    """`trace plan` (as `trace run`) of a graph whose step tables were edited: the entry's
+    graph and keys are a full load's (the edited steps validated and resolved again, the keys
+    below them moved), and the updated entry is what the next run finds; any other edit is a
+    miss."""
+    graph, state = project(tmp_path)
+    plan_json(graph, state)
+    text = graph.read_text()
+    graph.write_text(
+        text.replace('message = "step 7 "', 'message = "seven", sleep = 1').replace(
+            "[steps.s12]\n", "[steps.s12]\n# a comment\n\n"
+        )
+    )
+    key = loadcache.name(graph, graph.parent, None, None)
+    hasher = StatCache.read_only(state / "state.db")
+    hit = loadcache.lookup_entry(state, graph.parent, key, hasher)
+    assert hit is not None and hit.split is not None
+    assert hit.keys == _fresh_keys(graph)
+    from engine.graph import load_graph
+
+    assert hit.graph.steps == load_graph(graph, root=graph.parent).steps  # lines too
+    plan_json(graph, state)
+    again = loadcache.lookup_entry(state, graph.parent, key, hasher)
+    assert again is not None and again.split is None  # stored: unchanged since
+    graph.write_text(graph.read_text().replace('default = "hi"', 'default = "ho"'))
+    assert lookup(graph, state) is None  # a kind's table: a full load
 
 
 def test_a_changed_input_or_template_is_a_miss(tmp_path: Path) -> None:

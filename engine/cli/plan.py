@@ -40,8 +40,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     state = state_dir(args)
     hasher = StatCache.read_only(state / "state.db")
     cache_key = loadcache.name(args.graph, root(args), None, None)
-    hit = loadcache.lookup(state, root(args), cache_key, hasher)
-    graph, known_keys = hit or (load_graph_of(args, hasher), None)
+    hit = loadcache.lookup_entry(state, root(args), cache_key, hasher)
+    graph, known_keys = (hit.graph, hit.keys) if hit else (load_graph_of(args, hasher), None)
     # Planned and evaluated on a read-only view: a graph that does not render or evaluate is
     # bad input, refused (exit 2) before the index is opened, with nothing written.
     with IndexView.open(state) as view:
@@ -56,9 +56,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         evaluate(graph, p, p.dirty, Nix(graph.nix), state, None, known)
     with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
         hasher.flush(index.writable())
-        if known_keys is None:
+        if hit is None or hit.split is not None:  # loaded, or an edited step brought up to date
             keys = {s: sp.key for s, sp in p.steps.items()}
-            loadcache.store(index.writable(), state, cache_key, graph, keys)
+            split = None if hit is None else hit.split
+            loadcache.store(index.writable(), state, cache_key, graph, keys, split)
     if args.json:
         print(
             json.dumps(

@@ -66,8 +66,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     hasher = StatCache.read_only(state / "state.db")
     started = time.perf_counter()
     cache_key = loadcache.name(args.graph, root(args), None, None)
-    hit = None if args.full else loadcache.lookup(state, root(args), cache_key, hasher)
-    graph, known_keys = hit or (load_graph_of(args, hasher), None)
+    hit = None if args.full else loadcache.lookup_entry(state, root(args), cache_key, hasher)
+    graph, known_keys = (hit.graph, hit.keys) if hit else (load_graph_of(args, hasher), None)
     loaded = time.perf_counter() - started
     rebuild = rebuild_steps(graph, args.rebuild, args.rebuild_all)  # unknown: exit 2, no work
     # The fast path's stamp is taken now, before the build: what the keys were computed from.
@@ -89,9 +89,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         db = index.writable()  # the graph evaluated: no longer bad input
         hasher.flush(db)
-        if known_keys is None:
+        if hit is None or hit.split is not None:  # loaded, or an edited step brought up to date
             keys = {sid: r.key for sid, r in result.steps.items()}
-            loadcache.store(db, state, cache_key, graph, keys)
+            split = None if hit is None else hit.split
+            loadcache.store(db, state, cache_key, graph, keys, split)
         key = fastpath.name(args.graph, root(args))
         if result.ok and not rebuild:  # a --rebuild's findings are this run's, never stamped
             outs = {sid: r.out for sid, r in result.steps.items() if r.out}
