@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, work: Path) -> list[Any]:
         _until_ok(proc)  # the first round
         for r in range(args.repeat):
             proj.notes = {sink: f"watch-{uuid.uuid4().hex}-{r}"}
-            expr = render_all(proj)
+            expr = _expression(proj, render_all)
             idx = expr.index(sink)
             (drv,) = instantiate(expr, idx)
             out = output_of(drv)
@@ -96,7 +96,12 @@ def run(args: argparse.Namespace, work: Path) -> list[Any]:
                 delete_paths([out, drv], [state])
                 (row.trace if name == "trace" else row.raw).append(side())
                 if not Path(out).exists():
-                    raise BenchError(f"{name} did not build {out} ({drv})")
+                    import glob
+
+                    raise BenchError(
+                        f"{name} did not build {out} ({drv}); present: "
+                        + " ".join(glob.glob(f"/nix/store/*-{sink}.drv")[-3:])
+                    )
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -104,6 +109,20 @@ def run(args: argparse.Namespace, work: Path) -> list[Any]:
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
     return [row]
+
+
+def _expression(proj: Any, render_all: Any) -> Any:
+    """The plain expression of the edited graph, rendered from a copy of the graph file beside
+    it (the watched graph file is written by trace's side only: else the watch would start
+    building while the reference does)."""
+    from types import SimpleNamespace
+
+    nxt = proj.graph.with_name(".graph-next.toml")
+    nxt.write_text(proj.toml(), encoding="utf-8")
+    try:
+        return render_all(SimpleNamespace(graph=nxt, root=proj.root))
+    finally:
+        nxt.unlink()
 
 
 def _nix_round(expr: Any, jobs: int, idx: int) -> float:
