@@ -22,6 +22,7 @@ class Row:
     unit: str = "s"  # s | MB | x (a growth factor)
     goal: float | None = None  # on the ratio when there is a reference, else on the median
     note: str = ""
+    load: float | None = None  # the 1-minute load average when the row was measured
 
     @property
     def median(self) -> float | None:
@@ -65,7 +66,7 @@ def _num(x: float | None, unit: str) -> str:
 def table(rows: list[Row]) -> str:
     head = (
         f"{'case':<30} {'shape':<8} {'N':>6}  {'trace':>10}  {'reference':>10}  "
-        f"{'ref. command':<20} {'ratio/value':>11}  {'goal':>9}  met  {'paired':>6}"
+        f"{'ref. command':<20} {'ratio/value':>11}  {'goal':>9}  met  {'paired':>6}  {'load':>5}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -76,12 +77,13 @@ def table(rows: list[Row]) -> str:
             f"{r.case:<30} {r.shape:<8} {r.n if r.n is not None else '-':>6}  "
             f"{_num(r.median, r.unit):>10}  {_num(ref, 's'):>10}  {r.raw_label:<20} "
             f"{_num(r.value, unit):>11}  {goal:>9}  {r.met:<3}  "
-            f"{'-' if r.paired is None else f'{r.paired:6.3f}':>6}"
-            + (f"  {r.note}" if r.note else "")
+            f"{'-' if r.paired is None else f'{r.paired:6.3f}':>6}  "
+            f"{'-' if r.load is None else f'{r.load:5.1f}':>5}" + (f"  {r.note}" if r.note else "")
         )
     lines.append(
         "ratio = median(trace) / median(reference), both measured back to back in this run; "
-        "paired = median of per-repetition ratios"
+        "paired = median of per-repetition ratios; load = the 1-minute load average when the "
+        "row was measured (a shared machine: compare ratios taken at a similar load only)"
     )
     lines.append("")
     lines.append("samples:")
