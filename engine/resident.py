@@ -37,8 +37,8 @@ from typing import Any
 import tomli
 
 from engine.cache import CachedResult, IndexView
-from engine.hashing import StatCache, digest_bytes, key_digest
 from engine.graphtypes import Graph, Step
+from engine.hashing import StatCache, digest_bytes, key_digest
 from engine.plan import Plan, StepPlan, components, graph_id, why_dirty
 
 TYPE_CHECKING = False
