@@ -331,3 +331,16 @@ def test_the_loop_runs_a_full_plan_after_lost_events(tmp_path: Path) -> None:
     assert watch.watch(load_and_run, lambda r: None, rounds=2, changes=changes) == 2
     assert whys == [["first run"], [watch.LOST]]
     assert all(w.closed for w in waiters)
+
+
+def test_a_clean_step_whose_output_is_gone_is_dirty(resident: tuple[Path, Resident]) -> None:
+    """Results are remembered by key, but each clean step's output is checked every round."""
+    graph_file, res = resident
+    _edit(graph_file, 'message = "step 25 "', 'message = "x"')
+    nxt = res.update([str(graph_file)], StatCache())
+    assert nxt is not None
+    (graph_file.parent / "out").unlink()  # every faked output (a GC, a `nix-store --delete`)
+    with Index(graph_file.parent / ".trace") as index:
+        p, _ = nxt.plan(index)
+    assert set(p.dirty) == set(nxt.keys)
+    assert p.steps["s0"].reasons == ["output missing from the store"]
