@@ -140,6 +140,8 @@ def _trace_round(proc: subprocess.Popen[str], proj: Any, sink: str) -> float:
     proj.write()
     seen = _until_ok(proc)
     took = time.perf_counter() - began
+    if not seen[0].rstrip().endswith("[resident]"):
+        raise BenchError("trace watch ran a full plan for a one-step edit:\n" + "".join(seen))
     built = [line for line in seen if line.startswith(("  built ", "  reused "))]
     if len(built) != 1 or not built[0].startswith(f"  built {sink} "):
         raise BenchError(f"trace watch did not build exactly {sink}:\n" + "".join(seen))

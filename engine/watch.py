@@ -198,10 +198,10 @@ def watch(
     return made
 
 
-def lines(r: Round) -> Iterable[str]:
-    """What `trace watch` prints for a round."""
+def lines(r: Round, how: str = "") -> Iterable[str]:
+    """What `trace watch` prints for a round (`how`: how it was planned, e.g. 'full plan')."""
     shown = ", ".join(r.why[:5]) + (" …" if len(r.why) > 5 else "")
-    yield f"watch: {shown}"
+    yield f"watch: {shown}" + (f" [{how}]" if how else "")
     if not r.rebuilt:
         yield "  nothing to rebuild: every step cached"
     for sid, status, reasons in r.rebuilt:

@@ -231,12 +231,14 @@ def test_trace_watch_resident_rounds_are_never_stale(tmp_path: Path) -> None:
         graph.write_text(text.replace(f"b {new}", f"b2 {new}"))
         out = round_()
         assert "built b (param 'message' changed)" in out and "built a" not in out, out
+        assert out.startswith(f"watch: {graph} [resident]"), out
         after = _fresh_run_builds_nothing(tmp_path)
         assert {s for s in after if after[s] != drvs[s]} == {"b"}
         template = tmp_path / "templates" / "text.nix.j2"
         template.write_text(template.read_text().replace("mkdir $out", "mkdir -p $out"))
         out = round_()
         assert all(f"built {s} (template changed" in out for s in "abc"), out
+        assert out.startswith(f"watch: {template} [full plan]"), out
         _fresh_run_builds_nothing(tmp_path)
         EDITS["cp -p"](tmp_path / "data" / "in.txt", "two\n")
         out = round_()

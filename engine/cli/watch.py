@@ -46,6 +46,7 @@ class _Rounds:
         self.state = state_dir(args)
         self.resident: Any = None  # engine.resident.Resident once a round succeeded
         self.first = True
+        self.how = ""  # the last round's: 'resident' (from memory) or 'full plan'
 
     def __call__(self, loaded: Callable[[Reads], None], why: list[str]) -> Any:
         from engine.errors import TraceError
@@ -54,6 +55,7 @@ class _Rounds:
         hasher = StatCache.read_only(self.state / "state.db")
         try:
             nxt = self._update(why, hasher)
+            self.how = "full plan" if nxt is None else "resident"
             result = self._full(loaded, hasher) if nxt is None else self._resident(nxt, loaded)
         except TraceError as exc:
             self.resident = None
@@ -126,13 +128,15 @@ class _Failed:
 def cmd_watch(args: argparse.Namespace) -> int:
     from engine.watch import Round, lines, watch
 
+    rounds = _Rounds(args)
+
     def report(r: Round) -> None:
-        print("\n".join(lines(r)), flush=True)
+        print("\n".join(lines(r, rounds.how)), flush=True)
 
     from engine.cli import Terminated
 
     try:
-        watch(_Rounds(args), report, interval=args.interval, rounds=args.rounds, changes=_changes)
+        watch(rounds, report, interval=args.interval, rounds=args.rounds, changes=_changes)
     except Terminated:
         raise  # SIGTERM: exit 143 as every command
     except KeyboardInterrupt:  # Ctrl-C is how a watch ends: not an error
