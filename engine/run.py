@@ -26,11 +26,8 @@ from typing import Any, Literal
 
 from engine.cache import CachedResult, Index
 from engine.evaluation import drop_expression, evaluate, keep_expression, write_expression
-from engine.evaluation import evaluate_before_state as evaluate_before_state  # re-exported
-from engine.evaluation import render_expression as render_expression  # re-exported (old home)
 from engine.graphtypes import Graph
 from engine.plan import Plan, known_drvs, plan
-from engine.rebuilds import rebuild_steps as rebuild_steps  # re-exported (old home)
 from engine.rebuilds import recheck
 
 TYPE_CHECKING = False

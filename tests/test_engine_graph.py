@@ -130,7 +130,8 @@ def test_missing_template(tmp_path: Path) -> None:
 
 def test_template_that_does_not_compile(tmp_path: Path) -> None:
     from engine.cache import Index
-    from engine.run import plan, render_expression
+    from engine.evaluation import render_expression
+    from engine.run import plan
 
     graph = make_project(tmp_path, '[steps.a]\nkind = "text"\n')
     (tmp_path / "templates" / "text.nix.j2").write_text("pkgs.runCommand {{ step.id ")

@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from engine.cache import Index
+from engine.evaluation import render_expression
 from engine.graph import load_graph
 from engine.render import nix_string
-from engine.run import plan, render_expression, run_graph
+from engine.run import plan, run_graph
 from tests.enginekit import make_project
 
 ECHO = """\

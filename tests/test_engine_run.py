@@ -347,7 +347,8 @@ def test_results_survive_garbage_collection(
     other = make_project(
         tmp_path, f'[steps.x]\nkind = "text"\nparams = {{ message = "{uuid.uuid4().hex}" }}\n'
     )
-    from engine.run import plan, render_expression
+    from engine.evaluation import render_expression
+    from engine.run import plan
 
     g = load_graph(other, root=tmp_path)
     with Index(tmp_path / ".trace") as index:

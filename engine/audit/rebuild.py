@@ -4,7 +4,7 @@ A fresh state directory is not enough for a replay: the Nix store still holds ev
 `run_graph` would only find them ("reused") and rebuild nothing. Here, with engine.run's own
 planning and rendering and engine.nix:
 
-1. `instantiate` renders the steps into one Nix file (engine.run.render_expression) and
+1. `instantiate` renders the steps into one Nix file (engine.evaluation.render_expression) and
    evaluates it with one `nix-instantiate`: the step keys and derivation paths, to be compared
    with the replay record's pins.
 2. `rebuild` builds the steps whose outputs the store does not hold (one `nix-store --realise`),

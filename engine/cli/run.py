@@ -53,9 +53,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from engine import fastpath, loadcache
     from engine.cache import Index
+    from engine.evaluation import evaluate_before_state
     from engine.hashing import StatCache
     from engine.progress import Progress
-    from engine.run import evaluate_before_state, rebuild_steps, run_graph
+    from engine.rebuilds import rebuild_steps
+    from engine.run import run_graph
 
     # Files modified from (about) now on are never stamped for the fast path: the coarse file
     # system clock may lag the wall clock, hence the margin.
