@@ -56,6 +56,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.watch",
             "engine.run",
             "engine.rebuilds",
+            "engine.vanished",
             "engine.evaluation",
             "engine.plan",
             "engine.loadcache",
