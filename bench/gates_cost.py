@@ -207,18 +207,18 @@ def package_of(candidate: str) -> str:
 def measure(args: argparse.Namespace, package: str) -> dict[str, list[tuple[float, ...]]]:
     """Every repetition's (wall, CPU, steps built, derivations built) per row, the rows in an
     order that rotates between repetitions."""
-    samples: dict[str, list[tuple[float, ...]]] = {r[0]: [] for r in ROWS}
+    samples: dict[str, list[tuple[float, ...]]] = {r[0]: [] for r in ROWS if r[0] in args.rows}
     SHARES.clear()
     with tempfile.TemporaryDirectory(prefix="trace-gates-bench-") as tmp:
         work = Path(tmp)
         for rep in range(args.repeat):
-            names = [r[0] for r in ROWS]
-            order = names[rep % 3 :] + names[: rep % 3]
+            names = list(samples)
+            order = names[rep % len(names) :] + names[: rep % len(names)]
             if rep % 2:
                 order.reverse()
             for what in order:
                 graph = row_graph(graph_for(salted_fork(work, package), args.candidate), what)
-                if what == "whole":
+                if what == "whole" or (what == "no-fuzz" and not SHARES):
                     SHARES.clear()
                     SHARES.update(s.split("@")[0] for s in graph.order)
                 took, n, cpu, drvs = timed(graph, work / f"state-{uuid.uuid4().hex[:8]}")
@@ -234,6 +234,8 @@ def measure(args: argparse.Namespace, package: str) -> dict[str, list[tuple[floa
 def summary(samples: dict[str, list[tuple[float, ...]]]) -> None:
     med = {k: [statistics.median(x[i] for x in v) for i in range(4)] for k, v in samples.items()}
     for name, what, _, _ in ROWS:
+        if name not in med:
+            continue
         wall, cpu, n, drvs = med[name]
         print(
             f"  {name:7s} {'(' + what + ')':29s} {wall:7.2f} s  cpu {cpu:6.2f} s  {n:3.0f} steps  "
@@ -241,7 +243,7 @@ def summary(samples: dict[str, list[tuple[float, ...]]]) -> None:
         )
     base = samples["base"]
     for name, _, goal, issue in ROWS:
-        if goal is None:
+        if goal is None or name not in samples:
             continue
         rows = samples[name]
         ratio, cpu_ratio = med[name][0] / med["base"][0], med[name][1] / med["base"][1]
@@ -261,7 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--phases", action="store_true", help="then one more salted fork, phase by phase"
     )
+    ap.add_argument(
+        "--rows",
+        type=lambda v: v.split(","),
+        default=[r[0] for r in ROWS],
+        help="which rows to run, comma-separated (base always): base,no-fuzz,whole",
+    )
     args = ap.parse_args(argv)
+    args.rows = ["base", *[r for r in args.rows if r != "base"]]
     package = package_of(args.candidate)
     count_builds()
     start = load()
@@ -272,7 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     summary(samples)
     print("  (cpu: this process and its Nix processes, less sensitive to load than wall time)")
-    print("  steps per kind: " + ", ".join(f"{k} {v}" for k, v in sorted(SHARES.items())))
+    print(
+        "  steps per kind (whole, else no-fuzz): "
+        + ", ".join(f"{k} {v}" for k, v in sorted(SHARES.items()))
+    )
     if args.phases:
         with tempfile.TemporaryDirectory(prefix="trace-gates-bench-") as tmp:
             rows = phase_split(Path(tmp), args.candidate, package)
