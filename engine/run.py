@@ -29,6 +29,7 @@ from engine.evaluation import drop_expression, evaluate, keep_expression, write_
 from engine.graphtypes import Graph
 from engine.plan import Plan, known_drvs, plan
 from engine.rebuilds import recheck
+from engine.vanished import hold
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # engine.nix is imported only when something builds
@@ -308,10 +309,10 @@ def _build(job: _Job) -> _Built:
         built.report.built_on = {**rep.built_on, **built.report.built_on}
         return built
     out_of = {s: output_of(d) for s, d in drv_of.items()}
-    # exit 0: every output is valid; otherwise ask (a failed build may leave an unregistered dir)
-    invalid = job.nix.invalid([out_of[s] for s in dirty]) if rep.returncode != 0 else set()
-    if rep.returncode != 0:
-        run.nix_calls += 1
+    # held at once: another Nix process may delete what no root holds (engine/vanished.py)
+    keys = {s: job.plan.steps[s].key for s in dirty}
+    invalid, calls = hold(job.nix, job.index, keys, drv_of, out_of, rep)
+    run.nix_calls += calls
     clock.mark("build")
     return _Built(drv_of, out_of, rep, invalid)
 

@@ -277,7 +277,7 @@ def test_a_patch_that_does_not_apply_names_its_hunk_and_log_and_skips_the_depend
     assert "full log: nix log /nix/store/" in detail and detail.endswith(".drv")
     result = json.loads((root / ".trace" / "verify" / f"{row['candidate']}.json").read_text())
     steps = result["steps"]
-    dependants = [s for s in steps if s.split("@")[0] in ("mutant-run", "coverage-run")]
+    dependants = [s for s in steps if s.split("@")[0] in ("mutant-runs", "coverage-run")]
     assert dependants, sorted(steps)
     for sid in dependants + [s for s in steps if s.startswith("post-fix-run")]:
         assert steps[sid]["status"] == "skipped", (sid, steps[sid])
@@ -388,7 +388,7 @@ def test_a_structured_attrs_package_works_in_every_gate(
     assert {"scope", "mutation", "coverage"} <= set(gates), sorted(gates)
     for name, record in gates.items():
         assert record["passed"] is True, (name, record.get("reasons"), record.get("details"))
-    mutants = [s for s in row["steps"] if s.startswith("mutant-run@")]
+    mutants = [s for s in row["steps"] if s == "mutant-runs"]
     assert mutants, "the mutants were built from the structured package"
     assert rc == 0, row
 

@@ -97,5 +97,5 @@ def test_the_pipeline_hands_each_gate_its_policy(own_policy: Path) -> None:
     # thresholds are part of the gate steps' keys, not of the builds' or the mutant runs'
     shipped = load_graph(PIPELINE, root=REPO, context=verify_context(cand, FORK))
     assert shipped.steps["gate-mutation"].params != graph.steps["gate-mutation"].params
-    for sid in ("post-fix", "mutant-run@1", "coverage-run"):
+    for sid in ("post-fix", "mutant-runs", "coverage-run"):
         assert shipped.steps[sid].params == graph.steps[sid].params

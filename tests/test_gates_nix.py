@@ -96,14 +96,39 @@ def test_mutation_scores_are_exact_on_the_small_fixture(ptr: RunResult) -> None:
     assert scope["details"]["policy"] == shipped.applied("scope")
     assert scope["details"]["limits"] == {"max_files": 5, "max_hunks": 10, "max_lines": 100}
     assert (mutation["passed"], mutation["reasons"]) == (True, [])
-    assert [ptr.steps[f"mutant-run@{i}"].outcome["build"] for i in range(1, 7)] == [
-        "ok",
-        "failed",
-        "ok",
-        "ok",
-        "ok",
-        "ok",
+    runs = ptr.steps["mutant-runs"].outcome["runs"]  # every mutant in one step (issue 25)
+    assert [(r["index"], r["outcome"]["build"]) for r in runs] == [
+        (1, "ok"),
+        (2, "failed"),
+        (3, "ok"),
+        (4, "ok"),
+        (5, "ok"),
+        (6, "ok"),
     ]
+    assert not [s for s in ptr.steps if s.startswith("mutant-run@")]
+
+
+def test_the_mutants_run_in_one_derivation_each_built_in_its_own(ptr: RunResult) -> None:
+    """Issue 25's cost: one mutant-runs derivation runs the six mutants; each mutant is still a
+    package build of its own (what TCE compares with post-fix), and each mutant's records are
+    its own directory of the step's output, read by the mutation gate."""
+    import subprocess
+
+    step = ptr.steps["mutant-runs"]
+    assert step.drv is not None and step.out is not None
+    refs = subprocess.run(
+        ["nix-store", "--query", "--references", step.drv],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    builds = sorted(r.split("-mutant-")[-1] for r in refs if "-mutant-" in r)
+    assert builds == [f"{n}.drv" for n in range(1, 7)], refs
+    for n in range(1, 7):
+        names = {p.name for p in (Path(step.out) / str(n)).iterdir()}
+        assert {"check.json", "mutant.json", "outcome.json"} <= names, (n, names)
+    mutation = gate(ptr, "gate-mutation")
+    assert mutation["details"]["mutants"] == 6
 
 
 def test_a_variant_of_the_poc_kills_the_boundary_mutant_the_reproducer_misses(
@@ -118,10 +143,11 @@ def test_a_variant_of_the_poc_kills_the_boundary_mutant_the_reproducer_misses(
     m001 = results["m001"]
     assert (m001["operator"], m001["status"]) == ("relational", "killed")
     assert m001["why"].startswith("variant v") and "AddressSanitizer" in m001["why"], m001
-    step = result.steps["mutant-run@1"]
+    step = result.steps["mutant-runs"]
     assert isinstance(step.outcome, dict) and step.out is not None
-    assert step.outcome["target_ran"] and not step.outcome.get("target_failed")  # PoC: survived
-    ran = json.loads((Path(step.out) / "variants.json").read_text())
+    m1 = json.loads((Path(step.out) / "1" / "outcome.json").read_text())
+    assert m1["target_ran"] and not m1.get("target_failed")  # PoC: survived
+    ran = json.loads((Path(step.out) / "1" / "variants.json").read_text())
     assert ran["killed_by"]["index"] == ran["ran"][-1]  # it stopped at the first kill
     (killer,) = [
         r
@@ -130,7 +156,7 @@ def test_a_variant_of_the_poc_kills_the_boundary_mutant_the_reproducer_misses(
     ]
     assert killer["status"] == "survives" and killer["operator"] == "length"  # post-fix: fine
     killed_by_poc = json.loads(
-        (Path(str(result.steps["mutant-run@3"].out)) / "variants.json").read_text()
+        (Path(str(result.steps["mutant-runs"].out)) / "3" / "variants.json").read_text()
     )
     assert killed_by_poc["ran"] == [] and killed_by_poc["skipped"]  # m003: the PoC kills it
     assert mutation["details"]["killed_by_variants"] == 1
@@ -198,12 +224,7 @@ def test_a_changed_reproducer_reruns_the_mutants_and_not_the_builds(tmp_path: Pa
             "gate-fault-site",  # reads the pre-fix runs' failing stacks
             "gate-mutation",
             "gate-scope",  # it reads the reproducer too (fix-matches-poc-literal)
-            "mutant-run@1",
-            "mutant-run@2",
-            "mutant-run@3",
-            "mutant-run@4",
-            "mutant-run@5",
-            "mutant-run@6",  # the constant operator's 0 -> -1 (issue 25)
+            "mutant-runs",  # all six mutants' runs, not their builds
             "post-fix-run@1",
             "pre-fix-run@1",
             *variants,

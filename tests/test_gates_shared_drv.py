@@ -96,7 +96,13 @@ def test_the_base_tests_build_reuses_the_patched_one_only_when_no_test_is_touche
     post, base = (result.steps[s].outcome for s in ("tests-post", "tests-post-base"))
     assert isinstance(post, dict) and isinstance(base, dict)
     assert base["base_tests"]["reused_patched_suite"] is reused
+    # each step IS its suite build: the record is written by the suite's own derivation
+    outs = [Path(str(result.steps[s].out)) for s in ("tests-post", "tests-post-base")]
+    for out in outs:
+        assert {"log", "status", "outcome.json"} <= {p.name for p in out.iterdir()}, out
     if reused:
         assert (base["units"], base["status"]) == (post["units"], post["status"])
+        # the very derivation of tests-post, reused, not a suite built alike
+        assert (outs[1] / "reused").read_text().strip() == str(outs[0])
     else:
         assert base["status"] != 0 and post["status"] == 0  # the loosened suite passes

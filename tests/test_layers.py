@@ -58,6 +58,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.inotify",
             "engine.run",
             "engine.rebuilds",
+            "engine.vanished",
             "engine.evaluation",
             "engine.plan",
             "engine.loadcache",

@@ -1,6 +1,7 @@
 """The gates' part of a pipeline's var context: what must be known before Nix evaluates.
 
-* The mutation steps are one repeated step per mutant, so the number of mutants must be known
+* The mutants are built one derivation each (the mutant-runs step's template makes them from
+  its `count`, then runs them all in one derivation), so the number of mutants must be known
   when the graph is loaded. It is computed here with the same pure generator the sandbox runs
   (trace_sandbox.gates.mutate), so both sides agree; the mutation gate checks that they do.
 * The gates' thresholds live in the signing policy only ([gates.mutation] and [gates.coverage]
@@ -78,7 +79,7 @@ def gate_context(
     n = mutant_count(candidate)
     applied = gate_policies(signing_policy_path(signing_policy, fork))
     return {
-        # `repeat` must be at least 1: a patch without mutants still gets one placeholder step.
+        # `steps` is at least 1: a patch without mutants still gets one placeholder mutant run.
         "mutation": {"mutants": n, "steps": max(1, n), "policy": applied["mutation"]},
         "coverage": {"policy": applied["coverage"]},
         "scope": {"policy": applied["scope"]},

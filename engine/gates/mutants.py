@@ -1,8 +1,8 @@
 """The mutants of a candidate's patch, as the mutation gate will build them (`trace mutants`).
 
-The same generator the sandbox runs (trace_sandbox.gates.mutate), so mutant N here is step
-`mutant-run@N`. Which of them are stillborn or equivalent (TCE) is known only once they are
-built: `trace verify` reports it.
+The same generator the sandbox runs (trace_sandbox.gates.mutate), so mutant N here is `<N>/` in
+the output of the `mutant-runs` step. Which of them are stillborn or equivalent (TCE) is known
+only once they are built: `trace verify` reports it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,10 @@
 # copied in), its outputs removed first, with TRACE_TESTS_RERUN=<its index> in its environment;
 # $out/rerun-<i>/ holds its `log` and `status`, or `skipped` (status 0, empty log) when the run
 # before it passed.
-{ pkgs, drv, suffix, keepLog ? false, reruns ? 0, reuse ? null }:
+# after: shell run last, once the outputs are written (a reused result too), its failure the
+# derivation's (the regression gate writes its tests record into $out here: a derivation of its
+# own for the record cost a sandbox). Empty: the script is what it was without it.
+{ pkgs, drv, suffix, keepLog ? false, reruns ? 0, reuse ? null, after ? "" }:
 let
   a = drv.drvAttrs;
   tools = "${pkgs.busybox}/bin";
@@ -67,7 +70,7 @@ let
       ${resets}
       ${tools}/cp -r "${reuse.from}/." "${out}/"
       echo "${reuse.from}" > "${out}/reused"
-      exit 0
+      ${after}exit 0
     fi
   '';
 in
@@ -80,5 +83,5 @@ derivation (a // {
     ${resets}
     ${record}
     ${keepReruns}
-  '') "trace-build-wrapper" ] ++ (a.args or [ ]);
+  '' + after) "trace-build-wrapper" ] ++ (a.args or [ ]);
 })

@@ -1,9 +1,9 @@
 """Entry point inside the Nix sandbox: `python3 -S -B -m trace_sandbox.gates.main GATE OUT`.
 
 `... mutants OUTDIR` writes every mutant's patch series instead,
-`... mutant-run OUTDIR` is a mutant-run step after its build: the
-check (stillborn, equivalent, not code: trace_sandbox/gates/equiv.py), the reproducer's run, and
-for a mutant the reproducer did not kill the PoC's variants (mutant_variants.py),
+`... mutant-runs OUTDIR` is the mutant-runs step after the mutants' builds: for each mutant
+the check (stillborn, equivalent, not code: trace_sandbox/gates/equiv.py), the reproducer's run,
+and for a mutant the reproducer did not kill the PoC's variants (mutant_variants.py),
 `... patched-source SRC OUT` records where the patch landed (landing.py),
 `... coverage-run` is the coverage variant's reproducer run,
 `... variant-plan OUTDIR` writes the variants gate's plan,
@@ -160,10 +160,10 @@ def main(argv: list[str]) -> int:
 
         run_side(argv[1], argv[2])
         return 0
-    if len(argv) == 2 and argv[0] == "mutant-run":
-        from .mutant_variants import run_mutant
+    if len(argv) == 2 and argv[0] == "mutant-runs":
+        from .mutant_variants import run_mutants
 
-        run_mutant(json.loads(os.environ["TRACE_GATE_CONFIG"]), dict(os.environ), argv[1])
+        run_mutants(json.loads(os.environ["TRACE_GATE_CONFIG"]), dict(os.environ), argv[1])
         return 0
     if len(argv) == 2 and argv[0] == "tests-record":
         from .regression import tests_record

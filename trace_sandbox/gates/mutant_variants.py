@@ -1,8 +1,17 @@
-"""A mutant against the PoC's variants, not only the PoC (issue 10).
+"""Every mutant's run, in ONE derivation; a mutant against the PoC's variants, not only the PoC
+(issues 10 and 25).
 
-A mutant the reproducer does not kill is run, inside its own `mutant-run` derivation (so a
-no-op re-verify builds nothing), against the variants the variants gate ran on the post-fix
-build: each variant's reproducer under the same harness, one after another, until one sees
+`run_mutants` (sandbox, `mutant-runs`) is the whole `mutant-runs` step after the mutants'
+builds (one derivation per mutant, as before: a build is what TCE compares): for each mutant,
+`run_mutant` in `$out/<N>/`, a few mutants at a time, each in a fresh temporary directory of
+its own, under one launcher process (the variants gate's batch does the same). A derivation per
+mutant cost a sandbox each (Nix's set-up, the interpreter's start and imports) for a second of
+work; what each mutant's directory holds, and so the mutation gate's verdict, is what its own
+`mutant-run` step held. `$out/outcome.json` (trace.mutant-runs/v1) lists every mutant's
+index, check and reproducer record, so a replay that rebuilds the step compares all of them.
+
+A mutant the reproducer does not kill is run against the variants the variants gate ran on the
+post-fix build: each variant's reproducer under the same harness, one after another, until one sees
 the mutant. A variant sees (kills) a mutant when the mutant's run is not acceptable post-fix
 behaviour where the post-fix build's run of the SAME variant was (oracle.py
 `newly_unacceptable`: the declared [accept] oracles' input-independent fields, and a fatal
@@ -13,24 +22,37 @@ applied to a changed input; the reproducer script's own exit never counts.
 the mutation gate re-judges those records itself (`variant_kill`) against the variant-post
 records it is given, so the step's early stop decides nothing.
 
-`run_mutant` (sandbox, `mutant-run`) is the whole `mutant-run` step after the mutant's build, in
-one process: the check (equiv.py: stillborn, equivalent, not code, or run), then for a mutant
-worth a run the reproducer under the verify harness (its `run`, loaded into this process as the
-variants' runs load it) and the variants.
+`run_mutant` is one mutant's part: the check (equiv.py: stillborn, equivalent, not code, or
+run), then for a mutant worth a run the reproducer under the verify harness (its `run`, loaded
+into this process as the variants' runs load it) and the variants.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from .modules import load_json_object
 from .variant_gate import runs_by_index
-from .variant_runs import harness, launcher_server, run_harness
+from .variant_runs import PARALLEL, harness, launcher_server, remove, run_harness
 
 Record = dict[str, Any]
+SCHEMA = "trace.mutant-runs/v1"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Where one mutant runs inside the mutant-runs step: `out`, the step's output (every
+    mutant's records: no reproducer sees it), and `runs`, the directory holding every run's
+    temporary directory (a reproducer sees its own alone). The batch's launcher serves its runs."""
+
+    out: str
+    runs: str
 
 
 def usable(record: Record) -> bool:
@@ -47,10 +69,12 @@ def variant_kill(judge: ModuleType, mutant: Record, post: Record, oracles: Recor
     return "; ".join(str(p) for p in problems) or None
 
 
-def run_variants(cfg: dict[str, Any], out: str) -> dict[str, Any]:
+def run_variants(
+    cfg: dict[str, Any], out: str, env: dict[str, str] | None = None, batch: Batch | None = None
+) -> dict[str, Any]:
     """cfg: plan (the variant-plan dir), variant_runs (the variant-post step's output),
-    oracles (JSON), and the harness's environment (the mutant-run step's); `out` holds the
-    mutant's reproducer record (outcome.json)."""
+    oracles (JSON); `env`: the harness's environment (default: the derivation's); `out` holds
+    the mutant's reproducer record (outcome.json)."""
     from . import oracle
 
     oracles = json.loads(cfg.get("oracles") or "{}")
@@ -71,11 +95,16 @@ def run_variants(cfg: dict[str, Any], out: str) -> dict[str, Any]:
     ]
     if not todo:
         return summary
-    with launcher_server():  # one launcher process for these runs, as the variants gate's batch
+    # one launcher process for these runs, as the variants gate's batch (a batch of mutants: its)
+    with launcher_server() if batch is None else contextlib.nullcontext():
         for index, meta, post in todo:
             dest = os.path.join(out, "variants", str(index))
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            run_harness(os.path.join(cfg["plan"], "v", str(index)), dest, hide=out)
+            variant = os.path.join(cfg["plan"], "v", str(index))
+            if batch is None:
+                run_harness(variant, dest, hide=out, base=env)
+            else:
+                run_harness(variant, dest, hide=batch.out, runs=batch.runs, base=env)
             summary["ran"].append(index)
             why = variant_kill(
                 oracle, load_json_object(os.path.join(dest, "outcome.json")), post, oracles
@@ -116,19 +145,21 @@ def _write_json(path: str, value: object) -> None:
         fh.write("\n")
 
 
-def run_mutant(cfg: dict[str, Any], env: dict[str, str], out: str) -> dict[str, Any]:
-    """The mutant-run step (cfg: target, the mutant's wrapped build; post; mutant, its
-    directory; plan, variant_runs, oracles; env: the derivation's environment, the harness's
-    inputs): `out` gets check.json, mutant.json and outcome.json (the reproducer's record, or
-    a record of a run that did not happen: `build` failed or ok with `target_ran` false), and
-    for a run mutant the variants' records. Returns the check."""
+def run_mutant(
+    cfg: dict[str, Any], env: dict[str, str], out: str, batch: Batch | None = None
+) -> dict[str, Any]:
+    """One mutant (cfg: target, the mutant's wrapped build; post; mutant, its directory; plan,
+    variant_runs, oracles; env: the harness's inputs, `out` among them; `batch`: the
+    mutant-runs step it runs in): `out` gets check.json, mutant.json and outcome.json (the
+    reproducer's record, or a record of a run that did not happen: `build` failed or ok with
+    `target_ran` false), and for a run mutant the variants' records. Returns the check."""
     from .equiv import check_mutant
 
     check = check_mutant(cfg)
     built = not os.path.exists(os.path.join(cfg["target"], ".trace-build-failed"))
     if built and check["status"] == "run":
         harness().run(env)  # creates `out`, writes outcome.json
-        _write_json(os.path.join(out, "variants.json"), run_variants(cfg, out))
+        _write_json(os.path.join(out, "variants.json"), run_variants(cfg, out, env, batch))
     else:
         os.makedirs(out)
         record = {"build": "ok" if built else "failed", "run": 1, "schema": "trace.run/v1"}
@@ -141,3 +172,56 @@ def run_mutant(cfg: dict[str, Any], env: dict[str, str], out: str) -> dict[str, 
     with open(os.path.join(out, "mutant.json"), "wb") as dest:
         dest.write(meta)
     return check
+
+
+def run_mutants(
+    cfg: dict[str, Any], env: dict[str, str], out: str, *, parallel: int = PARALLEL
+) -> dict[str, Any]:
+    """The mutant-runs step (cfg: mutants, one {index, target, mutant} each; post, plan,
+    variant_runs, oracles; env: the derivation's environment): mutant N's records in
+    `out/N/` (run_mutant), `parallel` mutants at a time, each with its own temporary directory,
+    `target` and `out`; `out/outcome.json` lists them all. Returns that summary."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    os.makedirs(out)
+    batch = Batch(out=out, runs=tempfile.mkdtemp(prefix="runs-", dir=env.get("TMPDIR", "/tmp")))
+
+    def one(m: dict[str, Any]) -> dict[str, Any]:
+        dest = os.path.join(out, str(m["index"]))
+        tmp = tempfile.mkdtemp(prefix="m-", dir=batch.runs)
+        own = {**env, "target": m["target"], "out": dest, "TMPDIR": tmp}
+        own.update(hide=out, only=batch.runs)
+        try:
+            return run_mutant(
+                {**cfg, "target": m["target"], "mutant": m["mutant"]}, own, dest, batch
+            )
+        finally:
+            remove(tmp)
+
+    mutants = list(cfg["mutants"])
+    with launcher_server(), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        checks = list(pool.map(one, mutants))  # a mutant that failed to run raises here
+    remove(batch.runs)
+    runs = []
+    for m, check in zip(mutants, checks, strict=True):
+        dest = os.path.join(out, str(m["index"]))
+        meta = load_json_object(os.path.join(dest, "mutant.json"))
+        record = load_json_object(os.path.join(dest, "outcome.json"))
+        runs.append({"index": m["index"], "id": meta.get("id"), "check": check, "outcome": record})
+    summary = {"schema": SCHEMA, "mutants": len(runs), "runs": runs}
+    _write_json(os.path.join(out, "outcome.json"), summary)
+    return summary
+
+
+def mutant_dirs(dirs: list[str]) -> list[str]:
+    """The per-mutant directories of mutant-runs step outputs (`<d>/<N>` for each mutant its
+    outcome.json lists, in its order); a directory without that summary is one mutant itself."""
+    out: list[str] = []
+    for d in dirs:
+        path = os.path.join(d, "outcome.json")
+        summary = load_json_object(path) if os.path.isfile(path) else {}
+        if summary.get("schema") == SCHEMA:
+            out += [os.path.join(d, str(r["index"])) for r in summary["runs"]]
+        else:
+            out.append(d)
+    return out

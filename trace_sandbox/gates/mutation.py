@@ -26,7 +26,7 @@ from .applied import applied_policy, threshold
 from .codes import gate_record
 from .landing import landed, load_landing
 from .modules import load_json_object, load_module
-from .mutant_variants import judged_kill
+from .mutant_variants import judged_kill, mutant_dirs
 from .mutate import Mutant, generate
 from .variant_gate import runs_by_index
 
@@ -192,8 +192,9 @@ def _rules(
 
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg: patches, policy (the signing policy's name, version and min_score; no min_score: no
-    threshold), mutant_runs (dirs with mutant.json, check.json and outcome.json, and
-    variants/<n>/outcome.json), variant_runs (the variant-post dirs), post_runs,
+    threshold), mutant_runs (the mutant-runs step's output, whose `<N>/` hold mutant N's
+    mutant.json, check.json and outcome.json, and variants/<n>/outcome.json; or such dirs),
+    variant_runs (the variant-post dirs), post_runs,
     judge (templates/verify/gate.py), landing (the patched-source step's landing.json)."""
     policy = applied_policy(cfg)
     min_score = threshold(policy, "min_score")
@@ -203,7 +204,8 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     expected = generate([_read(p) for p in cfg["patches"]])
     baselines = runs_by_index(list(cfg.get("variant_runs") or []))
     judged_runs = (
-        _judged_mutant(d, judge, oracles, baselines, landing) for d in cfg["mutant_runs"]
+        _judged_mutant(d, judge, oracles, baselines, landing)
+        for d in mutant_dirs(list(cfg["mutant_runs"]))
     )
     results = [r for r in judged_runs if r is not None]
     results.sort(key=lambda r: str(r["id"]))

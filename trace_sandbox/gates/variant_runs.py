@@ -34,6 +34,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
@@ -61,14 +62,22 @@ def launcher_server() -> Any:
     return harness().serving(os.path.realpath(sys.executable))
 
 
-def run_harness(variant: str, out: str, *, hide: str = "", runs: str | None = None) -> None:
+def run_harness(
+    variant: str,
+    out: str,
+    *,
+    hide: str = "",
+    runs: str | None = None,
+    base: Mapping[str, str] | None = None,
+) -> None:
     """Variant directory `variant` (repro.sh, data/) under the verify harness into `out`, in a
     fresh temporary directory (in `runs`, whose other entries its reproducer does not see)
     removed afterwards; the rest of the harness's environment (target, harness, timeout, tools,
-    taint, symbolize) is the derivation's."""
+    taint, symbolize) is `base`'s, by default the derivation's."""
+    base = os.environ if base is None else base
     data = sorted(os.path.join(variant, "data", n) for n in os.listdir(f"{variant}/data"))
-    tmp = tempfile.mkdtemp(prefix="v-", dir=runs or os.environ.get("TMPDIR", "/tmp"))
-    env = dict(os.environ)
+    tmp = tempfile.mkdtemp(prefix="v-", dir=runs or base.get("TMPDIR", "/tmp"))
+    env = dict(base)
     env.update(out=out, script=os.path.join(variant, "repro.sh"), data=" ".join(data), TMPDIR=tmp)
     if hide:
         env["hide"] = hide
