@@ -174,8 +174,8 @@ def test_a_script_in_front_of_the_program_runs_by_exec_and_says_why(
         assert run(0, b"BUG!").crash is not None
         assert run(0, b"ab").crash is None
         assert run.mode() == "exec"
-        (why,) = run.fallback.values()
-        assert "no fork server" in why
+        assert list(run.fallback) == ["bin/toy-script"]
+        assert "no fork server" in run.fallback["bin/toy-script"]
 
 
 def test_a_server_killed_mid_run_falls_back_to_exec_with_the_same_results(
@@ -193,7 +193,7 @@ def test_a_server_killed_mid_run_falls_back_to_exec_with_the_same_results(
         after = run(0, b"ab%")
         assert before == after == ref(0, b"ab%")
         assert run.mode() == "fork-server+exec"
-        assert list(run.fallback.values()) == ["the fork server stopped answering"]
+        assert run.fallback == {"bin/toy": "the fork server stopped answering"}
 
 
 def test_a_hang_is_killed_and_the_server_serves_on(

@@ -100,7 +100,7 @@ class ProgramRunner:
         )
         self.use_servers = fork_server
         self.servers: dict[str, ForkServer | None] = {}
-        self.fallback: dict[str, str] = {}  # target -> why it ran by exec
+        self.fallback: dict[str, str] = {}  # target (as the PoC names it) -> why by exec
         self.runs = {FORK_SERVER: 0, EXEC: 0}
         self.written: dict[str, tuple[bytes, os.stat_result]] = {}  # what each file holds
 
@@ -182,7 +182,7 @@ class ProgramRunner:
             self.map[:] = counted
             self.servers[path] = server
             if why:
-                self.fallback[path] = why
+                self.fallback[os.path.relpath(path, self.target)] = why
         return self.servers[path]
 
     def _run(self, argv: list[str]) -> Ran:
@@ -194,7 +194,9 @@ class ProgramRunner:
                 return ran
             server.close()  # gone mid-run: this target runs by exec from here on
             self.servers[argv[0]] = None
-            self.fallback[argv[0]] = "the fork server stopped answering"
+            self.fallback[os.path.relpath(argv[0], self.target)] = (
+                "the fork server stopped answering"
+            )
             raise _ServerGone
         self.runs[EXEC] += 1
         return self._exec(argv)
