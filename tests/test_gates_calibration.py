@@ -360,6 +360,9 @@ def test_the_length_special_case_is_missed_by_the_variants_and_found_by_the_fuzz
     (found,) = fuzz["details"]["still_failing"]
     assert found["post_crash"] == ["AddressSanitizer: heap-buffer-overflow"]
     assert fuzz["details"]["fuzz"]["executions"] == 500
+    # every execution forked from the target's fork server in the sandbox: no exec fallback
+    assert fuzz["details"]["fuzz"]["runner"] == "fork-server", fuzz["details"]["fuzz"]
+    assert fuzz["details"]["fuzz"]["fallback"] == {}
     verified(state, capsys, "urldec-capacity")
     real = gate(state, "urldec-capacity", "fuzz")
     assert real["passed"] and real["measurable"] and real["details"]["results"] == []

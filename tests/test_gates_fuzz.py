@@ -26,7 +26,8 @@ from trace_sandbox.gates.fuzz import (
     minimise,
     mutate,
 )
-from trace_sandbox.gates.fuzz_gate import ProgramRunner, crash_of, evaluate
+from trace_sandbox.gates.fuzz_gate import evaluate
+from trace_sandbox.gates.fuzz_runner import ProgramRunner, crash_of
 from trace_sandbox.gates.variants import Invocation, Unit, generate, units_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -260,7 +261,18 @@ def test_the_default_budget_finds_the_length_special_case_with_10_of_10_seeds(
     units = units_of(invs, files)
     work = tmp_path / "run" / "work"
     work.mkdir(parents=True)
-    runner = ProgramRunner(str(target), invs, files, units, str(work))
+    with ProgramRunner(str(target), invs, files, units, str(work)) as runner:
+        found = _first_crashes(runner, invs, files, units)
+        assert runner.mode() == "fork-server", runner.fallback  # as the gate runs it
+    budget = default_executions()
+    assert len(found) == 10 and max(found.values()) <= budget, found
+    print(f"first crash at execution, by seed: {found}")
+
+
+def _first_crashes(
+    runner: ProgramRunner, invs: list[Invocation], files: dict[str, bytes], units: list[Unit]
+) -> dict[int, int]:
+    """Seeds 0 to 9 at the default budget: the execution of each seed's first crash."""
     assert runner(0, units[0].data).crash is None  # the wrong fix passes the PoC itself
     seeds, tokens = gate_seeds(invs, files, units)
     assert not any(runner(k, d).crash for k, d in seeds)  # the variants miss it
@@ -276,5 +288,4 @@ def test_the_default_budget_finds_the_length_special_case_with_10_of_10_seeds(
         assert any(len(x) != 16 and decoded_length(x) == 16 for x in texts), (seed, crash.data)
         assert "heap-buffer-overflow" in crash.signature
         found[seed] = crash.found_at
-    assert len(found) == 10 and max(found.values()) <= budget, found
-    print(f"first crash at execution, by seed: {found}")
+    return found

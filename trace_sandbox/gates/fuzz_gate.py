@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import signal
-import subprocess
 import tempfile
 from typing import Any
 
 from .applied import applied_policy, bound
 from .codes import gate_record
-from .fuzz import MAP_SIZE, Crash, FuzzResult, Outcome, features, fuzz, minimise
+from .fuzz import Crash, FuzzResult, fuzz, minimise
+from .fuzz_runner import ProgramRunner, scratch_root
 from .modules import load_json_object
 from .variant_gate import (
     _store_name,
@@ -47,97 +45,8 @@ from .variants import Invocation, Unit, _variant, units_of
 
 DEFAULT_EXECUTIONS = 500
 DEFAULT_SEED = 0
-TIMEOUT = 2.0  # seconds per invocation in the loop: longer is a hang, not a crash
 MINIMISE_SHARE = 4  # minimisation may spend executions // MINIMISE_SHARE more
 NOT_MEASURABLE = "fuzz-not-measurable"
-_SUMMARY = re.compile(r"SUMMARY: (\w+Sanitizer): (\S+)")
-_FRAME0 = re.compile(r"#0 0x[0-9a-f]+\s+(?:in (\S+))?\s*(?:\(([^()\s]+?)(\+0x[0-9a-f]+)\))?")
-
-
-def crash_of(stderr: str, returncode: int) -> str | None:
-    """A crash's signature: `Tool: kind @ innermost frame`, or the fatal signal's name."""
-    m = _SUMMARY.search(stderr)
-    if m:
-        f = _FRAME0.search(stderr)
-        where = f"{f.group(1) or os.path.basename(f.group(2))}{f.group(3) or ''}" if f else "?"
-        return f"{m.group(1)}: {m.group(2)} @ {where}"
-    if returncode < 0 and -returncode in (
-        signal.SIGSEGV,
-        signal.SIGABRT,
-        signal.SIGBUS,
-        signal.SIGILL,
-        signal.SIGFPE,
-    ):
-        return signal.Signals(-returncode).name
-    return None
-
-
-class ProgramRunner:
-    """One execution = the PoC's program invocations in a work directory, one unit replaced,
-    the coverage map zeroed before and read after (fuzz.Runner)."""
-
-    def __init__(
-        self,
-        target: str,
-        invocations: list[Invocation],
-        files: dict[str, bytes],
-        units: list[Unit],
-        work: str,
-    ) -> None:
-        self.target, self.invocations, self.files, self.units = target, invocations, files, units
-        self.work = work
-        self.map = os.path.join(work, "..", "trace-fuzz.map")
-        self.env = dict(
-            os.environ,
-            TRACE_FUZZ_MAP=self.map,
-            ASAN_OPTIONS="detect_leaks=0:symbolize=0:abort_on_error=0",
-        )
-
-    def _argv(self, i: int, inv: Invocation, unit: Unit, data: bytes) -> list[str] | None:
-        args = list(inv.args)
-        if unit.kind == "arg" and unit.name.startswith(f"arg:{i}:"):
-            text = data.decode("utf-8", "surrogateescape")
-            if "\0" in text:
-                return None
-            args[int(unit.name.split(":")[2])] = text
-        subst = [a.replace("$TARGET", self.target).replace("<work>", self.work) for a in args]
-        return [os.path.join(self.target, inv.target), *subst]
-
-    def __call__(self, index: int, data: bytes) -> Outcome:
-        unit = self.units[index]
-        with open(self.map, "wb") as fh:
-            fh.write(bytes(MAP_SIZE))
-        for name, content in self.files.items():
-            with open(os.path.join(self.work, name), "wb") as fh:
-                fh.write(data if unit.kind == "file" and unit.name == name else content)
-        for i, inv in enumerate(self.invocations):
-            if inv.kind != "program":
-                continue
-            argv = self._argv(i, inv, unit, data)
-            if argv is None:
-                return Outcome(0)
-            stdin = data if unit.name == f"stdin:{i}" else inv.stdin or b""
-            try:
-                p = subprocess.run(
-                    argv,
-                    input=stdin,
-                    cwd=self.work,
-                    env=self.env,
-                    timeout=TIMEOUT,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired:
-                return Outcome(self._features(), hung=True)
-            crash = crash_of(p.stderr.decode("utf-8", "replace"), p.returncode)
-            if crash is not None:
-                return Outcome(self._features(), crash=crash)
-        return Outcome(self._features())
-
-    def _features(self) -> int:
-        with open(self.map, "rb") as fh:
-            return features(fh.read(MAP_SIZE))
 
 
 def _variant_seeds(plan: str | None, units: list[Unit]) -> list[tuple[int, bytes]]:
@@ -204,8 +113,9 @@ def write_plan(cfg: dict[str, Any], out: str) -> None:
     result = FuzzResult()
     found: list[tuple[Crash, bytes, int]] = []
     if why is None:
-        result, found, why = _explore(cfg, invs, files, trees, units, executions, seed)
+        result, found, why, ways = _explore(cfg, invs, files, trees, units, executions, seed)
         stats.update(
+            ways,
             executions=result.executions,
             corpus=len(result.corpus),
             edges=result.edges,
@@ -255,26 +165,33 @@ def _explore(
     units: list[Unit],
     executions: int,
     seed: int,
-) -> tuple[FuzzResult, list[tuple[Crash, bytes, int]], str | None]:
-    tmp = tempfile.mkdtemp(prefix="fuzz-", dir=os.environ.get("TMPDIR", "/tmp"))
-    work = os.path.join(tmp, "work")
-    os.makedirs(work)
-    for name, tree in trees.items():
-        shutil.copytree(tree, os.path.join(work, name))
-    runner = ProgramRunner(str(cfg["target"]), invs, files, units, work)
+) -> tuple[FuzzResult, list[tuple[Crash, bytes, int]], str | None, dict[str, Any]]:
     seeds = [(k, u.data) for k, u in enumerate(units)] + _variant_seeds(cfg.get("seeds"), units)
-    result = fuzz(seeds, runner, executions=executions, seed=seed, tokens=_tokens(cfg))
+    with tempfile.TemporaryDirectory(prefix="fuzz-", dir=scratch_root()) as tmp:
+        work = os.path.join(tmp, "work")
+        os.makedirs(work)
+        for name, tree in trees.items():
+            shutil.copytree(tree, os.path.join(work, name))
+        with ProgramRunner(str(cfg["target"]), invs, files, units, work) as runner:
+            result = fuzz(seeds, runner, executions=executions, seed=seed, tokens=_tokens(cfg))
+            found = []
+            if result.edges or result.crashes:
+                budget = executions // MINIMISE_SHARE
+                found = [_minimise(runner, c, budget) for c in result.crashes]
+    # how the executions ran: each target's fork server, or exec where it had none (why)
+    ways = {"runner": runner.mode(), "fallback": dict(sorted(runner.fallback.items()))}
     if result.edges == 0 and not result.crashes:
-        return result, [], "the instrumented build ran no instrumented code (no coverage map)"
-    found = []
-    for c in result.crashes:
+        why = "the instrumented build ran no instrumented code (no coverage map)"
+        return result, [], why, ways
+    return result, found, None, ways
 
-        def same(data: bytes, c: Crash = c) -> bool:
-            return runner(c.unit, data).crash == c.signature
 
-        small, used = minimise(c.data, same, executions // MINIMISE_SHARE)
-        found.append((c, small, used))
-    return result, found, None
+def _minimise(runner: ProgramRunner, crash: Crash, budget: int) -> tuple[Crash, bytes, int]:
+    def same(data: bytes) -> bool:
+        return runner(crash.unit, data).crash == crash.signature
+
+    small, used = minimise(crash.data, same, budget)
+    return crash, small, used
 
 
 def _write_variant(

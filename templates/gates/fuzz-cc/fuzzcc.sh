@@ -3,7 +3,8 @@
 # package's own build runs unchanged otherwise), after the shared prelude (templates/lib/ccwrap.sh:
 # `name`, `self`, `next`, `path`, `not_found`). Each compile gains
 # -fsanitize-coverage=trace-pc; each link (no -c, -S, -E) also gains trace's runtime
-# (trace_fuzz_rt.c, compiled once per build without the flag). Then the next compiler of that
+# (trace_fuzz_rt.c, compiled once per build without the flag), LAST: its fork server's
+# constructor must be the executable's last one. Then the next compiler of that
 # name on PATH runs (the stdenv's own wrapper). clang has no trace-pc of gcc's shape: not wrapped.
 [ -n "$next" ] || not_found "trace's fuzzing compiler"
 link=1

@@ -1,0 +1,129 @@
+"""The fuzz loop's end of the fork server in trace's coverage runtime (trace_fuzz_rt.c).
+
+One server per instrumented executable: the program is started once with
+`TRACE_FUZZ_SERVER=CTL,STATUS,PATH` and two pipes; its last constructor says hello and then,
+for each request, forks itself at that point (everything before main done: dynamic loading,
+the sanitizer's start-up) and runs main with the request's arguments, directory and standard
+streams. A run costs a fork instead of an exec.
+
+A program that is not such an executable (a script, a build without the runtime, a runtime
+from before the server) never says hello: `start` returns None with the reason, and the
+caller runs that target by exec (`why` is recorded in the fuzz plan). A server that dies
+mid-run is reported the same way (`run` returns None), and that run is done again by exec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import struct
+import subprocess
+from dataclasses import dataclass
+
+HELLO = 0x31534654  # "TFS1", little-endian as written by the runtime
+START_TIMEOUT = 10.0  # seconds for the hello: a loaded machine starts an ASan binary slowly
+_U32 = struct.Struct("=I")
+_I32 = struct.Struct("=i")
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One program run: its wait status decoded as subprocess does, or a hang."""
+
+    returncode: int
+    hung: bool = False
+
+
+def _read(fd: int, n: int, timeout: float | None) -> bytes | None:
+    """Exactly n bytes, or None at EOF or when `timeout` seconds pass first."""
+    out = b""
+    while len(out) < n:
+        if timeout is not None and not select.select([fd], [], [], timeout)[0]:
+            return None
+        chunk = os.read(fd, n - len(out))
+        if not chunk:
+            return None
+        out += chunk
+    return out
+
+
+def returncode(status: int) -> int:
+    """A wait status as subprocess reports it: -signal, or the exit status."""
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
+
+
+class ForkServer:
+    """A started server for one executable (`start`), serving runs until `close`."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], ctl: int, status: int) -> None:
+        self.proc, self.ctl, self.status = proc, ctl, status
+
+    @classmethod
+    def start(
+        cls, path: str, cwd: str, env: dict[str, str]
+    ) -> tuple[ForkServer | None, str | None]:
+        """(the server, None), or (None, why it could not start)."""
+        ctl_r, ctl_w = os.pipe()
+        st_r, st_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [path],
+                cwd=cwd,
+                env=dict(env, TRACE_FUZZ_SERVER=f"{ctl_r},{st_w},{path}"),
+                pass_fds=(ctl_r, st_w),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError as e:
+            for fd in (ctl_r, ctl_w, st_r, st_w):
+                os.close(fd)
+            return None, f"could not start: {e.strerror}"
+        os.close(ctl_r)
+        os.close(st_w)
+        server = cls(proc, ctl_w, st_r)
+        hello = _read(st_r, 4, START_TIMEOUT)
+        if hello is None or _U32.unpack(hello)[0] != HELLO:
+            server.close()
+            return None, "no fork server in it (not an executable built with trace's runtime)"
+        return server, None
+
+    def run(
+        self, argv: list[str], cwd: str, stdin: str, stdout: str, stderr: str, timeout: float
+    ) -> Ran | None:
+        """One run of main; None when the server is gone (the caller runs it by exec)."""
+        strings = [cwd, stdin, stdout, stderr, *argv]
+        payload = b"".join(os.fsencode(s) + b"\0" for s in strings)
+        try:
+            os.write(self.ctl, _U32.pack(len(payload)) + payload)
+        except OSError:
+            return None
+        pid_raw = _read(self.status, 4, START_TIMEOUT)
+        if pid_raw is None or _I32.unpack(pid_raw)[0] <= 0:
+            return None
+        pid = _I32.unpack(pid_raw)[0]
+        raw = _read(self.status, 4, timeout)
+        hung = raw is None
+        if hung:
+            with contextlib.suppress(ProcessLookupError):  # it may have ended just now
+                os.kill(pid, signal.SIGKILL)  # not reaped yet: the server waits for it
+            raw = _read(self.status, 4, START_TIMEOUT)
+        if raw is None:
+            return None
+        return Ran(returncode(_I32.unpack(raw)[0]), hung=hung)
+
+    def close(self) -> None:
+        for fd in (self.ctl, self.status):
+            if fd >= 0:
+                os.close(fd)
+        self.ctl = self.status = -1  # closed once: the numbers may be reused
+        if self.proc.poll() is None:  # EOF on its control pipe ends it; a stray one is killed
+            try:
+                self.proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
