@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.verified import VerifiedFork
 
 # The suite runs on no binary cache, whatever the machine's configuration says: no trace machine
 # config (engine/machine.py), and Nix's own substituters empty. Tests of caches and
@@ -24,6 +28,15 @@ os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="trace-tests-state-")
 # Fixture packages carry their own test suites (run inside their Nix builds by the regression
 # gate); they are data here, never part of trace's suite.
 collect_ignore = ["fixtures"]
+
+
+@pytest.fixture(scope="session")
+def verified_fork(tmp_path_factory: pytest.TempPathFactory) -> VerifiedFork:
+    """The session's one copy of the fixture fork, each candidate verified on first use
+    (tests/verified.py): the calibration table and test_verify read the same verdicts."""
+    from tests.verified import VerifiedFork, copy_fork
+
+    return VerifiedFork(copy_fork(tmp_path_factory.mktemp("verified") / "fork"))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -82,13 +95,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+BUILDING_FIXTURES = {"verified_fork"}  # this file's fixtures that run real builds
+
+
 def _builds(item: pytest.Item) -> bool:
-    """Marked `nix`, or using a fixture defined in a module marked `nix`."""
+    """Marked `nix`, or using a fixture defined in a module marked `nix` (or listed above)."""
     import sys
 
     if item.get_closest_marker("nix") is not None:
         return True
     info = getattr(item, "_fixtureinfo", None)
+    if info and BUILDING_FIXTURES & set(info.names_closure):
+        return True
     for defs in info.name2fixturedefs.values() if info else []:
         for fixturedef in defs:
             module = sys.modules.get(getattr(fixturedef.func, "__module__", ""))

@@ -16,6 +16,7 @@ here, never in allow: "not measurable" is not a pass.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import pytest
 import tomli
 
 from engine.cli import main
+from tests.verified import VerifiedFork
 
 REPO = Path(__file__).resolve().parent.parent
 FORK = REPO / "tests" / "fixtures" / "fork"
@@ -138,9 +140,25 @@ def test_the_table_covers_every_fixture_candidate() -> None:
     )
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """The session's verified fork (tests/verified.py: each candidate verified once, shared with
+    test_verify) and this module's own folder for the reviewers' keys and waivers."""
+
+    verified: VerifiedFork
+    work: Path
+
+    @property
+    def state(self) -> Path:
+        return self.verified.state
+
+    def candidate(self, name: str) -> str:
+        return str(self.verified.candidate(name))
+
+
 @pytest.fixture(scope="module")
-def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("calibration")
+def state(verified_fork: VerifiedFork, tmp_path_factory: pytest.TempPathFactory) -> Calibration:
+    return Calibration(verified_fork, tmp_path_factory.mktemp("calibration"))
 
 
 def trace(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -149,18 +167,20 @@ def trace(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
     return code, out.out, out.err
 
 
-def verified(state: Path, capsys: pytest.CaptureFixture[str], name: str) -> dict[str, Any]:
-    cand = str(CANDIDATES / name / "candidate.toml")
-    code, out, err = trace(capsys, "verify", cand, "--state-dir", str(state), "-q")
-    assert code in (0, 1), out + err
+def verified(state: Calibration, capsys: pytest.CaptureFixture[str], name: str) -> dict[str, Any]:
+    """The candidate's decision after a real `trace verify` (run once per session: a second
+    reader of the same candidate decides on the state the first one verified)."""
+    state.verified.verify(name)
     return decided(state, capsys, name)
 
 
 def decided(
-    state: Path, capsys: pytest.CaptureFixture[str], name: str, *extra: str
+    state: Calibration, capsys: pytest.CaptureFixture[str], name: str, *extra: str
 ) -> dict[str, Any]:
-    cand = str(CANDIDATES / name / "candidate.toml")
-    code, out, err = trace(capsys, "decide", cand, "--state-dir", str(state), "--json", *extra)
+    cand = state.candidate(name)
+    code, out, err = trace(
+        capsys, "decide", cand, "--state-dir", str(state.state), "--json", *extra
+    )
     assert code in (0, 1), out + err
     decision: dict[str, Any] = json.loads(out)
     return decision
@@ -172,16 +192,16 @@ def waivable() -> dict[str, bool]:
 
 
 def reviewed(
-    state: Path, capsys: pytest.CaptureFixture[str], name: str, codes: set[str]
+    state: Calibration, capsys: pytest.CaptureFixture[str], name: str, codes: set[str]
 ) -> list[str]:
     """A maintainer's signed waivers (`trace waive`) of exactly `codes` for the candidate: the
     `decide` options that apply them (the waiver directory and the maintainers policy)."""
     from tests.waiverkit import make_key, write_maintainers
 
-    folder = state / f"review-{name}"
+    folder = state.work / f"review-{name}"
     key = make_key(folder, "maintainer")
     maintainers = write_maintainers(folder / "maintainers.toml", {"calibration": key})
-    cand = str(CANDIDATES / name / "candidate.toml")
+    cand = state.candidate(name)
     for code in sorted(codes):
         rc, out, err = trace(
             capsys,
@@ -208,7 +228,7 @@ def reviewed(
     CALIBRATION,
 )
 def test_calibration(
-    state: Path,
+    state: Calibration,
     capsys: pytest.CaptureFixture[str],
     name: str,
     expected: str,
@@ -231,7 +251,9 @@ def test_calibration(
         assert reasons <= got, decision["reasons"]
 
 
-def test_a_weakened_test_cannot_be_waived(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_weakened_test_cannot_be_waived(
+    state: Calibration, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 25: with a maintainer's signed waivers of every waivable code roster-loosened-test
     is denied with, it is still denied (tests-weakened and regression-introduced), and `trace
     waive` refuses tests-weakened; the gate record holds the edited hunk of tests/run.sh."""
@@ -244,10 +266,10 @@ def test_a_weakened_test_cannot_be_waived(state: Path, capsys: pytest.CaptureFix
     assert {r["code"] for r in after["reasons"]} == {"tests-weakened", "regression-introduced"}
     from tests.waiverkit import make_key, write_maintainers
 
-    folder = state / "refused-tests-weakened"
+    folder = state.work / "refused-tests-weakened"
     key = make_key(folder, "maintainer")
     maintainers = write_maintainers(folder / "maintainers.toml", {"calibration": key})
-    cand = str(CANDIDATES / name / "candidate.toml")
+    cand = state.candidate(name)
     args = ["--justification", "j", "--key", str(key), "--maintainers", str(maintainers)]
     rc, _, err = trace(capsys, "waive", cand, "tests-weakened", *args)
     assert rc != 0 and "'tests-weakened' cannot be waived" in err, err
@@ -258,15 +280,14 @@ def test_a_weakened_test_cannot_be_waived(state: Path, capsys: pytest.CaptureFix
     assert {r["side"] for r in regression["details"]["regressions"]} == {"post-fix, base tests"}
 
 
-def gate(state: Path, name: str, gate_name: str) -> dict[str, Any]:
-    """A gate record as `trace bundle` would carry it: from the verify result file."""
-    cid = tomli.loads((CANDIDATES / name / "candidate.toml").read_text())["id"]
-    result = json.loads((state / "verify" / f"{cid}.json").read_text())
-    record: dict[str, Any] = result["gates"][gate_name]
+def gate(state: Calibration, name: str, gate_name: str) -> dict[str, Any]:
+    """A gate record as `trace bundle` would carry it: from the verify result file (the
+    candidate verified first if no test did yet)."""
+    record: dict[str, Any] = state.verified.result_doc(name)["gates"][gate_name]
     return record
 
 
-def test_a_stale_hunk_header_measures_where_the_patch_landed(state: Path) -> None:
+def test_a_stale_hunk_header_measures_where_the_patch_landed(state: Calibration) -> None:
     """Issue 9 item 3: the header says 13..16, the patch landed on 15..18 (as with the fresh
     patch); coverage and mutation read the landed lines and agree with the fresh patch."""
     stale_cov = gate(state, "cparse-stale-header", "coverage")
@@ -288,7 +309,7 @@ def test_a_stale_hunk_header_measures_where_the_patch_landed(state: Path) -> Non
     assert mutation["score"] == gate(state, "cparse-key-overflow", "mutation")["score"] == 1.0
 
 
-def test_an_over_allocating_survivor_is_listed_not_counted(state: Path) -> None:
+def test_an_over_allocating_survivor_is_listed_not_counted(state: Calibration) -> None:
     mutation = gate(state, "cparse-alloc-fix", "mutation")
     d = mutation["details"]
     assert [(r["id"], r["status"]) for r in d["results"]] == [
@@ -300,7 +321,7 @@ def test_an_over_allocating_survivor_is_listed_not_counted(state: Path) -> None:
     assert (mutation["score"], d["survivors"]) == (1.0, [])
 
 
-def test_the_src_layout_package_maps_coverage_and_skips_docstrings(state: Path) -> None:
+def test_the_src_layout_package_maps_coverage_and_skips_docstrings(state: Calibration) -> None:
     coverage = gate(state, "textcols-zero-width", "coverage")
     (f,) = coverage["details"]["files"]
     assert f["file"] == "src/textcols/layout.py"
@@ -313,7 +334,7 @@ def test_the_src_layout_package_maps_coverage_and_skips_docstrings(state: Path) 
     assert (d["killed"], d["survived"], mutation["score"]) == (17, 0, 1.0)
 
 
-def test_the_poc_special_case_is_seen_by_scope(state: Path) -> None:
+def test_the_poc_special_case_is_seen_by_scope(state: Calibration) -> None:
     """The symptom-hiding fix passes every claim, mutation and coverage; scope sees the PoC's
     length in its comparison (and the variants gate a longer key)."""
     scope = gate(state, "cparse-poc-special-case", "scope")
@@ -325,7 +346,7 @@ def test_the_poc_special_case_is_seen_by_scope(state: Path) -> None:
     assert gate(state, "cparse-poc-special-case", "coverage")["passed"] is True
 
 
-def test_a_variant_that_breaks_the_good_input_s_oracle_is_bundled(state: Path) -> None:
+def test_a_variant_that_breaks_the_good_input_s_oracle_is_bundled(state: Calibration) -> None:
     """Issue 10: the variants gate judges invocation i of a variant by invocation i's declared
     post-fix oracle, input-independent fields only: good.conf exited 0 pre-fix and exits 2
     post-fix in the variants (its oracle: exit 0); its golden stdout never judges a variant."""
@@ -347,7 +368,7 @@ def test_a_variant_that_breaks_the_good_input_s_oracle_is_bundled(state: Path) -
 
 
 def test_the_length_special_case_is_missed_by_the_variants_and_found_by_the_fuzzer(
-    state: Path, capsys: pytest.CaptureFixture[str]
+    state: Calibration, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 26: the PoC's variants miss urldec's wrong fix (none crashes it), the fuzzing gate
     catches it with an input of another length decoding to 16 bytes; the real fix's fuzzing
@@ -370,7 +391,7 @@ def test_the_length_special_case_is_missed_by_the_variants_and_found_by_the_fuzz
 
 
 def test_decide_says_why_mutation_is_not_measurable(
-    state: Path, capsys: pytest.CaptureFixture[str]
+    state: Calibration, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`mutation-not-measurable` names its cause (here: the post-fix build already fails), in
     the decision as in the gate record, not always "none could be generated"."""
@@ -458,7 +479,7 @@ def test_every_calibration_row_has_its_place_in_the_discrimination_column() -> N
 
 
 def test_a_flaky_test_adds_only_flaky_test_to_the_real_fix_s_verdict(
-    state: Path, capsys: pytest.CaptureFixture[str]
+    state: Calibration, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 25: the same real fix, on the package with one flaky test, is not a hard deny: its
     reasons are the real fix's plus flaky-test (waivable), naming the test."""
@@ -478,7 +499,7 @@ def weaker_or_equal(wrong: dict[str, Any], real: dict[str, Any]) -> bool:
 
 @pytest.mark.parametrize("bug", sorted(DISCRIMINATION))
 def test_no_wrong_fix_gets_the_real_fix_s_verdict_or_a_weaker_one(
-    state: Path, capsys: pytest.CaptureFixture[str], bug: str
+    state: Calibration, capsys: pytest.CaptureFixture[str], bug: str
 ) -> None:
     real_name, wrongs = DISCRIMINATION[bug]
     real = verified(state, capsys, real_name)

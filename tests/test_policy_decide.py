@@ -21,6 +21,7 @@ from engine.pipeline.values import Judged
 from engine.run import RunResult, StepResult
 from engine.verify_result import VerifyResult
 from tests.test_policy_signing import POLICY, gates_doc, verify_doc
+from tests.verified import VerifiedFork
 from tests.waiverkit import make_key, write_maintainers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -256,16 +257,19 @@ def _signing_only_expectation(tmp_path: Path) -> Path:
 
 
 @pytest.mark.nix
-def test_decide_on_a_real_verify_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Real builds: verify the pager fix, then decide from those builds (in the index)."""
-    state = tmp_path / "state"
-    code, out, err = trace(capsys, "verify", str(PAGER), "--state-dir", str(state), "-q")
-    assert code == 0, out + err
+def test_decide_on_a_real_verify_result(
+    verified_fork: VerifiedFork, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Real builds: verify the pager fix (the session's one verify of it, tests/verified.py),
+    then decide from those builds (in the index)."""
+    name = "pager-last-page"
+    assert verified_fork.verify(name) == 0, verified_fork.outputs.get(name)
+    state, pager = verified_fork.state, str(verified_fork.candidate(name))
     result = json.loads((state / "verify" / f"{PAGER_ID}.json").read_text())
     assert result["passed"] is True
 
     # the shipped policy: every gate ran under it, the pager fix passes them all: allow
-    code, out, _ = trace(capsys, "decide", str(PAGER), "--state-dir", str(state), "--json")
+    code, out, _ = trace(capsys, "decide", pager, "--state-dir", str(state), "--json")
     doc: dict[str, Any] = json.loads(out)
     assert code == 0 and doc["decision"] == "allow", doc["reasons"]
 
@@ -274,7 +278,7 @@ def test_decide_on_a_real_verify_result(tmp_path: Path, capsys: pytest.CaptureFi
     # are in their keys) were never verified under it, and decide refuses to judge them
     signing = _signing_only_expectation(tmp_path)
     args = ["--state-dir", str(state), "--signing", str(signing), "--json"]
-    code, out, err = trace(capsys, "decide", str(PAGER), *args)
+    code, out, err = trace(capsys, "decide", pager, *args)
     assert code == 2 and out == "", out
     assert "verified under another signing policy" in err, err
     # gate-regression too: [gates.regression] reruns is one of its thresholds

@@ -1,7 +1,9 @@
 """End to end: `trace verify` on every fixture candidate, with real sandboxed nix builds.
 
-Each module-scoped fork is a fresh copy of tests/fixtures/fork in tmp with its own state dir, so
-no test answers from another's cache by accident.
+The verdicts are read from the session's one verified copy of tests/fixtures/fork (its own state
+dir; tests/verified.py, shared with the calibration table: each candidate is verified once per
+session). Tests that edit a fork or test caching use their own fresh copy, so no test answers
+from another's cache by accident.
 """
 
 from __future__ import annotations
@@ -12,22 +14,16 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from engine.pipeline.verify import run_verify
 from engine.verify_result import VerifyResult
-
-FIXTURE = Path(__file__).parent / "fixtures" / "fork"
-CANDIDATES = "trace/candidates"
+from tests.verified import CANDIDATES, FIXTURE, Results, VerifiedFork, copy_fork
 
 pytestmark = pytest.mark.nix
-
-
-def copy_fork(dest: Path) -> Path:
-    shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns(".trace", "result*"))
-    return dest
 
 
 def verify(fork: Path, name: str, **kw: object) -> VerifyResult:
@@ -37,14 +33,15 @@ def verify(fork: Path, name: str, **kw: object) -> VerifyResult:
 
 
 @pytest.fixture(scope="module")
-def fork(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return copy_fork(tmp_path_factory.mktemp("verify") / "fork")
+def fork(verified_fork: VerifiedFork) -> Path:
+    """The session's verified fork: read here, never edited."""
+    return verified_fork.fork
 
 
 @pytest.fixture(scope="module")
-def results(fork: Path) -> dict[str, VerifyResult]:
-    names = sorted(p.name for p in (fork / CANDIDATES).iterdir())
-    return {name: verify(fork, name, jobs=2) for name in names}
+def results(verified_fork: VerifiedFork) -> Mapping[str, VerifyResult]:
+    """Every candidate's result, verified on first read (once per session)."""
+    return Results(verified_fork)
 
 
 @pytest.mark.parametrize(
@@ -67,7 +64,7 @@ def results(fork: Path) -> dict[str, VerifyResult]:
     ],
 )
 def test_fixture_candidate_verdict(
-    results: dict[str, VerifyResult], name: str, passed: bool, reasons: list[str]
+    results: Mapping[str, VerifyResult], name: str, passed: bool, reasons: list[str]
 ) -> None:
     res = results[name]
     assert (res.passed, res.reasons) == (passed, reasons), [c.model_dump() for c in res.claims]
@@ -82,7 +79,7 @@ def test_fixture_candidate_verdict(
     assert res.pre.build.drv != res.post.build.drv
 
 
-def test_asan_records_come_from_the_sandboxed_runs(results: dict[str, VerifyResult]) -> None:
+def test_asan_records_come_from_the_sandboxed_runs(results: Mapping[str, VerifyResult]) -> None:
     res = results["cparse-key-overflow"]
     for rec in res.pre.runs:
         assert rec.sanitizer is not None
@@ -105,7 +102,7 @@ def test_asan_records_come_from_the_sandboxed_runs(results: dict[str, VerifyResu
 
 
 def test_python_library_target_is_seen_through_the_audit_hook(
-    results: dict[str, VerifyResult],
+    results: Mapping[str, VerifyResult],
 ) -> None:
     res = results["pager-last-page"]
     for rec in res.pre.runs + res.post.runs:
@@ -116,7 +113,7 @@ def test_python_library_target_is_seen_through_the_audit_hook(
 
 
 def test_a_clean_rejection_passes_claims_gates_and_policy(
-    fork: Path, results: dict[str, VerifyResult], capsys: pytest.CaptureFixture[str]
+    fork: Path, results: Mapping[str, VerifyResult], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 9, item 1: the fix prints an error and exits 2; the good input still works."""
     from engine.cli import main
@@ -143,7 +140,7 @@ def test_a_clean_rejection_passes_claims_gates_and_policy(
 
 
 def test_a_fix_that_rejects_every_input_names_the_good_invocation(
-    results: dict[str, VerifyResult],
+    results: Mapping[str, VerifyResult],
 ) -> None:
     post = results["cparse-reject-everything"].claims[1]
     assert post.reason == "post-fix-still-fails"
@@ -152,7 +149,7 @@ def test_a_fix_that_rejects_every_input_names_the_good_invocation(
     assert results["cparse-reject-everything"].claims[0].holds  # the bug itself was shown
 
 
-def test_a_wrong_output_bug_without_python(results: dict[str, VerifyResult]) -> None:
+def test_a_wrong_output_bug_without_python(results: Mapping[str, VerifyResult]) -> None:
     """Issue 9, item 2: roster exits 0 but prints the phone where the email belongs."""
     res = results["roster-wrong-field"]
     [wrong] = res.pre.runs[0].invocations
@@ -171,27 +168,29 @@ def test_a_wrong_output_bug_without_python(results: dict[str, VerifyResult]) -> 
     assert (site.passed, site.measurable, site.reasons) == (True, False, [])
 
 
-def test_a_fix_away_from_the_fault(results: dict[str, VerifyResult]) -> None:
+def test_a_fix_away_from_the_fault(results: Mapping[str, VerifyResult]) -> None:
     """The wrong fix (KEY_MAX 16 -> 64) changes no function on the failing stack."""
     site = results["cparse-wrong-fix"].gates["fault-site"]
     assert (site.passed, site.measurable, site.reasons) == (False, True, ["fix-away-from-fault"])
     assert "parse_line" in str(site.details["summary"])
 
 
-def test_the_evidence_column_does_not_repeat_the_detail(results: dict[str, VerifyResult]) -> None:
+def test_the_evidence_column_does_not_repeat_the_detail(
+    results: Mapping[str, VerifyResult],
+) -> None:
     """Issue 9, item 4: the evidence says which runs; the detail says what happened, once."""
     for res in results.values():
         for c in res.claims:
             assert not c.detail or c.detail not in c.evidence, (c.evidence, c.detail)
 
 
-def test_wrong_failure_names_what_differed(results: dict[str, VerifyResult]) -> None:
+def test_wrong_failure_names_what_differed(results: Mapping[str, VerifyResult]) -> None:
     claim = results["cparse-other-failure"].claims[0]
     assert claim.reason == "pre-fix-wrong-failure"
     assert "got 'AddressSanitizer: stack-buffer-overflow'" in claim.detail
 
 
-def test_flaky_and_nondeterministic_flags(results: dict[str, VerifyResult]) -> None:
+def test_flaky_and_nondeterministic_flags(results: Mapping[str, VerifyResult]) -> None:
     racy = results["racy-lost-update"]
     assert racy.flaky and racy.pre.flaky and not racy.post.flaky
     assert [r.failed for r in racy.pre.runs] == [False, True, False]
@@ -201,9 +200,12 @@ def test_flaky_and_nondeterministic_flags(results: dict[str, VerifyResult]) -> N
     assert all(s.deterministic for s in stamp.post.run_steps)
 
 
-def test_wrong_fix_leaves_the_bug_reachable(fork: Path, results: dict[str, VerifyResult]) -> None:
+def test_wrong_fix_leaves_the_bug_reachable(
+    results: Mapping[str, VerifyResult], tmp_path: Path
+) -> None:
     """What NOTE.md says: a longer key still overflows the patched build."""
     assert results["cparse-wrong-fix"].passed
+    fork = copy_fork(tmp_path / "fork")  # a candidate is added: not the shared fork
     cand = fork / CANDIDATES / "cparse-wrong-fix"
     text = (cand / "candidate.toml").read_text()
     variant = text.replace('"repro.sh"', '"variant-repro.sh"').replace(
@@ -217,9 +219,10 @@ def test_wrong_fix_leaves_the_bug_reachable(fork: Path, results: dict[str, Verif
 
 
 def test_result_json_and_exit_code_from_the_cli(
-    fork: Path, results: dict[str, VerifyResult]
+    fork: Path, results: Mapping[str, VerifyResult], tmp_path: Path
 ) -> None:
-    out = fork / "out.json"
+    assert not results["cparse-other-failure"].passed  # verified in the fork's own state dir
+    out = tmp_path / "out.json"  # not in the shared fork: a file there moves every key
     cand = fork / CANDIDATES / "cparse-other-failure" / "candidate.toml"
     proc = subprocess.run(
         [sys.executable, "-m", "engine.cli", "verify", str(cand), "--out", str(out), "-q"],
