@@ -65,9 +65,9 @@ FAST_NIX: tuple[str, ...] = (
     "tests/test_gates_calibration.py::test_calibration[roster-loosened-test-",
     "tests/test_gates_calibration.py::test_calibration[cparse-blind-drop-asan-",
     "tests/test_gates_calibration.py::test_calibration[ledger-poc-amount-",
-    # verify -> decide -> bundle -> sign -> verify-bundle --replay; the warm memo
+    # verify -> decide -> bundle -> sign -> verify-bundle --replay (the warm memo's two real
+    # builds, ~14 s on a quiet machine, run in --all; its logic tests are non-build tests)
     "tests/test_e2e_bundle.py::test_trace_verify_bundle_signs_and_the_replay_agrees",
-    "tests/test_warm.py::",
     "tests/test_watch.py::",
     # trace run itself: cold, no-op, one input changed, failure (not the 97 s GC test)
     "tests/test_engine_run.py::test_cold_build_builds_every_step",
@@ -96,6 +96,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 BUILDING_FIXTURES = {"verified_fork"}  # this file's fixtures that run real builds
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tier, for the tests that repeat a claim fewer times in the fast one (tests/tiers.py);
+    set before any test module is imported (their @settings read it)."""
+    from tests import tiers
+
+    if config.getoption("--fast"):
+        os.environ[tiers.ENV] = "fast"
+    else:
+        os.environ.pop(tiers.ENV, None)
 
 
 def _builds(item: pytest.Item) -> bool:

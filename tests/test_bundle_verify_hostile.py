@@ -23,6 +23,7 @@ from engine.signing.keymode import sign_with_key
 from engine.signing.keys import keygen, load_private_key
 from tests.enginekit import verify_bundle_process
 from tests.test_bundle_verify import entries, key_bundle, write_policy
+from tests.tiers import repeats
 
 BOUND = 60  # seconds: a hang is a failure, not a slow test
 
@@ -209,7 +210,7 @@ def _mutate(root: Path, action: str, pick: int, at: int) -> bool:
 
 
 @settings(
-    max_examples=15,
+    max_examples=repeats(15, 5),  # the fast tier: 5 (tests/tiers.py)
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -16,6 +16,7 @@ from engine.graph import load_graph
 from engine.render import nix_string
 from engine.run import plan, run_graph
 from tests.enginekit import make_project
+from tests.tiers import repeats
 
 ECHO = """\
 pkgs.runCommand "param" { value = {{ params.message }}; passAsFile = [ "value" ]; } ''
@@ -54,7 +55,7 @@ def write_graph(project: Path, values: list[str]) -> Path:
     return graph
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=repeats(300, 60), deadline=None)  # the fast tier: 60 (tests/tiers.py)
 @given(hostile)
 @example("a\u2028b\u2029c\vd\fe\x1cf\x1dg\x1eh\x85i")
 def test_the_generated_nix_holds_every_param_byte_for_byte(tmp_path_factory, value: str) -> None:  # type: ignore[no-untyped-def]
