@@ -74,8 +74,11 @@ FAST_NIX: tuple[str, ...] = (
     "tests/test_engine_run.py::test_noop_run_builds_and_evaluates_nothing",
     "tests/test_engine_run.py::test_one_input_changed_rebuilds_exactly_its_cone",
     "tests/test_engine_run.py::test_failure_is_reported_not_cached_and_downstream_skipped",
-    # the fork path (`trace fork`: the fork's policy, its bundles)
-    "tests/test_fork_policy_bundle.py::",
+    # the fork path: two real `trace fork` runs of a fixture candidate (loaded, verified,
+    # decided, bundled; the second sees no dirty tree). The fork's own signing policy in a
+    # bundle (tests/test_fork_policy_bundle.py, `trace verify`) runs in --all
+    "tests/test_fork_state_dir.py::test_a_state_dir_anywhere_runs_twice_without_a_dirty_tree"
+    "[outside]",
     # exit 2 writes nothing on a state directory a real `trace run` filled (issue 28)
     "tests/test_hostile_input.py::test_hostile_input_exits_2_names_the_file_and_writes_nothing"
     "[graph-does-not-evaluate-run-existing-state-dir]",
