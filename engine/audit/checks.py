@@ -34,7 +34,7 @@ from engine.audit.safefs import (
 )
 from engine.audit.signature import Check, verify_signature
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
-from engine.evidence.bundle import ROOT_FILES
+from engine.evidence.bundle import INFO_FILES, ROOT_FILES
 from engine.evidence.statement import PAYLOAD_TYPE, Statement
 from engine.signing.deadline import DEFAULT_SECONDS
 from engine.signing.dsse import Envelope
@@ -127,7 +127,7 @@ def _odd(listing: Listing) -> list[str]:
 
 
 def root_check(directory: Path) -> Check:
-    extra = sorted(p.name for p in directory.iterdir() if p.name not in ROOT_FILES)
+    extra = sorted(p.name for p in directory.iterdir() if p.name not in ROOT_FILES | INFO_FILES)
     if extra:
         return Check(
             name="nothing beside the statement",
@@ -322,6 +322,14 @@ def policies(ins: Inspection) -> bool:
     return True
 
 
+def timings(ins: Inspection) -> bool:
+    """timings.json against the statement's digest for it: informational, never failing."""
+    from engine.audit.timings import timings_check
+
+    ins.checks.append(timings_check(ins.directory, ins.statement))
+    return True
+
+
 def replay_phase(ins: Inspection) -> bool:
     """The replay, when asked for and nothing failed before it."""
     if ins.replay is None:
@@ -347,6 +355,7 @@ PHASES: tuple[Phase, ...] = (
     parse_statement,
     subjects,
     policies,
+    timings,
     replay_phase,
 )
 

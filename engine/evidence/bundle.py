@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -29,7 +30,9 @@ from engine.evidence.redact import (
     rules_document,
 )
 from engine.evidence.replay import ReplayRecord
-from engine.evidence.statement import PolicyPin, Statement, build_statement
+from engine.evidence.statement import PolicyPin, ResourceDescriptor, Statement, build_statement
+from engine.evidence.timings import BYPRODUCT, TIMINGS_FILE
+from engine.hashing import canonical_json
 
 REPLAY_PATH = "replay.json"
 REDACTION_PATH = "redaction.json"
@@ -41,6 +44,7 @@ MODEL_PATH = "model.json"  # model id, prompt_sha256 (of the bundled prompt.txt)
 PROMPT_PATH = "prompt.txt"
 DECISION_KINDS = ("routing", "signing")
 ROOT_FILES = frozenset({PAYLOAD_DIR, STATEMENT_FILE, SIGNATURE_FILE})  # all a bundle root holds
+INFO_FILES = frozenset({TIMINGS_FILE})  # ...besides these: informational, never a subject
 
 
 class Assembled(BaseModel):
@@ -51,6 +55,7 @@ class Assembled(BaseModel):
     entries: tuple[PayloadEntry, ...]
     statement: Statement
     statement_bytes: bytes
+    timings: bytes | None = None  # timings.json beside the payload (engine.evidence.timings)
 
 
 def policy_refs(entries: list[PayloadEntry] | tuple[PayloadEntry, ...]) -> dict[str, PolicyPin]:
@@ -148,11 +153,14 @@ def assemble(
     started: dt.datetime | None = None,
     finished: dt.datetime | None = None,
     machines: dict[str, tuple[str | None, str | None]] | None = None,
+    timings: dict[str, Any] | None = None,
 ) -> Assembled:
     """Redact, add the replay record, redaction rules and the index, and build the statement.
 
     Everything is redacted before anything is hashed: payload bytes, the replay record
     (the statement is built from the redacted copy), and the other strings of the statement.
+    `timings` (a trace.step-timings/v1 document) is redacted too and written beside the payload;
+    the statement names its sha256 among the byproducts (engine.evidence.timings).
     """
     reports: dict[str, dict[str, int]] = {}
     redacted = _redact_entries(entries, rules, reports)
@@ -171,6 +179,11 @@ def assemble(
         rules,
     )
     _count(reports, STATEMENT_FILE, counts)
+    timings_bytes = None
+    if timings is not None:
+        doc, counts = redact_value(timings, rules)
+        _count(reports, TIMINGS_FILE, counts)
+        timings_bytes = canonical_json(doc)
     applied = [RedactionReport(path=p, counts=c) for p, c in sorted(reports.items()) if c]
     redacted.append(json_entry(REDACTION_PATH, "redaction", rules_document(rules, applied)))
     index = {e.path: {"kind": e.kind, "media_type": e.media_type} for e in redacted}
@@ -195,8 +208,23 @@ def assemble(
         finished=finished or now,
         machines={k: (v[0], v[1]) for k, v in where.items()},
     )
+    if timings_bytes is not None:
+        statement.predicate.runDetails.byproducts.append(timings_byproduct(timings_bytes))
     return Assembled(
-        entries=tuple(redacted), statement=statement, statement_bytes=statement.to_bytes()
+        entries=tuple(redacted),
+        statement=statement,
+        statement_bytes=statement.to_bytes(),
+        timings=timings_bytes,
+    )
+
+
+def timings_byproduct(data: bytes) -> ResourceDescriptor:
+    """The statement's runDetails.byproducts entry for timings.json's bytes."""
+    return ResourceDescriptor(
+        name=BYPRODUCT,
+        uri=TIMINGS_FILE,
+        digest={"sha256": hashlib.sha256(data).hexdigest()},
+        annotations={"trace.informational": "true"},
     )
 
 
@@ -226,6 +254,8 @@ def write_bundle(out: Path, assembled: Assembled, signature: str | None) -> Path
         for e in assembled.entries:
             _write(tmp / PAYLOAD_DIR / e.path, e.data)
         _write(tmp / STATEMENT_FILE, assembled.statement_bytes)
+        if assembled.timings is not None:
+            _write(tmp / TIMINGS_FILE, assembled.timings)
         if signature is not None:
             _write(tmp / SIGNATURE_FILE, signature.encode())
         try:

@@ -388,13 +388,15 @@ def assemble_evidence(
     ran: tuple[dt.datetime, dt.datetime] | None = None,
     source: SourcePin | None = None,
     host: RunHost | None = None,
+    timings: dict[str, Any] | None = None,
 ) -> Assembled:
     """The bundle's last links, shared by `trace bundle`, `trace verify --bundle` and
     `trace fork`: the routing and signing decisions as payload files, their policy versions, the
     replay record (`dirty` overrides its fork pin's own clean check when the caller made a
     better one), and the assembled statement (`ran`: when the run whose results these are began
     and ended, for the provenance's startedOn/finishedOn; `host`: the Nix version, system and git
-    state asked once per run by a caller that assembles many bundles)."""
+    state asked once per run by a caller that assembles many bundles; `timings`: the run's
+    trace.step-timings/v1 document, written beside the payload: engine.evidence.timings)."""
     from engine.evidence.bundle import assemble
     from engine.evidence.replay import build_replay_record
 
@@ -427,4 +429,5 @@ def assemble_evidence(
         started=ran[0] if ran else None,
         finished=ran[1] if ran else None,
         machines={sid: (r.built_on, r.checked_on) for sid, r in run.steps.items()},
+        timings=timings,
     )

@@ -42,14 +42,16 @@ def build_fresh(
     --check (engine/rebuilds.py); `hasher`: the read-only stat cache the graph was loaded with
     (engine.verify.fork_graph.load_verify_graph), its new entries persisted once the graph
     evaluated."""
+    from engine.otel import StepClock
     from engine.progress import Progress
     from engine.run import run_graph
     from engine.verify.candidate_blame import blame_candidate
     from engine.verify.trusted import from_store
 
     began = dt.datetime.now(dt.UTC)
+    clock = clock or StepClock()  # the bundle's timings.json, whether or not --otel asked
     with Progress(enabled=progress) as progress_reporter:
-        reporter = progress_reporter if clock is None else clock.wrapping(progress_reporter)
+        reporter = clock.wrapping(progress_reporter)
         try:
             run = run_graph(graph, index, jobs=jobs, reporter=reporter, rebuild=rebuild)
         except InputError as exc:
@@ -57,7 +59,7 @@ def build_fresh(
     if hasher is not None:
         hasher.flush(index.writable())
     run = from_store(graph, run, index, recheck=recheck)
-    return Built(candidate, graph, run, (began, dt.datetime.now(dt.UTC)))
+    return Built(candidate, graph, run, (began, dt.datetime.now(dt.UTC)), clock=clock)
 
 
 class CachedOptions(TypedDict, total=False):
@@ -76,6 +78,7 @@ def build_cached(
     Raises InputError when the candidate was not verified with its current inputs under the
     signing policy of `options`. `ran` is this check."""
     from engine.cache import Index, IndexView
+    from engine.otel import StepClock
     from engine.run import run_graph
     from engine.verify.fork_graph import load_verify_graph
     from engine.verify.trusted import from_store
@@ -87,7 +90,8 @@ def build_cached(
         _refuse_dirty(graph, candidate, view, state, signing_policy)
     with Index(state, wait=options.get("wait", 0)) as index:
         _refuse_dirty(graph, candidate, index, state, signing_policy)  # again, under the lock
-        run = run_graph(graph, index)
+        clock = StepClock()
+        run = run_graph(graph, index, reporter=clock)
         if run.evaluated or run.nix_calls:
             raise TraceError(
                 f"internal error: a clean plan made {run.nix_calls} nix call(s)",
@@ -95,7 +99,7 @@ def build_cached(
             )
         run = from_store(graph, run, index, recheck=True)
         hasher.flush(index.writable())
-    return Built(candidate, graph, run, (began, dt.datetime.now(dt.UTC)))
+    return Built(candidate, graph, run, (began, dt.datetime.now(dt.UTC)), clock=clock)
 
 
 def _refuse_dirty(
@@ -117,7 +121,7 @@ def judge_built(built: Built) -> Judged:
     from engine.verify.verdict import judge
 
     verify = judge(built.candidate, built.graph, built.run)
-    return Judged(built.candidate, built.graph, built.run, built.ran, verify)
+    return Judged(built.candidate, built.graph, built.run, built.ran, verify, clock=built.clock)
 
 
 def verified_cached(

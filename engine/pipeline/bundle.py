@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.pipeline.values import Decided, Judged
 
@@ -52,7 +52,7 @@ def assemble(
     host: RunHost | None = None,
 ) -> Assembled:
     """The assembled statement over `entries` and the decisions (`dirty`, `source`, `host`:
-    see engine.evidence.collect.assemble_evidence)."""
+    see engine.evidence.collect.assemble_evidence), with the run's step timings beside them."""
     from engine.evidence.collect import assemble_evidence
 
     return assemble_evidence(
@@ -69,4 +69,16 @@ def assemble(
         ran=judged.ran,
         source=source,
         host=host,
+        timings=timings_of(judged),
     )
+
+
+def timings_of(judged: Judged) -> dict[str, Any] | None:
+    """The trace.step-timings/v1 document of the judged run (None when no clock watched it)."""
+    if judged.clock is None:
+        return None
+    from engine.evidence.timings import step_timings
+
+    needs = {sid: step.needs for sid, step in judged.graph.steps.items()}
+    ended = int(judged.ran[1].timestamp() * 1e9)
+    return step_timings(judged.run, judged.clock, needs, max(ended, judged.clock.began))

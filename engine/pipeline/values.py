@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.candidate import Candidate
     from engine.graphtypes import Graph
+    from engine.otel import StepClock
     from engine.policy.routing import RouteDecision
     from engine.policy.signing_decision import Decision
     from engine.policy.waivers import WaiverSet
@@ -31,12 +32,14 @@ class Located:
 @dataclass(frozen=True)
 class Built:
     """The build stage: the verify graph and its run, every outcome read from the store; `ran`:
-    when the run (or the check of a cached one) began and ended."""
+    when the run (or the check of a cached one) began and ended; `clock`: when each of its
+    steps reached each state (the bundle's timings.json, engine.evidence.timings)."""
 
     candidate: Candidate
     graph: Graph
     run: RunResult
     ran: Ran
+    clock: StepClock | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ records grow new fields while the page stays generic (the template renders any v
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -29,6 +30,7 @@ from engine.report.layout import Layout
 from engine.report.load import Link, LoadedBundle
 from engine.report.records import as_dict, as_str
 from engine.report.stacks import Stack, fault_stack, patched
+from engine.report.timings import TimingsView, read_timings, timings_view
 from engine.report.verdict import INTENT_REASONS, Verdict, build_verdict
 
 LinkState = Literal["ok", "amber", "bad", "absent"]
@@ -102,6 +104,7 @@ class ReportView(BaseModel):
     sections: list[Section]
     graph: Layout | None
     timings: dict[str, str]
+    step_timings: TimingsView
     fault: Stack | None
     others: list[Link]
     fork_root: str = ""
@@ -273,6 +276,7 @@ def build_view(b: LoadedBundle) -> ReportView:
         sections=sections,
         graph=sec.graph(b, verify),
         timings=sec.timings(b.statement),
+        step_timings=timings_view(Path(b.directory), b.statement, read_timings(Path(b.directory))),
         fault=fault_stack(verify, patched(b)),
         others=[link for p, link in sorted(b.links.items()) if p not in shown],
         fork_root=fork_root(verify),
