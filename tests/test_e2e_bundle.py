@@ -136,6 +136,17 @@ def test_trace_verify_bundle_signs_and_the_replay_agrees(
     assert rc == 0 and doc["passed"] and doc["mode"] == "key", doc
     replay = next(c for c in doc["checks"] if c["name"] == "replay")
     assert replay["ok"] and "judged again" in replay["detail"], replay
+    # the run's per-step timings beside the payload: vouched for, never replayed (issue 31)
+    timings = next(c for c in doc["checks"] if c["name"] == "step timings (informational)")
+    assert timings["ok"] and timings["detail"].startswith("intact:"), timings
+    steps = json.loads((world.signed / "timings.json").read_bytes())["steps"]
+    assert {"pre-fix", "post-fix", "pre-fix-run@1"} <= {s["step"] for s in steps}
+    # built here (a bar from its start to its end) or not (the store had it: a mark)
+    assert all(s["end"] >= s["start"] >= 0 for s in steps), steps
+    # (a step whose .drv another step shares gets Nix's start line once: a mark, too)
+    assert all(s["ends"] in ("bound", "instant") for s in steps if s["status"] == "built")
+    assert all(s["ends"] == "instant" for s in steps if s["status"] != "built"), steps
+    assert "timings.json" not in payload_files(world.signed)
 
 
 def test_the_bundle_holds_every_claim_link_by_link(world: World) -> None:

@@ -40,7 +40,11 @@ ACTIONS = """
       function (g) { return g.getAttribute("data-step") + ":" + g.getAttribute("data-status"); }),
     edges: document.querySelectorAll("svg.graph path.edge").length,
     signature: __texts("#signature-state"),
-    grounding: __texts("#upstream-grounding")
+    grounding: __texts("#upstream-grounding"),
+    timing_state: document.getElementById("step-timings").getAttribute("data-state"),
+    bars: Array.prototype.map.call(document.querySelectorAll("#step-timings g.tb-row"),
+      function (g) { return g.getAttribute("data-step") + ":" + g.getAttribute("data-status")
+        + ":" + Math.round(g.querySelector("rect").getBoundingClientRect().width); })
   };
 """
 
@@ -64,6 +68,10 @@ def test_report_of_a_real_signed_bundle(world: World, tmp_path: Path) -> None:  
     assert r["edges"] > 0  # needs recorded in the replay record
     assert "key" in " ".join(r["signature"])
     assert r["grounding"][0].startswith("✓ grounded")  # the advisory's own FIX reference
+    # one timing bar per step of the run (issue 31), each drawn
+    bars = [b.split(":") for b in r["bars"]]
+    assert r["timing_state"] == "intact" and {b[0] for b in bars} == set(steps), r["bars"]
+    assert all(int(b[2]) > 0 for b in bars), bars
     out = browser.screenshot(page, tmp_path / "report-real.png", tmp_path, "1400,900")
     if os.environ.get("TRACE_UPDATE_SCREENSHOTS") == "1":
         shutil.copy(out, DOCS / "report-allowed.png")
