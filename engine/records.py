@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 Side = Literal["pre", "post"]
 
@@ -42,6 +42,31 @@ class Frame(Record):
     line: int | None = None
     source: Literal["sanitizer", "python"] = Field(
         description="the target's own sanitizer report or Python traceback"
+    )
+
+
+class SpanEvent(Record):
+    """An event of a target's span: its name and attributes (no timestamp)."""
+
+    name: str
+    attributes: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class Span(Record):
+    """One OpenTelemetry span a target exported to the harness's loopback OTLP receiver
+    (trace_sandbox/harness/otlp.py), deterministic: no timestamps, no trace or span ids."""
+
+    name: str
+    kind: Literal["unspecified", "internal", "server", "client", "producer", "consumer"]
+    scope: str = Field(default="", description="the instrumentation scope's name")
+    attributes: dict[str, JsonValue] = Field(default_factory=dict)
+    events: list[SpanEvent] = Field(default_factory=list, description="in time order")
+    status: Literal["unset", "ok", "error"] = "unset"
+    status_message: str = ""
+    parent: int | None = Field(
+        default=None,
+        description="its parent's index in the invocation's `spans` (None: a root, or a parent "
+        "this invocation did not export)",
     )
 
 
@@ -88,6 +113,12 @@ class Invocation(Record):
         description="a lifetime bug's (heap-use-after-free, double-free) other stacks: where "
         "the memory was freed and where it was allocated, innermost first",
     )
+    spans: list[Span] = Field(
+        default_factory=list,
+        description="the target's own OpenTelemetry spans, exported over OTLP/HTTP to the "
+        "harness (docs/telemetry.md); siblings in a canonical order, parents before children",
+    )
+    spans_dropped: int = Field(default=0, description="spans past the harness's cap, not kept")
     ended: Literal["killed-by-harness", "timed-out", "broken-pipe"] | None = Field(
         default=None,
         description="None: the target ended on its own. killed-by-harness: still running when "

@@ -56,6 +56,7 @@ from typing import Any
 from .capture import TAIL_CHARS, Capture, normalise, signal_name
 from .faults import sanitizer_report
 from .isolation import isolated_reproducer, serving
+from .otlp import start_receiver
 from .redaction import redact, taint_fragments
 from .targets import (
     Harness,
@@ -131,7 +132,8 @@ def run(env: Mapping[str, str]) -> None:
     tools = [os.path.join(t, "bin") for t in env.get("tools", "").split()]
     unsymbolized = env.get("symbolize") == "0"
     options = {var: "symbolize=0" for var in SANITIZER_OPTIONS} if unsymbolized else {}
-    harness = Harness(private, sock, programs, find_python(tools), pypath, options)
+    receiver = start_receiver()  # the targets' own spans (otlp.py); None: no loopback here
+    harness = Harness(private, sock, programs, find_python(tools), pypath, options, receiver)
     harness.start()
 
     child_env = {
@@ -169,6 +171,8 @@ def run(env: Mapping[str, str]) -> None:
     )
     rc, stdout_b, stderr_b, timed_out = collect(proc, harness, timeout)
     entries = harness.stop()
+    if receiver is not None:
+        receiver.stop()
 
     subs = [
         (private, "<trace>"),

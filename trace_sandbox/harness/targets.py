@@ -33,10 +33,12 @@ from .capture import (
     tee,
 )
 from .faults import frames, lifetime_frames, sanitizer_report
+from .otlp import map_strings
 from .redaction import redact, redact_fragments
 
 if TYPE_CHECKING:
     from .isolation import Launched
+    from .otlp import Receiver
 
 AUDIT_VAR = "TRACE_TARGET_LOG"
 DROPPED_ENV = ("LD_", "PYTHON", "DYLD_")
@@ -158,8 +160,12 @@ class Harness:
         python: str,
         pypath: str,
         options: dict[str, str] | None = None,
+        receiver: Receiver | None = None,
     ) -> None:
         self.private = private
+        # the targets' own spans (otlp.py): each invocation exports to it under a token of its own
+        self.receiver = receiver
+        self.tokens: dict[int, str] = {}
         # appended to the targets' environment variables of these names (`VAR=...:option`):
         # the sanitizers' runtime options (the last value of a flag wins)
         self.options = dict(options or {})
@@ -197,10 +203,13 @@ class Harness:
                 self.handlers.append(t)
             t.start()
 
-    def _env(self, env: dict[str, str], log: str) -> dict[str, str]:
+    def _env(self, env: dict[str, str], log: str, token: str | None = None) -> dict[str, str]:
         clean = {k: v for k, v in env.items() if not k.startswith(DROPPED_ENV) and k != AUDIT_VAR}
         clean["PYTHONPATH"] = self.pypath
         clean[AUDIT_VAR] = log
+        if self.receiver is not None and token is not None:  # the reproducer's own are replaced
+            clean = {k: v for k, v in clean.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
+            clean.update(self.receiver.env(token))
         for var, option in self.options.items():
             clean[var] = f"{clean[var]}:{option}" if clean.get(var) else option
         return clean
@@ -217,9 +226,12 @@ class Harness:
             if real is None or len(fds) != 3:
                 conn.sendall(reply_of(127))
                 return
+            token = self.receiver.token() if self.receiver is not None else None
             with self.lock:
                 seq = self.seq
                 self.seq += 1
+                if token is not None:
+                    self.tokens[seq] = token
             log = os.path.join(self.private, f"audit-{seq}.jsonl")
             out, err = Capture(), Capture()
             broken = threading.Event()
@@ -228,7 +240,7 @@ class Harness:
                 [str(req["argv0"]), *[str(a) for a in req["args"]]],
                 executable=real,
                 cwd=str(req["cwd"]),
-                env=self._env({str(k): str(v) for k, v in req["env"].items()}, log),
+                env=self._env({str(k): str(v) for k, v in req["env"].items()}, log, token),
                 stdin=stdin.fd,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -335,7 +347,12 @@ class Harness:
             handlers = list(self.handlers)
         for t in handlers:
             t.join()
-        return [e for _, e in sorted(self.entries, key=lambda x: x[0])]
+        with self.lock:
+            entries = sorted(self.entries, key=lambda x: x[0])
+        for seq, entry in entries:
+            found = self.receiver.take(self.tokens.get(seq)) if self.receiver else ([], 0)
+            entry["spans"], entry["spans_dropped"] = found
+        return [e for _, e in entries]
 
 
 def read_opened(log: str) -> list[str]:
@@ -390,6 +407,11 @@ def invocation_record(
     # a lifetime bug's "freed by" / "previously allocated by" stacks ({} for any other run: the
     # record always has the fields the verify result's model has, so the two compare equal)
     record["lifetime_frames"] = lifetime
+    # its own OpenTelemetry spans (otlp.py), their strings normalised and redacted like its output
+    record["spans"] = map_strings(
+        entry.get("spans", []), lambda t: redact_fragments(normalise(t, subs), fragments)
+    )
+    record["spans_dropped"] = entry.get("spans_dropped", 0)
     return record
 
 
