@@ -242,3 +242,36 @@ def test_protobuf_requests_decode_like_their_json_form(receiver: Any) -> None:
     assert receiver.take(token)[0] == spans
     with pytest.raises(ValueError):
         decode_request(proto_request()[:-3])  # truncated
+
+
+def test_the_official_sdk_s_protobuf_export_is_read(receiver: Any) -> None:
+    """The OpenTelemetry SDK's own OTLP/HTTP exporter (protobuf), configured only by the
+    variables the harness gives a target, against the receiver: the span tree arrives."""
+    sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.trace import Status, StatusCode
+
+    token = receiver.token()
+    env = receiver.env(token)
+    assert env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    headers = dict([env["OTEL_EXPORTER_OTLP_TRACES_HEADERS"].split("=", 1)])
+    exporter = OTLPSpanExporter(endpoint=env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"], headers=headers)
+    provider = sdk_trace.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("pager.lib")
+    with tracer.start_as_current_span("render", attributes={"pages": 11, "ok": True}) as root:
+        with tracer.start_as_current_span("page") as child:
+            child.add_event("cut", {"at": 101})
+        root.set_status(Status(StatusCode.ERROR, "last page short"))
+    provider.shutdown()
+    spans, dropped = receiver.take(token)
+    assert dropped == 0
+    assert [(s["name"], s["parent"], s["scope"]) for s in spans] == [
+        ("render", None, "pager.lib"),
+        ("page", 0, "pager.lib"),
+    ]
+    assert spans[0]["attributes"] == {"ok": True, "pages": 11}
+    assert (spans[0]["status"], spans[0]["status_message"]) == ("error", "last page short")
+    assert spans[1]["events"] == [{"name": "cut", "attributes": {"at": 101}}]
+    assert spans[0]["kind"] == "internal"

@@ -8,6 +8,9 @@ Layout of a bundle directory (everything below is written atomically, as one dir
                               file (sha256, sorted paths) and an SLSA-provenance-v1-style predicate
     statement.sigstore.json   the Sigstore bundle v0.3 signing exactly those bytes as DSSE
                               (absent when signing was not allowed or not asked for)
+    timings.json              the run's per-step timings: informational, not a payload file
+                              (the statement names its sha256 among its byproducts:
+                              engine.evidence.timings)
 
 Modules: `payload` (typed payload entries and canonical forms), `redact` (documented redaction
 rules applied before anything is hashed), `replay` (the replay record), `statement` (in-toto +

@@ -12,6 +12,7 @@ from engine.report.diff import coverage_map, diff_rows
 from engine.report.layout import Layout, layered
 from engine.report.load import LoadedBundle
 from engine.report.records import as_dict, as_list, as_str
+from engine.report.spans import span_rows
 from engine.report.stacks import SUMMARY, Patched, invocation_stacks, tail_stacks
 
 
@@ -21,7 +22,12 @@ def _run_view(record: Any, marks: Patched) -> dict[str, Any]:
     for inv in map(as_dict, as_list(r.get("invocations"))):
         err = as_str(inv.get("stderr_tail"))
         invocations.append(
-            {**inv, "stacks": invocation_stacks(inv, marks), "summary": SUMMARY.findall(err)}
+            {
+                **inv,
+                "stacks": invocation_stacks(inv, marks),
+                "summary": SUMMARY.findall(err),
+                "span_rows": span_rows(inv),
+            }
         )
     return {
         **r,

@@ -221,8 +221,10 @@ class Receiver:
         return {
             "OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint,
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": self.endpoint + PATH,
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
-            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json",
+            # OTLP over HTTP (the spec's default protocol, what the official SDKs speak over
+            # HTTP); a JSON exporter's `application/json` posts are accepted as well
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
             "OTEL_EXPORTER_OTLP_HEADERS": f"{TOKEN_HEADER}={token}",
             "OTEL_EXPORTER_OTLP_TRACES_HEADERS": f"{TOKEN_HEADER}={token}",
         }
