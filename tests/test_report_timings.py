@@ -62,6 +62,8 @@ def test_step_timings_bound_a_built_step_by_its_first_dependent_start() -> None:
         "c": StepResult(id="c", key="k", status="built", built_on="ssh://builder"),
         "d": StepResult(id="d", key="k", status="failed"),
         "e": StepResult(id="e", key="k", status="reused"),
+        "f": StepResult(id="f", key="k", status="built", out="/nix/store/f"),
+        "g": StepResult(id="g", key="k", status="built", out="/nix/store/g"),
     }
     clock = _clock(
         {
@@ -70,10 +72,16 @@ def test_step_timings_bound_a_built_step_by_its_first_dependent_start() -> None:
             "c": {"queued": S, "building": 5 * S, "built": 9 * S},
             "d": {"queued": S, "building": 2 * S, "failed": 3 * S},
             "e": {"queued": S, "reused": 9 * S},
+            "f": {"queued": S, "building": 2 * S, "built": 9 * S},
+            "g": {"queued": S, "building": 2 * S, "built": 9 * S},
         }
     )
-    needs = {"a": [], "b": ["a"], "c": ["b"], "d": ["a"], "e": []}
-    doc = step_timings(RunResult(graph="g", steps=steps), clock, needs, 111 * S)
+    needs = {"a": [], "b": ["a"], "c": ["b"], "d": ["a"], "e": [], "f": [], "g": []}
+    # f's output was registered in the store at 103 s (whole seconds): it ended by 104 s, long
+    # before its result was read at 109 s; g's registration is no tighter than the read
+    registered = {"/nix/store/f": 103, "/nix/store/g": 109}
+    run = RunResult(graph="g", steps=steps)
+    doc = step_timings(run, clock, needs, 111 * S, registered)
     by = {s["step"]: s for s in doc["steps"]}
     assert doc["schema"] == "trace.step-timings/v1" and doc["run_seconds"] == 11.0
     assert (by["a"]["start"], by["a"]["end"], by["a"]["ends"]) == (0.1, 0.1, "instant")
@@ -83,7 +91,9 @@ def test_step_timings_bound_a_built_step_by_its_first_dependent_start() -> None:
     assert (by["c"]["start"], by["c"]["end"], by["c"]["builder"]) == (5.0, 9.0, "ssh://builder")
     assert (by["d"]["start"], by["d"]["end"], by["d"]["ends"]) == (2.0, 3.0, "failed")
     assert (by["e"]["start"], by["e"]["end"], by["e"]["ends"]) == (9.0, 9.0, "instant")
-    assert [s["step"] for s in doc["steps"]] == ["a", "b", "d", "c", "e"]  # by start
+    assert (by["f"]["start"], by["f"]["end"], by["f"]["ends"]) == (2.0, 4.0, "registered")
+    assert (by["g"]["end"], by["g"]["ends"]) == (9.0, "bound")
+    assert [s["step"] for s in doc["steps"]] == ["a", "b", "d", "f", "g", "c", "e"]  # by start
 
 
 # -- the SVG builder --------------------------------------------------------------------------

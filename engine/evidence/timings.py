@@ -10,11 +10,14 @@ verdict (engine.audit.timings).
 
 Where the times come from: the run's `StepClock` (engine/otel.py, the source the OTel spans use),
 which notes the first time each step reached each state. Nix announces when a step starts
-building and when a build fails, not when one succeeds, so a built step's end is a bound: the
-first start of a step that needs it (it cannot start before its input is done), else the time
-the run read its result (after the Nix call ended). `ends` says which: `failed` (Nix's own
-failure line), `bound`, or `instant` (nothing was built here: answered from the index, already in
-the store, substituted or skipped; drawn as a mark at the time the run reported it).
+building and when a build fails, not when one succeeds, so a built step's end is an upper bound:
+the earliest of the first start of a step that needs it (it cannot start before its input is
+done), the second after its output's registration in the Nix store (`registrationTime`, whole
+seconds: `registration_times`), and the time the run read its result (after the Nix call ended).
+`ends` says how the end is known: `failed` (Nix's own failure line), `registered` (the output's
+registration), `bound` (a dependent's start or the read), or `instant` (nothing was built here:
+answered from the index, already in the store, substituted or skipped; drawn as a mark at the
+time the run reported it).
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ NOTE: Final = (
     "(the statement holds this file's sha256 among its runDetails.byproducts)"
 )
 _BUILT = ("built", "failed")  # statuses a Nix build of this run ends in
+S = 1_000_000_000  # ns per second
 
 
 def _seconds(ns: int, began: int) -> float:
-    return round(max(ns - began, 0) / 1e9, 3)
+    return round(max(ns - began, 0) / S, 3)
 
 
 def _dependents(needs: Mapping[str, Collection[str]]) -> dict[str, list[str]]:
@@ -49,9 +53,10 @@ def _dependents(needs: Mapping[str, Collection[str]]) -> dict[str, list[str]]:
 
 
 def _span(
-    sid: str, status: str, clock: StepClock, after: list[str], now: int
+    sid: str, status: str, clock: StepClock, after: list[str], now: int, registered: int | None
 ) -> tuple[int, int, str]:
-    """(start, end, how the end is known) of one step, in ns since the epoch."""
+    """(start, end, how the end is known) of one step, in ns since the epoch (`registered`:
+    its output's registration time in the store, whole seconds since the epoch)."""
     states = clock.seen.get(sid, {})
     reported = min((t for s, t in states.items() if s not in ("queued", "building")), default=now)
     start = states.get("building")
@@ -60,18 +65,28 @@ def _span(
     if status == "failed" and "failed" in states:
         return start, max(states["failed"], start), "failed"
     starts = [clock.seen[d]["building"] for d in after if "building" in clock.seen.get(d, {})]
-    return start, max(min([reported, *starts]), start), "bound"
+    end, ends = min([reported, *starts]), "bound"
+    if registered is not None and start <= (registered + 1) * S < end:
+        end, ends = (registered + 1) * S, "registered"
+    return start, max(end, start), ends
 
 
 def step_timings(
-    run: RunResult, clock: StepClock, needs: Mapping[str, Collection[str]], now: int
+    run: RunResult,
+    clock: StepClock,
+    needs: Mapping[str, Collection[str]],
+    now: int,
+    registered: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The trace.step-timings/v1 document of `run`, its steps sorted by start (then id);
-    `needs`: each step's upstream steps; `now`: when the run ended (ns since the epoch)."""
+    `needs`: each step's upstream steps; `now`: when the run ended (ns since the epoch);
+    `registered`: output store path -> its registration time (`registration_times`)."""
     after = _dependents(needs)
+    reg = registered or {}
     steps = []
     for sid, step in run.steps.items():
-        start, end, ends = _span(sid, step.status, clock, after.get(sid, []), now)
+        when = reg.get(step.out) if step.out else None
+        start, end, ends = _span(sid, step.status, clock, after.get(sid, []), now, when)
         steps.append(
             {
                 "step": sid,
@@ -91,3 +106,30 @@ def step_timings(
         "run_seconds": _seconds(now, clock.began),
         "steps": steps,
     }
+
+
+def registration_times(paths: Collection[str]) -> dict[str, int]:
+    """Store path -> when Nix registered it (whole seconds since the epoch), by one
+    `nix path-info --json`; {} when that cannot be asked (the timings are informational: they
+    then keep the looser bound)."""
+    import json
+    import shutil
+    import subprocess
+
+    nix = shutil.which("nix")
+    if nix is None or not paths:
+        return {}
+    args = [nix, "--extra-experimental-features", "nix-command", "path-info", "--json"]
+    try:
+        proc = subprocess.run(
+            [*args, *sorted(paths)], capture_output=True, text=True, timeout=60, check=False
+        )
+        infos = json.loads(proc.stdout) if proc.returncode == 0 else []
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return {}
+    found: dict[str, int] = {}
+    for info in infos if isinstance(infos, list) else []:
+        when = info.get("registrationTime") if isinstance(info, dict) else None
+        if isinstance(when, int) and isinstance(info.get("path"), str):
+            found[info["path"]] = when
+    return found

@@ -77,8 +77,11 @@ def timings_of(judged: Judged) -> dict[str, Any] | None:
     """The trace.step-timings/v1 document of the judged run (None when no clock watched it)."""
     if judged.clock is None:
         return None
-    from engine.evidence.timings import step_timings
+    from engine.evidence.timings import registration_times, step_timings
 
     needs = {sid: step.needs for sid, step in judged.graph.steps.items()}
     ended = int(judged.ran[1].timestamp() * 1e9)
-    return step_timings(judged.run, judged.clock, needs, max(ended, judged.clock.began))
+    built = {s.out for s in judged.run.steps.values() if s.status == "built" and s.out}
+    return step_timings(
+        judged.run, judged.clock, needs, max(ended, judged.clock.began), registration_times(built)
+    )
