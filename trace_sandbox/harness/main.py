@@ -37,8 +37,10 @@ when it died of SIGPIPE after its reader went away; the gate's rules say what ea
 `timed_out`, `target_ran`, `target_failed` (some invocation exited non-zero, died of a
 signal or printed a sanitizer report on its own stderr), `sanitizer` (the first such report of a
 target invocation), and the reproducer script's own exit code, signal and output digests/tails
-for reviewers. It is deterministic: output is normalised (addresses, pids, temp paths) and holds
-no timings. This derivation always succeeds; the record says how the target ended.
+for reviewers. An invocation's `spans` are the OpenTelemetry spans the target exported to the
+harness's loopback OTLP receiver (otlp.py; docs/telemetry.md). It is deterministic: output is
+normalised (addresses, pids, temp paths), spans keep no times or ids, and the record holds no
+timings. This derivation always succeeds; the record says how the target ended.
 """
 
 from __future__ import annotations
