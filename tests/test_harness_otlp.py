@@ -134,6 +134,10 @@ def test_the_receiver_refuses_what_is_not_a_known_invocation_s_export(receiver: 
     assert post(url, body, good) == 200
     assert [s["name"] for s in receiver.take(token)[0]] == ["x"]
     assert receiver.env(token)["OTEL_EXPORTER_OTLP_HEADERS"] == f"{otlp.TOKEN_HEADER}={token}"
+    given = {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/mine.pem", "OTEL_SERVICE_NAME": "svc", "A": "1"}
+    env = receiver.with_env(given, token)
+    assert "OTEL_EXPORTER_OTLP_CERTIFICATE" not in env  # every exporter setting is the harness's
+    assert env["A"] == "1" and env["OTEL_SERVICE_NAME"] == "svc"
 
 
 def test_the_receiver_caps_spans_per_invocation(receiver: Any) -> None:

@@ -229,6 +229,11 @@ class Receiver:
             "OTEL_EXPORTER_OTLP_TRACES_HEADERS": f"{TOKEN_HEADER}={token}",
         }
 
+    def with_env(self, env: dict[str, str], token: str) -> dict[str, str]:
+        """`env` with every OTEL_EXPORTER_OTLP_* replaced by this receiver's for `token`."""
+        kept = {k: v for k, v in env.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
+        return {**kept, **self.env(token)}
+
     def keep(self, token: str, spans: list[dict[str, Any]]) -> bool:
         """Keep `spans` for `token`'s invocation (False: an unknown token)."""
         with self.lock:

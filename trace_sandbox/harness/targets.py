@@ -165,7 +165,7 @@ class Harness:
         self.private = private
         # the targets' own spans (otlp.py): each invocation exports to it under a token of its own
         self.receiver = receiver
-        self.tokens: dict[int, str] = {}
+        self.tokens: dict[int, str | None] = {}
         # appended to the targets' environment variables of these names (`VAR=...:option`):
         # the sanitizers' runtime options (the last value of a flag wins)
         self.options = dict(options or {})
@@ -208,8 +208,7 @@ class Harness:
         clean["PYTHONPATH"] = self.pypath
         clean[AUDIT_VAR] = log
         if self.receiver is not None and token is not None:  # the reproducer's own are replaced
-            clean = {k: v for k, v in clean.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
-            clean.update(self.receiver.env(token))
+            clean = self.receiver.with_env(clean, token)
         for var, option in self.options.items():
             clean[var] = f"{clean[var]}:{option}" if clean.get(var) else option
         return clean
@@ -230,8 +229,7 @@ class Harness:
             with self.lock:
                 seq = self.seq
                 self.seq += 1
-                if token is not None:
-                    self.tokens[seq] = token
+                self.tokens[seq] = token
             log = os.path.join(self.private, f"audit-{seq}.jsonl")
             out, err = Capture(), Capture()
             broken = threading.Event()
