@@ -248,16 +248,18 @@ def test_the_corpus_is_kept_and_replayed_against_both_builds(tmp_path: Path) -> 
     assert not os.path.exists(plan / "v")  # the corpus only: the plan's variants are its own
 
 
-def test_nothing_killed_and_every_survivor_possibly_equivalent_says_both(tmp_path: Path) -> None:
+def test_with_nothing_killed_a_possibly_equivalent_survivor_still_counts(tmp_path: Path) -> None:
     """cparse-wrong-fix's shape (`KEY_MAX 32` -> `64`): no mutant is killed and every survivor
-    behaves as the fix on every input tried. Nothing is judged (mutation-not-measurable, no
-    score), and the record names the survivors possibly equivalent
-    (mutation-possibly-equivalent), never a distinguished survivor."""
+    behaves as the fix on every input tried. The reproducer pins nothing of the fix: the
+    survivors count (score 0, mutation-score-below-threshold, as before), each with its
+    evidence; none is named distinguished (no input told it apart)."""
     same = run(inv())
     kept = {"corpus": {"tried": 40, "of": 40, "distinguished_by": None}}
     rec = gate(tmp_path, [same] * 6, evidence=[kept] * 6)
     d = rec["details"]
-    assert (rec["measurable"], rec["score"], d["score_all_survivors"]) == (False, None, 0.0)
-    assert rec["reasons"] == ["mutation-possibly-equivalent", "mutation-not-measurable"]
-    assert d["rules"] == ["mutation.none-judged", "mutation.possibly-equivalent"]
-    assert "6 possibly-equivalent; no mutant could be judged" in d["summary"]
+    assert (rec["measurable"], rec["score"], d["score_all_survivors"]) == (True, 0.0, 0.0)
+    assert rec["reasons"] == ["mutation-score-below-threshold"]
+    assert [r["status"] for r in d["results"]] == ["survived"] * 6
+    assert d["results"][0]["why"].startswith("nothing is killed, so it counts as a survivor; ")
+    assert [s["distinguished_by"] for s in d["survivors"]] == [None] * 6
+    assert d["possibly_equivalent"] == []

@@ -135,7 +135,7 @@ _WHY = {
     "mutation.post-fix-fails": "the unmutated post-fix build already fails its oracles",
     "mutation.none-built": "no mutant built: every mutant was stillborn",
     "mutation.none-judged": "no mutant could be judged: every built mutant was equivalent, "
-    "not code, unobservable or possibly equivalent (none killed, none distinguished)",
+    "not code or unobservable",
 }
 
 
@@ -163,6 +163,16 @@ def _survivor(evidence: dict[str, Any] | None, why: str) -> tuple[str, str]:
         tried = survivors.tried(evidence["inputs"])
         return "possibly-equivalent", f"no input tried tells it from the fix: {tried}"
     return "survived", f"distinguished, yet no oracle catches it: {survivors.shown(by)}"
+
+
+def _count_as_survivors(results: list[dict[str, Any]]) -> None:
+    """Nothing killed: the reproducer pins nothing of the fix, so a possibly-equivalent
+    survivor is not left out of the score (left out, every mutant would be: no score at all);
+    it counts as a survivor, its evidence kept."""
+    for r in results:
+        if r["status"] == "possibly-equivalent":
+            r["status"] = "survived"
+            r["why"] = f"nothing is killed, so it counts as a survivor; {r['why']}"
 
 
 def _judged_mutant(
@@ -224,12 +234,13 @@ def _rules(
         return ["mutation.none-built"]
     score, score_all = scores
     if score is None:
-        # nothing killed or distinguished; possibly-equivalent survivors are named as such
-        pe = any(r["status"] == "possibly-equivalent" for r in results)
-        return ["mutation.none-judged"] + (["mutation.possibly-equivalent"] * pe)
+        return ["mutation.none-judged"]
     if min_score is not None and score < min_score:
         # a survivor an input tells from the fix: the oracles' gap is named with that input
-        seen = any(r["status"] == "survived" and r.get("evidence") for r in results)
+        seen = any(
+            r["status"] == "survived" and (r.get("evidence") or {}).get("distinguished_by")
+            for r in results
+        )
         return ["mutation.score-below-threshold"] + (["mutation.survivor-distinguished"] * seen)
     if min_score is not None and score_all is not None and score_all < min_score:
         return ["mutation.possibly-equivalent"]
@@ -269,6 +280,8 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         r for r in post if r.get("build") == "failed" or oracle_failed(judge, r, oracles)[0]
     ]
 
+    if not any(r["status"] == "killed" for r in results):
+        _count_as_survivors(results)
     counts = {s: sum(1 for r in results if r["status"] == s) for s in STATUSES}
     score = _score(counts["killed"], counts["survived"])
     score_all = _score(counts["killed"], counts["survived"] + counts["possibly-equivalent"])
