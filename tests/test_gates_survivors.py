@@ -125,6 +125,11 @@ def test_a_survivor_no_input_tells_from_the_fix_is_possibly_equivalent(tmp_path:
     assert pe["inputs"] == {"reproducer_calls": 1, "variants": 1, "fuzz_corpus": 12}
     assert "1 variant(s), 12 fuzz corpus input(s)" in pe["why"]
     assert "possibly equivalent m001" in d["summary"]
+    # the decision's reason says what the gate saw (details.why: code -> text)
+    assert d["why"]["mutation-possibly-equivalent"].startswith(
+        "score 1 without them, 0.666667 counting the 2 possibly equivalent survivor(s) "
+        "(m001, m002) < 0.8; tried: the reproducer's 1 call(s)"
+    )
     # with a threshold the whole score meets, possibly-equivalent survivors deny nothing
     lenient = gate(
         tmp_path / "lenient",
@@ -172,6 +177,11 @@ def test_a_survivor_an_input_tells_from_the_fix_is_a_real_gap(tmp_path: Path) ->
     assert (second["post_fix"]["exit_code"], second["mutant"]["exit_code"]) == (2, 0)
     assert third["input"] == "fuzz corpus entry 3"
     assert "mutant crash (AddressSanitizer: SEGV)" in d["results"][2]["why"]
+    said = d["why"]["mutation-survivor-distinguished"]
+    assert said.startswith("m001: the reproducer: bin/cparse f.conf: post-fix exit 0")
+    assert said.endswith(
+        "m003: fuzz corpus entry 3: f.conf: post-fix exit 2, mutant crash (AddressSanitizer: SEGV)"
+    )
 
 
 def test_without_the_steps_evidence_a_survivor_stays_a_plain_survivor(tmp_path: Path) -> None:

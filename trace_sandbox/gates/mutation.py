@@ -247,6 +247,33 @@ def _rules(
     return []
 
 
+def _why(
+    rules: list[str],
+    results: list[dict[str, Any]],
+    scores: tuple[float | None, float | None],
+    min_score: float | None,
+) -> dict[str, str]:
+    """code -> what the gate saw, for the survivors' codes (issue 26)."""
+    out: dict[str, str] = {}
+    if "mutation.possibly-equivalent" in rules:
+        pe = [r for r in results if r["status"] == "possibly-equivalent"]
+        ids = ", ".join(str(r["id"]) for r in pe)
+        tried = survivors.tried(pe[0]["evidence"]["inputs"])
+        out["mutation-possibly-equivalent"] = (
+            f"score {scores[0]:g} without them, {scores[1]:g} counting the {len(pe)} possibly "
+            f"equivalent survivor(s) ({ids}) < {min_score:g}; tried: {tried}"
+        )
+    if "mutation.survivor-distinguished" in rules:
+        seen = [r for r in results if r["status"] == "survived" and r.get("evidence")]
+        shown = [
+            f"{r['id']}: {survivors.shown(r['evidence']['distinguished_by'])}"
+            for r in seen
+            if r["evidence"]["distinguished_by"]
+        ]
+        out["mutation-survivor-distinguished"] = "; ".join(shown)
+    return out
+
+
 def _score(killed: int, survived: int) -> float | None:
     return round(killed / (killed + survived), 6) if killed + survived else None
 
@@ -295,6 +322,8 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         score=score if measurable else None,
         details={
             "summary": _summary(counts, rules, results),
+            # what exactly each of the survivors' codes saw (the decision's reason details)
+            "why": _why(rules, results, (score, score_all), min_score),
             "mutants": len(expected),
             **counts,
             # kept under its old name for readers of earlier records: the stillborn mutants
