@@ -41,8 +41,11 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     ("cparse-alloc-fix", "allow", set()),  # its one survivor only over-allocates
     ("pager-last-page", "allow", set()),
     # issue 32: the same fix judged by relation oracles alone (no golden file): its survivors only
-    # add an empty page past the last, which no call of the CLI can tell (possibly equivalent)
-    ("pager-relation-fix", "deny", {"mutation-score-below-threshold"}),
+    # add an empty page past the last, which no call of the CLI can tell. Issue 26: they behave
+    # exactly as the fix on every call of the reproducer and every variant, so they are possibly
+    # equivalent (left out of the score: 3 of 3 killed; 0.5 counting them) and the real fix goes
+    # to a reviewer with that code, no longer with the wrong fixes' mutation-score-below-threshold
+    ("pager-relation-fix", "review", {"mutation-possibly-equivalent"}),
     # issue 9: the key bug fixed by a clean rejection (exit 2 + message, declared in [accept])
     ("cparse-reject-long-key", "allow", set()),
     ("textcols-zero-width", "allow", set()),  # src/ layout, installed to site-packages
@@ -59,7 +62,9 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # gate explores 500 executions of it and finds nothing)
     ("urldec-capacity", "allow", set()),
     # plausible wrong fixes: DENY, by the gates that see them
-    # ... and the fault-site gate: the patch changes no function on the failing stack
+    # ... and the fault-site gate: the patch changes no function on the failing stack. Issue 26:
+    # its two mutants (`KEY_MAX` 65, 63) behave as it does on every input tried, but nothing is
+    # killed, so they still count as survivors (score 0): the reproducer pins nothing of the fix
     (
         "cparse-wrong-fix",
         "deny",
@@ -80,13 +85,17 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # a real CVE in a real library with its real upstream fix (issue 13): claims, coverage,
     # variants, its own passthru.tests and the fault site all hold; one mutant survives
     # (`cannot_access_at_index(buf, 1)` -> `2`: with one byte after a comma both versions reject
-    # the input, so no oracle can tell them apart; TCE cannot prove it), shown as a diff
-    ("cjson-cve-2023-53154", "review", {"mutation-score-below-threshold"}),
+    # the input, so no oracle can tell them apart; TCE cannot prove it), shown as a diff. Issue
+    # 26: it behaves as the fix on the reproducer's 3 calls, 30 variants and 51 fuzz corpus
+    # inputs: possibly equivalent (2 of 2 killed; 0.667 counting it), for a reviewer
+    ("cjson-cve-2023-53154", "review", {"mutation-possibly-equivalent"}),
     # issue 26: a clause added to a multi-line `||` bounds check (libmodbus CVE-2022-0367's
     # shape), measured with its PoC alone: gcc counts the clause's test on the line before (its
     # own line: count 0), coverage by statement measures it 1 of 1. Its two mutants (`< 0` ->
-    # `<= 0`, `0` -> `1`) differ only at write address 0, which the PoC alone never sends
-    ("cregs-write-address", "review", {"mutation-score-below-threshold"}),
+    # `<= 0`, `0` -> `1`) differ only at write address 0, which the PoC alone never sends; nor do
+    # its 24 variants or the 35 inputs of the fuzz corpus (issue 26): possibly equivalent, for a
+    # reviewer to judge (score 1 of 1 killed; 0.333 counting them)
+    ("cregs-write-address", "review", {"mutation-possibly-equivalent"}),
     # skips the PoC's 47-byte line: scope sees the literal, the variants a 41-byte key
     ("cparse-poc-special-case", "deny", {"fix-matches-poc-literal", "variant-still-fails"}),
     ("cparse-refuse-all", "deny", {"regression-introduced"}),
@@ -319,6 +328,22 @@ def test_an_over_allocating_survivor_is_listed_not_counted(state: Calibration) -
     ]
     assert "+    char *key = malloc(klen + 2);" in d["unobservable"][0]["diff"]
     assert (mutation["score"], d["survivors"]) == (1.0, [])
+
+
+def test_a_real_fixes_harmless_survivors_are_possibly_equivalent(state: Calibration) -> None:
+    """Issue 26: pager-relation-fix's three survivors (a page count one or many too high: only
+    empty pages past the last) behave exactly as the fix on every input tried. Each is listed
+    possibly equivalent with the inputs tried, left out of the score; counting them the score
+    is 0.5, which is mutation-possibly-equivalent (waivable), never the distinguished
+    survivors' codes."""
+    mutation = gate(state, "pager-relation-fix", "mutation")
+    d = mutation["details"]
+    assert (d["killed"], d["survived"], d["possibly-equivalent"]) == (3, 0, 3)
+    assert (mutation["score"], d["score_all_survivors"]) == (1.0, 0.5)
+    assert mutation["reasons"] == ["mutation-possibly-equivalent"]
+    assert [p["id"] for p in d["possibly_equivalent"]] == ["m002", "m003", "m005"]
+    for p in d["possibly_equivalent"]:
+        assert p["inputs"]["reproducer_calls"] > 1 and "no input tried tells it" in p["why"]
 
 
 def test_the_src_layout_package_maps_coverage_and_skips_docstrings(state: Calibration) -> None:

@@ -100,6 +100,21 @@ RULES: dict[str, tuple[str, str, str]] = {
         "too many mutants of the patch survive the reproducer",
         "strengthen the reproducer (or the patch) until mutants of the fix are killed",
     ),
+    # issue 26: survivors judged by every input tried (survivors.py)
+    "mutation.survivor-distinguished": (
+        "mutation-survivor-distinguished",
+        "a surviving mutant behaves unlike the fix on an input trace tried (the reproducer, a "
+        "variant, the fuzz corpus), yet no declared oracle calls that behaviour wrong",
+        "read the distinguishing input and both behaviours in the record: declare the oracle "
+        "that tells the fix's behaviour from the mutant's, or fix the patch",
+    ),
+    "mutation.possibly-equivalent": (
+        "mutation-possibly-equivalent",
+        "the score counting every survivor is below the threshold, but the survivors that sink "
+        "it behave exactly as the fix on every input tried: possibly equivalent mutants",
+        "read each possibly-equivalent survivor's diff and the inputs tried; if no valid input "
+        "can tell it from the fix, waive this for this candidate",
+    ),
     "mutation.no-mutants": (
         "mutation-not-measurable",
         "no mutant generated: the patch adds no mutable code line (not measurable)",

@@ -9,7 +9,8 @@ written as a variant in the variant plan's format (`v/<n>/repro.sh`, `data/`, `v
 `plan.json`, `poc.json`): ordinary reproducers that `fuzz-post` and `fuzz-pre` (variant-run
 steps) run under the verify harness against the real post-fix and pre-fix builds, so each found
 crash is a deterministic step of its own, run on both sides and bundled as a replayable
-reproducer.
+reproducer. The corpus it kept is written too (`corpus/corpus.json`, corpus_replay.py): the
+mutation gate replays it against each surviving mutant.
 
 `evaluate` (derivation `gate-fuzz`): a found input whose post-fix run crashes, with the kind
 [expect] names or a crash the pre-fix build does not show, is `fuzz-found-crash` (not
@@ -29,6 +30,7 @@ from typing import Any
 
 from .applied import applied_policy, bound
 from .codes import gate_record
+from .corpus_replay import write_corpus
 from .fuzz import Crash, FuzzResult, fuzz, minimise
 from .fuzz_runner import ProgramRunner, scratch_root
 from .modules import load_json_object
@@ -123,6 +125,8 @@ def write_plan(cfg: dict[str, Any], out: str) -> None:
             minimise=sum(u for _, _, u in found),
         )
     os.makedirs(os.path.join(out, "v"))
+    if result.corpus:  # kept for the mutation gate's survivors (corpus_replay.py, issue 26)
+        write_corpus(out, invs, files, trees, units, result.corpus)
     write_taint(out, invs, [p for p in cfg.get("data") or [] if not os.path.isdir(p)])
     stdin_ids = {i for i, inv in enumerate(invs) if inv.stdin}
     base = dict(files)

@@ -24,7 +24,9 @@ records it is given, so the step's early stop decides nothing.
 
 `run_mutant` is one mutant's part: the check (equiv.py: stillborn, equivalent, not code, or
 run), then for a mutant worth a run the reproducer under the verify harness (its `run`, loaded
-into this process as the variants' runs load it) and the variants.
+into this process as the variants' runs load it) and the variants; for a mutant neither kills,
+the fuzz corpus replayed against it and the post-fix build (`survivor.json`: the evidence
+survivors.py judges, issue 26).
 """
 
 from __future__ import annotations
@@ -139,6 +141,17 @@ def judged_kill(
     return None
 
 
+def keep_survivor_evidence(cfg: dict[str, Any], out: str) -> None:
+    """A mutant neither the reproducer nor a variant killed: the fuzz corpus (cfg corpus: the
+    fuzz-plan step's corpus/) replayed against it and the post-fix build, in `out`'s
+    survivor.json (the mutation gate's survivors.py judges it with the runs above)."""
+    from .corpus_replay import replay
+    from .survivors import EVIDENCE
+
+    corpus = replay(cfg.get("corpus"), cfg["target"], cfg["post"])
+    _write_json(os.path.join(out, EVIDENCE), {"corpus": corpus})
+
+
 def _write_json(path: str, value: object) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(value, fh, indent=2, sort_keys=True)
@@ -159,7 +172,10 @@ def run_mutant(
     built = not os.path.exists(os.path.join(cfg["target"], ".trace-build-failed"))
     if built and check["status"] == "run":
         harness().run(env)  # creates `out`, writes outcome.json
-        _write_json(os.path.join(out, "variants.json"), run_variants(cfg, out, env, batch))
+        summary = run_variants(cfg, out, env, batch)
+        _write_json(os.path.join(out, "variants.json"), summary)
+        if summary.get("killed_by") is None and "skipped" not in summary:
+            keep_survivor_evidence(cfg, out)
     else:
         os.makedirs(out)
         record = {"build": "ok" if built else "failed", "run": 1, "schema": "trace.run/v1"}

@@ -10,9 +10,14 @@ invocation failed on the mutant, judged by the one rule that judges the post-fix
 reproducer script's exit is never a kill), or when a variant of the PoC sees it (the mutant-run
 step ran the reproducer's survivors against the variants: mutant_variants.py, judged here
 against the post-fix build's run of the same variant), survived otherwise; a survivor that only
-over-allocates is unobservable. Score = killed / (killed + survived); stillborn, equivalent,
-not-code and unobservable mutants are counted nowhere, and each is listed with why. The
-unmutated post-fix runs must pass that same rule, or kills mean nothing.
+over-allocates is unobservable. A survivor is then judged by every input tried (survivors.py:
+the reproducer's calls, the variants, the fuzz corpus): `survived` (distinguished) when some
+input makes it behave unlike the fix, `possibly-equivalent` when none does. Score = killed /
+(killed + survived); possibly-equivalent survivors are left out of it and counted in
+`score_all_survivors` (a score below the threshold only because of them is
+`mutation.possibly-equivalent`, waivable, never the distinguished survivors' code); stillborn,
+equivalent, not-code and unobservable mutants are counted nowhere, and each is listed with why.
+The unmutated post-fix runs must pass that same rule, or kills mean nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import os
 from types import ModuleType
 from typing import Any
 
+from . import survivors
 from .applied import applied_policy, threshold
 from .codes import gate_record
 from .landing import landed, load_landing
@@ -111,7 +117,18 @@ def classify(
     return "survived", str(judge.describe(record))
 
 
-STATUSES = ("killed", "survived", "unobservable", "equivalent", "stillborn", "not-code")
+STATUSES = (
+    "killed",
+    "survived",
+    "possibly-equivalent",
+    "unobservable",
+    "equivalent",
+    "stillborn",
+    "not-code",
+)
+
+# rules under which the score stands: the others say why there is none
+MEASURED = ("mutation.score-below-threshold", "mutation.possibly-equivalent")
 
 _WHY = {
     "mutation.no-mutants": "no mutant generated: the patch adds no mutable code line",
@@ -129,7 +146,33 @@ def _summary(counts: dict[str, int], rules: list[str], results: list[dict[str, A
     for r in results:
         if r["status"] == "survived":
             text += f"\nsurvivor {r['id']} ({r['description']}):\n{r['diff'].rstrip()}"
+            if r.get("evidence"):
+                text += f"\n  {r['why']}"
+        elif r["status"] == "possibly-equivalent":
+            text += f"\npossibly equivalent {r['id']} ({r['description']}): {r['why']}"
+            text += f"\n{r['diff'].rstrip()}"
     return text
+
+
+def _survivor(evidence: dict[str, Any] | None, why: str) -> tuple[str, str]:
+    """A survivor's (status, why) from its evidence (survivors.judge; None: a plain survivor)."""
+    if evidence is None:
+        return "survived", why
+    by = evidence["distinguished_by"]
+    if by is None:
+        tried = survivors.tried(evidence["inputs"])
+        return "possibly-equivalent", f"no input tried tells it from the fix: {tried}"
+    return "survived", f"distinguished, yet no oracle catches it: {survivors.shown(by)}"
+
+
+def _count_as_survivors(results: list[dict[str, Any]]) -> None:
+    """Nothing killed: the reproducer pins nothing of the fix, so a possibly-equivalent
+    survivor is not left out of the score (left out, every mutant would be: no score at all);
+    it counts as a survivor, its evidence kept."""
+    for r in results:
+        if r["status"] == "possibly-equivalent":
+            r["status"] = "survived"
+            r["why"] = f"nothing is killed, so it counts as a survivor; {r['why']}"
 
 
 def _judged_mutant(
@@ -138,6 +181,7 @@ def _judged_mutant(
     oracles: dict[str, Any],
     baselines: dict[int, tuple[dict[str, Any], dict[str, Any]]],
     landing: dict[str, Any],
+    post: dict[str, Any] | None,
 ) -> dict[str, Any] | None:
     """One mutant-run step's mutant, its status and why, where it landed (None: the placeholder
     step of a patch without mutants)."""
@@ -155,6 +199,10 @@ def _judged_mutant(
             status = "killed"
             why = f"variant {by_variant['id']} ({by_variant['description']}): "
             why += by_variant["why"]
+    evidence = None
+    if status == "survived":
+        evidence = survivors.judge(run_dir, record, post, baselines)
+        status, why = _survivor(evidence, why)
     line = landed(landing, str(meta["file"]), int(meta["line"]))
     diff = str(meta["diff"])
     if line != meta["line"]:
@@ -164,6 +212,7 @@ def _judged_mutant(
         "status": status,
         "why": why,
         "killed_by_variant": by_variant,
+        "evidence": evidence,
     }
 
 
@@ -172,22 +221,61 @@ def _rules(
     post: list[dict[str, Any]],
     post_fails: list[dict[str, Any]],
     results: list[dict[str, Any]],
-    judged: int,
-    score: float | None,
+    scores: tuple[float | None, float | None],
     min_score: float | None,
 ) -> list[str]:
-    """The mutation gate's reason codes (at most one), first match wins."""
+    """The mutation gate's reason codes, first match wins. scores: (killed / (killed +
+    survived), the same with the possibly-equivalent survivors counted as survivors)."""
     if not expected:
         return ["mutation.no-mutants"]
     if post_fails or not post:
         return ["mutation.post-fix-fails"]
     if not any(r["status"] != "stillborn" for r in results):
         return ["mutation.none-built"]
-    if not judged:
+    score, score_all = scores
+    if score is None:
         return ["mutation.none-judged"]
-    if score is not None and min_score is not None and score < min_score:
-        return ["mutation.score-below-threshold"]
+    if min_score is not None and score < min_score:
+        # a survivor an input tells from the fix: the oracles' gap is named with that input
+        seen = any(
+            r["status"] == "survived" and (r.get("evidence") or {}).get("distinguished_by")
+            for r in results
+        )
+        return ["mutation.score-below-threshold"] + (["mutation.survivor-distinguished"] * seen)
+    if min_score is not None and score_all is not None and score_all < min_score:
+        return ["mutation.possibly-equivalent"]
     return []
+
+
+def _why(
+    rules: list[str],
+    results: list[dict[str, Any]],
+    scores: tuple[float | None, float | None],
+    min_score: float | None,
+) -> dict[str, str]:
+    """code -> what the gate saw, for the survivors' codes (issue 26)."""
+    out: dict[str, str] = {}
+    if "mutation.possibly-equivalent" in rules:
+        pe = [r for r in results if r["status"] == "possibly-equivalent"]
+        ids = ", ".join(str(r["id"]) for r in pe)
+        tried = survivors.tried(pe[0]["evidence"]["inputs"])
+        out["mutation-possibly-equivalent"] = (
+            f"score {scores[0]:g} without them, {scores[1]:g} counting the {len(pe)} possibly "
+            f"equivalent survivor(s) ({ids}) < {min_score:g}; tried: {tried}"
+        )
+    if "mutation.survivor-distinguished" in rules:
+        seen = [r for r in results if r["status"] == "survived" and r.get("evidence")]
+        shown = [
+            f"{r['id']}: {survivors.shown(r['evidence']['distinguished_by'])}"
+            for r in seen
+            if r["evidence"]["distinguished_by"]
+        ]
+        out["mutation-survivor-distinguished"] = "; ".join(shown)
+    return out
+
+
+def _score(killed: int, survived: int) -> float | None:
+    return round(killed / (killed + survived), 6) if killed + survived else None
 
 
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -203,8 +291,10 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     landing = load_landing(cfg.get("landing"))
     expected = generate([_read(p) for p in cfg["patches"]])
     baselines = runs_by_index(list(cfg.get("variant_runs") or []))
+    post = [load_json_object(os.path.join(d, "outcome.json")) for d in cfg["post_runs"]]
+    first = post[0] if post else None
     judged_runs = (
-        _judged_mutant(d, judge, oracles, baselines, landing)
+        _judged_mutant(d, judge, oracles, baselines, landing, first)
         for d in mutant_dirs(list(cfg["mutant_runs"]))
     )
     results = [r for r in judged_runs if r is not None]
@@ -213,16 +303,17 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     want = [m.id for m in expected]
     if ids != want:
         raise ValueError(f"mutant runs {ids} do not match the patch's mutants {want}")
-    post = [load_json_object(os.path.join(d, "outcome.json")) for d in cfg["post_runs"]]
     post_fails = [
         r for r in post if r.get("build") == "failed" or oracle_failed(judge, r, oracles)[0]
     ]
 
+    if not any(r["status"] == "killed" for r in results):
+        _count_as_survivors(results)
     counts = {s: sum(1 for r in results if r["status"] == s) for s in STATUSES}
-    judged = counts["killed"] + counts["survived"]
-    score = round(counts["killed"] / judged, 6) if judged else None
-    rules = _rules(expected, post, post_fails, results, judged, score, min_score)
-    measurable = not rules or rules == ["mutation.score-below-threshold"]
+    score = _score(counts["killed"], counts["survived"])
+    score_all = _score(counts["killed"], counts["survived"] + counts["possibly-equivalent"])
+    rules = _rules(expected, post, post_fails, results, (score, score_all), min_score)
+    measurable = not rules or rules[0] in MEASURED
     keys = ("id", "operator", "file", "line", "stated_line", "description", "effect")
     return gate_record(
         "mutation",
@@ -231,6 +322,8 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         score=score if measurable else None,
         details={
             "summary": _summary(counts, rules, results),
+            # what exactly each of the survivors' codes saw (the decision's reason details)
+            "why": _why(rules, results, (score, score_all), min_score),
             "mutants": len(expected),
             **counts,
             # kept under its old name for readers of earlier records: the stillborn mutants
@@ -241,16 +334,27 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             "post_fix_runs": len(post),
             "post_fix_failed": len(post_fails),
             "results": [
-                {k: r.get(k) for k in keys} | {"status": r["status"], "why": r["why"]}
+                {k: r.get(k) for k in keys}
+                | {"status": r["status"], "why": r["why"], "evidence": r["evidence"]}
                 for r in results
             ],
             "killed_by_variants": sum(1 for r in results if r["killed_by_variant"]),
             "variants_judged_against": len(baselines),
             "survivors": [
                 {"id": r["id"], "description": r["description"], "diff": r["diff"]}
+                | ({"distinguished_by": r["evidence"]["distinguished_by"]} if r["evidence"] else {})
                 for r in results
                 if r["status"] == "survived"
             ],
+            # issue 26: survivors no input tried tells from the fix, with the inputs tried; left
+            # out of `score` (killed / (killed + survived)), counted in `score_all_survivors`
+            "possibly_equivalent": [
+                {"id": r["id"], "description": r["description"], "diff": r["diff"]}
+                | {"inputs": r["evidence"]["inputs"], "why": r["why"]}
+                for r in results
+                if r["status"] == "possibly-equivalent"
+            ],
+            "score_all_survivors": score_all,
             "unobservable": [
                 {"id": r["id"], "description": r["description"], "diff": r["diff"]}
                 for r in results

@@ -1,0 +1,208 @@
+"""The fuzz corpus, kept, and replayed against a surviving mutant beside the post-fix build.
+
+`write_corpus` (the `fuzz-plan` step, after its exploration) writes `$out/corpus/corpus.json`
+(trace.fuzz-corpus/v1): the PoC's invocations (target, kind, arguments, stdin), its data files
+(and data trees, by store path), its units (what an input replaces: a data file, a stdin, an
+argument) and every corpus entry the fuzzer kept (an input that reached new coverage: the unit's
+index and the bytes). Nothing else reads the fuzzer's temporary directory.
+
+`replay` (the `mutant-run` step, for a mutant that neither the reproducer nor a variant kills)
+runs each entry through the PoC's program invocations against the post-fix build and against
+the mutant, directly (no harness: a few milliseconds an invocation, as the fuzzer runs them),
+and compares how each invocation behaved (`behaviour`: crash kind, hang, exit code, the digests
+of its stdout and stderr with each build's own store path replaced by one placeholder). It stops
+at the first entry on which the two builds behave differently: that input distinguishes the
+mutant from the fix (survivors.py judges what that means). At most MAX_REPLAY entries.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from typing import Any
+
+SCHEMA = "trace.fuzz-corpus/v1"
+MAX_REPLAY = 256  # corpus entries replayed per survivor (each runs both builds)
+TIMEOUT = 2.0  # seconds per invocation, as in the fuzzing loop: longer is a hang
+PLACEHOLDER = "<target>"
+ENV_ASAN = "detect_leaks=0:symbolize=0:abort_on_error=0"
+_CRASH = re.compile(r"SUMMARY: (\w+Sanitizer): (\S+)")
+_FATAL = {-4: "SIGILL", -6: "SIGABRT", -7: "SIGBUS", -8: "SIGFPE", -11: "SIGSEGV"}
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def write_corpus(
+    out: str,
+    invocations: list[Any],
+    files: dict[str, bytes],
+    trees: dict[str, str],
+    units: list[Any],
+    corpus: list[tuple[int, bytes]],
+) -> None:
+    """`out/corpus/corpus.json` (see above); invocations are variants.Invocation, units
+    variants.Unit, corpus the fuzzer's (unit index, bytes) entries."""
+    os.makedirs(os.path.join(out, "corpus"), exist_ok=True)
+    doc = {
+        "schema": SCHEMA,
+        "invocations": [
+            {
+                "target": i.target,
+                "kind": i.kind,
+                "args": list(i.args),
+                "stdin": None if i.stdin is None else _b64(i.stdin),
+            }
+            for i in invocations
+        ],
+        "files": {name: _b64(data) for name, data in sorted(files.items())},
+        "trees": dict(sorted(trees.items())),
+        "units": [{"kind": u.kind, "name": u.name} for u in units],
+        "entries": [{"unit": k, "data": _b64(d)} for k, d in corpus],
+    }
+    with open(os.path.join(out, "corpus", "corpus.json"), "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+
+
+def load_corpus(corpus_dir: str | None) -> dict[str, Any] | None:
+    """The corpus a fuzz-plan step kept, or None (no fuzzing: Python targets, nothing built)."""
+    path = os.path.join(corpus_dir or "", "corpus.json")
+    if not corpus_dir or not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: not a {SCHEMA} document")
+    return doc
+
+
+def _digest(text: bytes, root: str) -> str:
+    cleaned = text.replace(root.encode(), PLACEHOLDER.encode())
+    cleaned = re.sub(rb"==\d+==", b"==PID==", cleaned)
+    cleaned = re.sub(rb"0x[0-9a-fA-F]{4,}", b"0xADDR", cleaned)
+    return hashlib.sha256(cleaned).hexdigest()
+
+
+def behaviour(rc: int | None, stdout: bytes, stderr: bytes, root: str) -> dict[str, Any]:
+    """How one direct invocation ended: `crash` (a sanitizer report's kind, or a fatal
+    signal), `hang`, or `ok`/`rejects` with its exit code and output digests."""
+    m = _CRASH.search(stderr.decode("utf-8", "replace"))
+    if m:
+        return {"class": "crash", "crash": f"{m.group(1)}: {m.group(2)}"}
+    if rc is None:
+        return {"class": "hang"}
+    if rc in _FATAL:
+        return {"class": "crash", "crash": _FATAL[rc]}
+    return {
+        "class": "ok" if rc == 0 else "rejects",
+        "exit_code": rc,
+        "stdout_sha256": _digest(stdout, root),
+        "stderr_sha256": _digest(stderr, root),
+    }
+
+
+class Replayer:
+    """The PoC's program invocations with one unit replaced, against one build's root."""
+
+    def __init__(self, doc: dict[str, Any], work: str) -> None:
+        self.doc, self.work = doc, work
+        self.files = {n: base64.b64decode(d) for n, d in (doc.get("files") or {}).items()}
+        self.units = list(doc.get("units") or [])
+        for name, tree in (doc.get("trees") or {}).items():
+            shutil.copytree(tree, os.path.join(work, name))
+
+    def _argv(
+        self, root: str, i: int, inv: dict[str, Any], unit: dict[str, Any], data: bytes
+    ) -> list[str] | None:
+        args = [str(a) for a in inv.get("args") or []]
+        if unit["kind"] == "arg" and str(unit["name"]).startswith(f"arg:{i}:"):
+            text = data.decode("utf-8", "surrogateescape")
+            if "\0" in text:
+                return None
+            args[int(str(unit["name"]).split(":")[2])] = text
+        subst = [a.replace("$TARGET", root).replace("<work>", self.work) for a in args]
+        return [os.path.join(root, str(inv["target"])), *subst]
+
+    def run(self, root: str, index: int, data: bytes) -> list[dict[str, Any]]:
+        """Each program invocation's behaviour on entry (unit `index`, `data`), in order."""
+        unit = self.units[index]
+        keep = set(self.files) | set(self.doc.get("trees") or {})
+        for name in os.listdir(self.work):  # what an earlier run left behind: not this input
+            if name not in keep:
+                path = os.path.join(self.work, name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
+        for name, content in self.files.items():
+            with open(os.path.join(self.work, name), "wb") as fh:
+                fh.write(data if unit["kind"] == "file" and unit["name"] == name else content)
+        env = dict(os.environ, ASAN_OPTIONS=ENV_ASAN)
+        out: list[dict[str, Any]] = []
+        for i, inv in enumerate(self.doc.get("invocations") or []):
+            if inv.get("kind") != "program":
+                continue
+            argv = self._argv(root, i, inv, unit, data)
+            if argv is None:
+                out.append({"class": "not-run"})
+                continue
+            stdin = inv.get("stdin")
+            feed = data if unit["name"] == f"stdin:{i}" else base64.b64decode(stdin or "")
+            try:
+                p = subprocess.run(
+                    argv,
+                    input=feed,
+                    cwd=self.work,
+                    env=env,
+                    timeout=TIMEOUT,
+                    capture_output=True,
+                    check=False,
+                )
+                out.append(behaviour(p.returncode, p.stdout, p.stderr, root))
+            except subprocess.TimeoutExpired:
+                out.append(behaviour(None, b"", b"", root))
+        return out
+
+
+def _shown(unit: dict[str, Any], data: bytes) -> dict[str, Any]:
+    return {"unit": unit["name"], "bytes": len(data), "input_hex": data[:256].hex()}
+
+
+def replay(corpus_dir: str | None, mutant: str, post: str) -> dict[str, Any]:
+    """The corpus against both builds: {tried, of, distinguished_by} (distinguished_by: the
+    first entry that tells the mutant from the fix, its input and both behaviours; None when
+    every entry tried behaves alike). No corpus: {tried: 0, of: 0, why}."""
+    doc = load_corpus(corpus_dir)
+    if doc is None:
+        return {"tried": 0, "of": 0, "distinguished_by": None, "why": "no fuzz corpus"}
+    entries = list(doc.get("entries") or [])
+    tmp = tempfile.mkdtemp(prefix="corpus-", dir=os.environ.get("TMPDIR", "/tmp"))
+    work = os.path.join(tmp, "work")
+    os.makedirs(work)
+    result: dict[str, Any] = {"tried": 0, "of": len(entries), "distinguished_by": None}
+    try:
+        player = Replayer(doc, work)
+        for n, entry in enumerate(entries[:MAX_REPLAY]):
+            index, data = int(entry["unit"]), base64.b64decode(entry["data"])
+            fixed, mutated = player.run(post, index, data), player.run(mutant, index, data)
+            result["tried"] = n + 1
+            if fixed != mutated:
+                shown = _shown(player.units[index], data)
+                result["distinguished_by"] = {
+                    "input": f"fuzz corpus entry {n + 1}",
+                    **shown,
+                    "post_fix": fixed,
+                    "mutant": mutated,
+                }
+                break
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
