@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from types import TracebackType
 from typing import Any
 
@@ -72,3 +73,18 @@ class Progress:
         elif state not in ("queued", "cached", "failed", "skipped"):
             # failed and skipped steps are reported once, with their log, when the run ends
             print(f"{state:>16}  {step_id}", file=sys.stderr, flush=True)
+
+
+class PhaseClock:
+    """Seconds per phase of a run, for `trace run --timings` and the bench."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def mark(self, phase: str | None) -> None:
+        """The time since the last mark goes to `phase` (None: to nothing)."""
+        now = time.perf_counter()
+        if phase is not None:
+            self.laps[phase] = self.laps.get(phase, 0.0) + now - self._t
+        self._t = now

@@ -261,19 +261,10 @@ class Resident:
 
     def absorb(self, result: RunResult) -> Resident:
         """After a round ran this resident's plan: its results remembered, its keys recorded."""
+        from engine.run import as_cached
+
         results = {
-            r.key: CachedResult(
-                key=r.key,
-                step_id=r.id,
-                drv=r.drv,
-                out=r.out,
-                outcome=r.outcome,
-                deterministic=r.deterministic,
-                built_on=r.built_on,
-                checked_on=r.checked_on,
-            )
-            for r in result.steps.values()
-            if r.status in OK and r.drv and r.out
+            r.key: as_cached(r) for r in result.steps.values() if r.status in OK and r.drv and r.out
         }
         return dataclasses.replace(self, results=results, recorded=(self.keys, self.comps))
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from engine.cache import CachedResult, Index
 from engine.evaluation import drop_expression, evaluate, keep_expression, write_expression
 from engine.graphtypes import Graph
 from engine.plan import Plan, known_drvs, plan
+from engine.progress import PhaseClock
 from engine.rebuilds import recheck
 from engine.vanished import hold
 
@@ -184,7 +184,7 @@ def _run(
     (`engine.rebuilds.recheck`); record."""
     from engine.nix import Nix
 
-    clock = _Clock()
+    clock = PhaseClock()
     p, cached = planned or plan(graph, index, known_keys)
     clock.mark("plan")
     results = _cached_results(p, cached, report)
@@ -267,7 +267,7 @@ class _Job:
     index: Index
     known: Mapping[str, tuple[str, str]]  # clean steps' (.drv, output): the frontier imports
     run: RunResult
-    clock: _Clock
+    clock: PhaseClock
     report: Reporter
 
 
@@ -464,37 +464,23 @@ def _check(
     return checked
 
 
-class _Clock:
-    """Seconds per phase of a run, for `trace run --timings` and the bench."""
-
-    def __init__(self) -> None:
-        self.laps: dict[str, float] = {}
-        self._t = time.perf_counter()
-
-    def mark(self, phase: str | None) -> None:
-        """The time since the last mark goes to `phase` (None: to nothing)."""
-        now = time.perf_counter()
-        if phase is not None:
-            self.laps[phase] = self.laps.get(phase, 0.0) + now - self._t
-        self._t = now
+def as_cached(r: StepResult) -> CachedResult:
+    """A step's result as the index keeps it (the caller checked it has a `.drv` and an output)."""
+    assert r.drv and r.out
+    return CachedResult(
+        key=r.key,
+        step_id=r.id,
+        drv=r.drv,
+        out=r.out,
+        outcome=r.outcome,
+        deterministic=r.deterministic,
+        built_on=r.built_on,
+        checked_on=r.checked_on,
+    )
 
 
 def new_results(results: dict[str, StepResult], dirty: list[str]) -> list[CachedResult]:
     """The results of this run's builds worth caching (built or reused, with an output)."""
-    new: list[CachedResult] = []
-    for sid in dirty:
-        r = results[sid]
-        if r.status in ("built", "substituted", "reused") and r.out and r.drv:
-            new.append(
-                CachedResult(
-                    key=r.key,
-                    step_id=sid,
-                    drv=r.drv,
-                    out=r.out,
-                    outcome=r.outcome,
-                    deterministic=r.deterministic,
-                    built_on=r.built_on,
-                    checked_on=r.checked_on,
-                )
-            )
-    return new
+    worth = ("built", "substituted", "reused")
+    kept = [results[sid] for sid in dirty]
+    return [as_cached(r) for r in kept if r.status in worth and r.out and r.drv]

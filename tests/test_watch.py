@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -109,9 +110,10 @@ def test_the_loop_runs_again_only_after_a_change(tmp_path: Path) -> None:
     assert "  built s0 (input changed)" in list(watch.lines(rounds[1]))
 
 
-@pytest.mark.nix
-def test_trace_watch_rebuilds_an_edited_input_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    new = uuid.uuid4().hex  # new derivations: built here, not reused from the store
+def _three_steps(tmp_path: Path) -> Path:
+    """A project of three text steps (a reads data/in.txt, b needs a, c alone), with new
+    derivations (built here, not reused from the store): its graph file."""
+    new = uuid.uuid4().hex
     graph = make_project(
         tmp_path,
         f"""
@@ -130,6 +132,12 @@ def test_trace_watch_rebuilds_an_edited_input_and_stops_on_ctrl_c(tmp_path: Path
     )
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "in.txt").write_text("one\n")
+    return graph
+
+
+@pytest.mark.nix
+def test_trace_watch_rebuilds_an_edited_input_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    graph = _three_steps(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine.cli", "watch", str(graph), "--interval", "0.1"],
         cwd=tmp_path,
@@ -188,25 +196,7 @@ def test_trace_watch_resident_rounds_are_never_stale(tmp_path: Path) -> None:
     """Each kind of edit in one watch: a step's param in the graph file (the resident graph:
     only that step re-validated and rebuilt), the template, an input file, the package set.
     After every round a fresh full `trace run` finds nothing to build and the same .drv paths."""
-    new = uuid.uuid4().hex
-    graph = make_project(
-        tmp_path,
-        f"""
-        [steps.a]
-        kind = "text"
-        params = {{ message = "a {new}" }}
-        inputs = {{ data = "data/in.txt" }}
-        [steps.b]
-        kind = "text"
-        params = {{ message = "b {new}" }}
-        needs = ["a"]
-        [steps.c]
-        kind = "text"
-        params = {{ message = "c {new}" }}
-        """,
-    )
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "in.txt").write_text("one\n")
+    graph = _three_steps(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine.cli", "watch", str(graph)],
         cwd=tmp_path,
@@ -228,7 +218,7 @@ def test_trace_watch_resident_rounds_are_never_stale(tmp_path: Path) -> None:
         assert "built c" in round_()
         drvs = _fresh_run_builds_nothing(tmp_path)
         text = graph.read_text()
-        graph.write_text(text.replace(f"b {new}", f"b2 {new}"))
+        graph.write_text(re.sub(r'"b ([0-9a-f]{32})"', r'"b2 \1"', text))
         out = round_()
         assert "built b (param 'message' changed)" in out and "built a" not in out, out
         assert out.startswith(f"watch: {graph} [resident]"), out
