@@ -240,7 +240,7 @@ CASES: dict[str, Case] = {
     ),
     "include-shipped-verify-without-a-candidate": Case(
         graph_project('include = ["trace:graphs/verify.toml"]\n[nix]\npackage_set = "pkgs"\n'),
-        "needs 'gates.",
+        "which this run does not provide",
         "graph.toml, key 'include'",
     ),
     # --- strict types in the pipeline

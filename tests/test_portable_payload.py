@@ -1,7 +1,7 @@
 """Issue 25 part B: no machine paths in signed payloads. The same candidate verified from two
 copies of the fixture fork in two directories gives byte-identical payload files; the statement
-differs only in its run metadata (startedOn, finishedOn, invocationId), which is outside the
-payload."""
+differs only in its run metadata (startedOn, finishedOn, invocationId) and the digest of the
+run's per-step timings, which are outside the payload."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 from engine.cli import main
 from engine.evidence import PAYLOAD_DIR, STATEMENT_FILE
 from engine.evidence.portable import portable_path, portable_refs
+from engine.evidence.timings import BYPRODUCT
 from engine.paths import data_dir
 from tests.test_e2e_bundle import CAND, FIXTURE, payload_files
 
@@ -102,4 +103,8 @@ def test_one_candidate_in_two_checkouts_gives_the_same_payload(tmp_path: Path) -
     sb = json.loads((b / STATEMENT_FILE).read_bytes())
     assert sa["subject"] == sb["subject"]
     meta = "/predicate/runDetails/metadata/"
-    assert _differences(sa, sb) == [meta + k for k in ("finishedOn", "invocationId", "startedOn")]
+    # and the digest of the run's per-step timings (informational, measured per run: issue 31)
+    names = [b.get("name") for b in sa["predicate"]["runDetails"]["byproducts"]]
+    timings = f"/predicate/runDetails/byproducts[{names.index(BYPRODUCT)}]/digest/sha256"
+    per_run = [timings] + [meta + k for k in ("finishedOn", "invocationId", "startedOn")]
+    assert _differences(sa, sb) == per_run
