@@ -23,24 +23,33 @@ COMPILERS = ("cc", "gcc", "gcc-12", "x86_64-linux-gnu-gcc", "x86_64-linux-gnu-gc
 pytestmark = pytest.mark.nix
 
 
-def same_filesystem(a: Path, b: Path) -> bool:
-    return a.stat().st_dev == b.stat().st_dev
+HOST_BIN = "/trace-host-bin"  # where the sandbox also sees the host's real /usr/bin
+
+
+def expose(name: str, tools: Path) -> None:
+    """/usr/bin/NAME in the tools folder: a host symlink as itself (the same target text, as
+    the host has it), a program as a link to it through HOST_BIN."""
+    host = Path("/usr/bin") / name
+    target = os.readlink(host) if host.is_symlink() else f"{HOST_BIN}/{name}"
+    (tools / name).symlink_to(target)
 
 
 @pytest.fixture
 def fork(tmp_path: Path) -> tuple[Path, Path]:
     """A copy of the fixture fork whose sandbox sees the host's /usr, but /usr/bin (and /bin) as
-    a folder of hard links to the host's programs, the C compiler left out."""
-    if not same_filesystem(tmp_path, Path("/usr/bin")):
-        pytest.skip("hard links to /usr/bin need the temp dir on its file system")
+    a folder of symbolic links to the host's programs (reached in the sandbox through HOST_BIN),
+    the C compiler left out. Links, not hard links: a hard link to a host file changes its ctime,
+    which is part of the sandbox identity of every other fork on this machine (engine/hostpaths.py),
+    so every later test's derivations would be new."""
     tools = tmp_path / "tools" / "bin"
-    shutil.copytree("/usr/bin", tools, symlinks=True, copy_function=os.link)
-    for name in COMPILERS:
-        (tools / name).unlink()
+    tools.mkdir(parents=True)
+    for entry in Path("/usr/bin").iterdir():
+        if entry.name not in COMPILERS:
+            expose(entry.name, tools)
     fork = tmp_path / "fork"
     shutil.copytree(FIXTURE, fork, ignore=shutil.ignore_patterns(".trace", "result*"))
     usr = sorted(f"/usr/{p.name}" for p in Path("/usr").iterdir() if p.name != "bin")
-    paths = [*usr, "/lib64", "/lib", f"/usr/bin={tools}", f"/bin={tools}"]
+    paths = [*usr, "/lib64", "/lib", f"{HOST_BIN}=/usr/bin", f"/usr/bin={tools}", f"/bin={tools}"]
     toml = (fork / "trace.toml").read_text()
     old = 'extra_sandbox_paths = ["/usr", "/lib64", "/bin", "/lib"]'
     assert old in toml
@@ -65,7 +74,7 @@ def test_a_compiler_that_appears_behind_the_same_paths_clears_the_failure(
     assert "fix the patch" not in " ".join(c.detail for c in broken)
 
     for name in COMPILERS:  # the compiler appears; the declared paths are the same
-        os.link(Path("/usr/bin") / name, tools / name, follow_symlinks=False)
+        expose(name, tools)
     built = build_verify(candidate, fork=root, state_dir=root / ".trace", jobs=2)
     run, second = built.run, built.verify
     assert second.passed, [(c.claim, c.reason, c.detail) for c in second.claims if not c.holds]
