@@ -74,7 +74,7 @@ GOAL_LEAF_FLOOR, GOAL_COLD_FLOOR = 1.15, 1.05
 NOOP_SALT = "bench-noop-v1"  # shared by no-op/leaf graphs: their outputs may persist across runs
 # Other suites: modules in bench/ with `add_args(parser)` and `run(args, work: Path) -> list[Row]`
 # (skipped when absent). bench/fork_bench.py: the fork no-op rows (`nix run .#verify`).
-SUITES = ("scale", "fork_bench", "watch_bench")
+SUITES = ("scale", "fork_bench", "watch_bench", "warm_bench")
 
 
 def nix_part(lap: dict[str, float]) -> float:

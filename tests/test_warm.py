@@ -242,17 +242,15 @@ def test_warm_verify_bundle_and_decide_replay_and_a_changed_patch_does_not(
         ):
             rc, out, err = cli(*args)
             assert (rc, out) == then[:2] and err == then[2] + warm.REPLAYED, err
-    # a process of its own, timed (the goal: <= 0.5 s; a loaded machine gets 3x slack here)
-    began = time.monotonic()
+    # a process of its own (its time, goal <= 0.5 s, is bench/warm_bench.py's row, not a test's)
     proc = subprocess.run(
         [sys.executable, "-m", "engine.cli", "decide", str(world.cand), "--fork", str(world.fork)],
         capture_output=True,
         text=True,
         check=False,
     )
-    took = time.monotonic() - began
     assert (proc.returncode, proc.stdout) == (0, decided[1]), proc.stderr
-    assert took < 1.5, took
+    assert proc.stderr.endswith(warm.REPLAYED), proc.stderr
     # the patch swapped for another (same size and mtime): never the memoised ALLOW
     patch = world.cand.parent / "fix.patch"
     text = patch.read_text()
