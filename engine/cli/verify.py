@@ -23,7 +23,6 @@ from engine.cli.args import (
     rebuild_lines,
 )
 from engine.paths import cli
-from engine.pipeline.verify import build_verify
 from engine.verify.fork_graph import find_fork
 
 if TYPE_CHECKING:
@@ -185,6 +184,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace, fork: Path) -> tuple[int, Judged, list[Path]]:
     """The full run: its status, what it verified, the files it wrote."""
+    # imported here: a warm repeat (served from the memo) never loads the candidate models
+    from engine.pipeline.verify import build_verify
+
     clock = otel_clock(args)
     policy: Path | None = args.signing_policy
     if args.bundle is not None:
