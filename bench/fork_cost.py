@@ -40,8 +40,8 @@ import engine.run  # noqa: E402
 from engine.cache import Index  # noqa: E402
 from engine.candidate import load_candidate  # noqa: E402
 from engine.fork import discover, make_config, merged_policy  # noqa: E402
-from engine.fork.candidate import Signer, verify_candidate  # noqa: E402
 from engine.fork.entry import pipeline_entry, signing_source  # noqa: E402
+from engine.fork.one_candidate import Signer, verify_candidate  # noqa: E402
 from engine.graph import load_graph  # noqa: E402
 from engine.hashing import StatCache  # noqa: E402
 from engine.nix import Nix  # noqa: E402

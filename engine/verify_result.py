@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.records import GateRecord, RunRecord, Side
+from engine.build_records import GateRecord, RunRecord, Side
 
 # The codes `trace verify` emits ("ok": the claim holds). Their messages, solutions, effective
 # dates and waivability are declared once, in the reason catalogue policy/reasons.toml

@@ -18,12 +18,12 @@ import pytest
 
 from engine.audit.checks import BundleVerdict, verify_bundle
 from engine.audit.identity import IdentityPolicy, load_identity_policy
+from engine.build_records import GateRecord
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
 from engine.evidence.bundle import Assembled, assemble, write_bundle
 from engine.evidence.payload import PayloadEntry, json_entry, text_entry
 from engine.evidence.replay import FilePin, ReplayRecord
 from engine.evidence.statement import PAYLOAD_TYPE
-from engine.records import GateRecord
 from engine.signing.keymode import sign_with_key
 from engine.signing.keys import keygen, load_private_key, load_public_key
 from engine.verify_result import VerifyResult

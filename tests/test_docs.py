@@ -165,7 +165,7 @@ def _machine(block: str, tmp: Path) -> None:
 
 
 def _agent_models(data: dict[str, Any]) -> None:
-    from engine.models.spec import ModelSpec
+    from engine.models.model_spec import ModelSpec
 
     assert data.get("models"), "an agent block declares [models.NAME] tables"
     for spec in data["models"].values():

@@ -179,7 +179,7 @@ def test_the_drafted_candidate_bundles_and_verifies(
     assert "model passes, upstream passes; identical post-fix trees; behaviour:" in page
     assert "model: cparse.c:15" in page
     from engine.candidate import load_candidate
-    from engine.fork.candidate import _accuracy
+    from engine.fork.one_candidate import _accuracy
 
     acc_line = json.loads((cand.parent / "accuracy.json").read_text())["summary"]
     assert acc_line.startswith("model passes, upstream passes; identical post-fix trees")
@@ -190,7 +190,7 @@ def test_the_drafted_candidate_bundles_and_verifies(
     ]
     from types import SimpleNamespace
 
-    from engine.fork.report import ForkReport, Outcome, print_table
+    from engine.fork.outcome_table import ForkReport, Outcome, print_table
 
     capsys.readouterr()
     acc = _accuracy(load_candidate(cand))

@@ -12,6 +12,7 @@ import pytest
 import rfc8785
 from pydantic import ValidationError
 
+from engine.build_records import GateRecord
 from engine.errors import InputError
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE, STATEMENT_FILE
 from engine.evidence.bundle import (
@@ -31,7 +32,6 @@ from engine.evidence.payload import (
 )
 from engine.evidence.redact import REDACTION_VERSION, redact_text
 from engine.evidence.replay import FilePin, ReplayRecord, StepPin
-from engine.records import GateRecord
 from engine.run import RunResult, StepResult
 from engine.verify_result import VerifyResult
 

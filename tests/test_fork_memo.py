@@ -22,7 +22,7 @@ import pytest
 
 from engine.fork import memo
 from engine.fork.config import ForkConfig
-from engine.fork.report import Outcome
+from engine.fork.outcome_table import Outcome
 from tests.test_flake_fork import fixture_fork
 from tests.test_fork_once import _fork_run, calls, shim
 

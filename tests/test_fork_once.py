@@ -266,7 +266,7 @@ def test_the_oidc_token_is_looked_up_only_when_signing_is_about_to_happen_and_on
     import argparse
 
     from engine.errors import SigningError
-    from engine.fork.candidate import Signer
+    from engine.fork.one_candidate import Signer
     from engine.signing import oidc
 
     asked: list[str | None] = []

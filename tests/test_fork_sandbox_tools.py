@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.hostpaths import ADVICE
-from engine.pipeline.verify import build_verify
+from engine.pipeline.verify_fresh import build_verify
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fork"
 CANDIDATE = "trace/candidates/cparse-key-overflow/candidate.toml"

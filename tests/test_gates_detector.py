@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.records import GateRecord
+from engine.build_records import GateRecord
 from trace_sandbox.gates import blinding, ccflags, detector, instrumented
 from trace_sandbox.gates.diff import parse
 

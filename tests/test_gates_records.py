@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import tomli
 
-from engine.records import GateRecord
+from engine.build_records import GateRecord
 from trace_sandbox.gates import codes
 from trace_sandbox.gates.coverage import changed_lines, match_path, python_executable_lines
 from trace_sandbox.gates.coverage_gate import evaluate as coverage_gate

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.records import GateRecord
+from engine.build_records import GateRecord
 from trace_sandbox.gates.scope import ScopePolicy, evaluate, in_scope
 
 FORK = Path(__file__).parent / "fixtures" / "fork" / "trace" / "candidates"

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from engine.records import RunRecord
+from engine.build_records import RunRecord
 from tests.test_verify_gate import run_harness
 from trace_sandbox.harness import otlp
 from trace_sandbox.harness.otlp_proto import decode_request

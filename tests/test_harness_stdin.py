@@ -10,7 +10,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from engine.records import RunRecord
+from engine.build_records import RunRecord
 from tests.test_verify_gate import run_harness
 from trace_sandbox.gates.variant_gate import poc_invocations
 

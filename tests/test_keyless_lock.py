@@ -80,7 +80,7 @@ def test_the_fork_signer_checks_the_same_lock(fake: FakeSigstore, tmp_path: Path
     folder as `trace bundle` does (one code path), and signs the locked identity."""
     import argparse
 
-    from engine.fork.candidate import Signer
+    from engine.fork.one_candidate import Signer
 
     policy = tmp_path / "policy"
     policy.mkdir()

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from engine.errors import ModelError
 from engine.models.ask import ask
-from engine.models.errors import ModelError
-from engine.models.spec import ModelSpec, Parameters, Request
+from engine.models.model_spec import ModelSpec, Parameters, Request
 from engine.models.transcript import TranscriptStore, transcript_key
 from tests.model_fake import FakeModelServer, Raw, Trickle
 
@@ -170,7 +170,7 @@ def test_replay_path_does_not_import_the_sdks(tmp_path: Path) -> None:
     code = (
         "import sys; from pathlib import Path\n"
         "from engine.models.ask import ask\n"
-        "from engine.models.spec import ModelSpec, Request\n"
+        "from engine.models.model_spec import ModelSpec, Request\n"
         "from engine.models.transcript import TranscriptStore\n"
         f"r = Request.model_validate_json({REQ.model_dump_json()!r})\n"
         f"store = TranscriptStore(Path({str(store.root)!r}))\n"

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from engine.build_records import GateRecord
 from engine.errors import PolicyError
 from engine.policy.evidence_view import Evidence
 from engine.policy.reasons import Catalogue, load_catalogue
@@ -29,7 +30,6 @@ from engine.policy.signing_decision import (
     load_signing_rules,
 )
 from engine.policy.waivers import NO_WAIVERS, WaiverSet
-from engine.records import GateRecord
 from engine.verify_result import VerifyResult
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,7 +127,7 @@ Doc = dict[str, Any]
 
 def _as_target_runs(v: Doc) -> Doc:
     """Each fake run invoked the target once, which ended as the run's exit_code/signal/sanitizer
-    say (a verdict rests on the target's invocations, engine/records.py); the script exited
+    say (a verdict rests on the target's invocations, engine/build_records.py); the script exited
     alike."""
     v = copy.deepcopy(v)
     for name in ("pre", "post"):

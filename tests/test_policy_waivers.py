@@ -370,7 +370,7 @@ def test_waivers_of_other_candidates_in_the_folder_are_not_warned_about(
 
 
 def test_trace_fork_reads_the_forks_signed_waiver_folder_first(tmp_path: Path) -> None:
-    from engine.fork.candidate import fork_waivers
+    from engine.fork.one_candidate import fork_waivers
 
     own, merged = tmp_path / "own", tmp_path / "merged"
     own.mkdir()

@@ -18,7 +18,7 @@ from engine.policy.reasons import load_bundle_catalogue
 REPO = Path(__file__).resolve().parent.parent
 POLICY = REPO / "policy" / "reasons.toml"
 BUNDLE = REPO / "policy" / "bundle-reasons.toml"
-# not codes: file names of the replay (engine/audit/rebuild.py) and of a bundle's payload
+# not codes: file names of the replay (engine/audit/rebuild_steps.py) and of a bundle's payload
 NOT_CODES = {"replay.nix", "replay.json"}
 
 

@@ -21,7 +21,7 @@ from engine.audit.checks import BundleVerdict
 from engine.audit.signature import Check
 from engine.evidence import PAYLOAD_DIR, SIGNATURE_FILE
 from engine.evidence.payload import text_entry
-from engine.report.render import unmachine, visible
+from engine.report.jinja_env import unmachine, visible
 from engine.report.verdict import integrity
 from tests.test_report import denied_page, records, report, signed
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from engine.agent.inputs import digest
-from engine.models.spec import ModelSpec, Request
+from engine.models.model_spec import ModelSpec, Request
 from engine.models.transcript import make_transcript
 from engine.policy.review import ReviewEvidence, ReviewRule, review_findings
 from engine.policy.signing_decision import Decision, decide, load_signing

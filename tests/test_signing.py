@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import InputError
-from engine.signing.errors import SigningError
+from engine.errors import InputError, SigningError
 from engine.signing.keymode import parse_key_bundle, sign_with_key, verify_envelope_with_key
 from engine.signing.keys import key_hint, keygen, load_private_key, load_public_key
 from tests.sigstore_fake import GITHUB_ISSUER, REQUEST_TOKEN, FakeSigstore, shared
@@ -257,9 +256,8 @@ def test_silent_fulcio_hits_the_deadline(fake: FakeSigstore, tmp_path: Path) -> 
 
 def test_signing_error_is_part_of_the_one_hierarchy() -> None:
     from engine import errors
-    from engine.signing import errors as old_path
 
-    assert old_path.SigningError is errors.SigningError
+    assert SigningError is errors.SigningError
     assert issubclass(SigningError, errors.TraceError) and SigningError.exit_code == 1
     rendered = SigningError("no key", file="k.pem", hint="run trace keygen").render()
     assert rendered == "k.pem: no key\n  hint: run trace keygen"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.pipeline.verify import run_verify
+from engine.pipeline.verify_fresh import run_verify
 from engine.verify_result import VerifyResult
 from tests.verified import CANDIDATES, FIXTURE, Results, VerifiedFork, copy_fork
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from engine.records import RunRecord
+from engine.build_records import RunRecord
 from tests.test_verify_gate import ASAN, EXPECT, inv, load_harness, rec, run_harness
 from trace_sandbox.gates import expectation, oracle
 

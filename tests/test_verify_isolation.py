@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.pipeline.verify import run_verify
+from engine.pipeline.verify_fresh import run_verify
 from engine.verify_result import VerifyResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fork"

@@ -58,7 +58,7 @@ def accuracy(
 ) -> Comparison:
     """`model_result`: the model's VerifyResult (None: not verified), whose differential gate
     compared it with this very upstream fix, input by input, when the draft named it."""
-    from engine.pipeline.verify import run_verify
+    from engine.pipeline.verify_fresh import run_verify
     from engine.roles.patcher import post_fix_tree
 
     up = upstream_candidate(model_cand, upstream_patch, folder)

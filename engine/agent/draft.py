@@ -15,12 +15,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from engine.agent.draft_record import DraftDecision, DraftRecord, ReviewClaim, StepRecord
 from engine.agent.inputs import advisory_value, digest, source_files, verify_value
 from engine.agent.options import DraftOptions
-from engine.agent.record import DraftDecision, DraftRecord, ReviewClaim, StepRecord
 from engine.agent.write import Folder, candidate_toml
 from engine.models.ask import ask
-from engine.models.spec import Request
+from engine.models.model_spec import Request
 from engine.models.transcript import TranscriptStore
 from engine.roles.agentfile import Agent, AgentStep
 from engine.roles.outcome import RoleFailure
@@ -251,7 +251,7 @@ class _Run:
         self.folder.write("candidate.toml", text)
 
     def verify(self) -> None:
-        from engine.pipeline.verify import run_verify
+        from engine.pipeline.verify_fresh import run_verify
 
         result = run_verify(
             self.skeleton.path,

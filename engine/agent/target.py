@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.agent.record import DraftRecord
+    from engine.agent.draft_record import DraftRecord
 
 
 @dataclass(frozen=True)

@@ -75,10 +75,10 @@ class Bundled:
     """The typed records of one payload directory (each None when absent)."""
 
     def __init__(self, payload: Path) -> None:
+        from engine.build_records import GateRecord
         from engine.evidence.replay import ReplayRecord
         from engine.policy.routing import RouteDecision
         from engine.policy.signing_decision import Decision
-        from engine.records import GateRecord
         from engine.verify_result import VerifyResult
 
         self.payload = payload
@@ -128,7 +128,7 @@ def _evidence_problems(b: Bundled) -> list[str]:
 
 
 def _run_record_problems(b: Bundled) -> list[str]:
-    from engine.records import GateRecord, RunRecord
+    from engine.build_records import GateRecord, RunRecord
 
     v = b.verify
     problems: list[str] = []
@@ -166,7 +166,7 @@ def _run_record_problems(b: Bundled) -> list[str]:
 
 def _outcome_problems(b: Bundled) -> list[str]:
     """Gate records among outcomes/ against gates/, and the replay record's pins."""
-    from engine.records import GateRecord
+    from engine.build_records import GateRecord
 
     problems: list[str] = []
     outcomes = b.payload / OUTCOMES_DIR

@@ -7,7 +7,7 @@ is loaded exactly as `trace verify` loaded it (`verify_context(candidate, root, 
 with the pinned signing policy, whose thresholds the gate steps apply), the package set's digest is
 compared with its pin, and every recorded step is instantiated again: its key and derivation
 path must equal the record's (else `replay.pin-mismatch`). Then each step is really rebuilt
-(engine.audit.rebuild): built when the store lacks its output, and rebuilt with
+(engine.audit.rebuild_steps): built when the store lacks its output, and rebuilt with
 `nix --check` otherwise, so nothing is merely found in the store. Every rebuilt outcome is
 compared with the replay record's digest and with `outcomes/<step>.json`; when the bundle holds
 `trace verify`'s result (verify-result.json), the rebuilt steps are judged again and the
@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from engine.audit.rebuild import Rebuilt, instantiate, rebuild
+from engine.audit.rebuild_steps import Rebuilt, instantiate, rebuild
 from engine.audit.signature import Check
 from engine.errors import TraceError
 from engine.evidence.bundle import OUTCOMES_DIR, REPLAY_PATH

@@ -1,8 +1,9 @@
-"""verify-bundle's check of a drafted candidate's model steps (engine/evidence/agent.py): every
-transcript the replay record pins is bundled, names the key, model and prompt digest pinned,
-its key is the digest of its own fields, its unredacted prompts hash to its digests, and
-agent/draft.json's steps name the same transcripts. The statement already covers each file's
-sha256; this ties the files to each other and to the replay record."""
+"""verify-bundle's check of a drafted candidate's model steps
+(engine/evidence/agent_claims.py): every transcript the replay record pins is bundled, names the
+key, model and prompt digest pinned, its key is the digest of its own fields, its unredacted
+prompts hash to its digests, and agent/draft.json's steps name the same transcripts.
+The statement already covers each file's sha256; this ties the files to each other and to the
+replay record."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def _sha(text: str) -> str:
 
 
 def transcript_problems(payload: Path, replay: Any) -> list[str]:
-    from engine.models.spec import ModelSpec
+    from engine.models.model_spec import ModelSpec
     from engine.models.transcript import Transcript, key_of
 
     pin = replay.model if replay is not None else None

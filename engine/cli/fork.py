@@ -1,4 +1,4 @@
-"""`trace fork`: the command line (the library: engine.fork.run; `--merge`: engine.fork.merge)."""
+"""`trace fork`: the command line (library: engine.fork.run_fork; `--merge`: engine.fork.merge)."""
 
 from __future__ import annotations
 
@@ -121,8 +121,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
         from engine.fork.merge import cmd_merge
 
         return cmd_merge(args)
-    from engine.fork.report import print_table
-    from engine.fork.run import run_fork
+    from engine.fork.outcome_table import print_table
+    from engine.fork.run_fork import run_fork
 
     out = sys.stderr if args.json else sys.stdout
     run = run_fork(args, lambda line: print(line, file=out))

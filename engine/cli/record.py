@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from engine.cli.args import positive_int
 
 if TYPE_CHECKING:
-    from engine.record.record import RecordResult
+    from engine.record.recorder import RecordResult
 
 
 def register(sub: Any) -> None:
@@ -83,7 +83,7 @@ def _fork(given: Path | None) -> Path:
 
 def cmd_record(args: argparse.Namespace) -> int:
     from engine.errors import UsageError
-    from engine.record.record import DEFAULT_BUDGET, RecordRequest, record
+    from engine.record.recorder import DEFAULT_BUDGET, RecordRequest, record
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:

@@ -59,8 +59,8 @@ def _report(args: argparse.Namespace) -> int:
     from engine.cli.verify_bundle import verifier_from_args
     from engine.errors import UsageError
     from engine.report.findings import write_findings
+    from engine.report.jinja_env import write_page
     from engine.report.page import report_html
-    from engine.report.render import write_page
 
     bundles: list[Path] = args.bundles
     if args.findings is not None:

@@ -18,7 +18,7 @@ SCHEMAS: dict[str, str] = {
     "agent": "engine.roles.agentfile:AgentFileSpec",
     "eligibility": "engine.roles.eligibility:EligibilityFile",
     "transcript": "engine.models.transcript:Transcript",
-    "draft": "engine.agent.record:DraftRecord",
+    "draft": "engine.agent.draft_record:DraftRecord",
     "accuracy": "engine.roles.compare:Comparison",
 }
 

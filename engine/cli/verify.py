@@ -185,7 +185,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace, fork: Path) -> tuple[int, Judged, list[Path]]:
     """The full run: its status, what it verified, the files it wrote."""
     # imported here: a warm repeat (served from the memo) never loads the candidate models
-    from engine.pipeline.verify import build_verify
+    from engine.pipeline.verify_fresh import build_verify
 
     clock = otel_clock(args)
     policy: Path | None = args.signing_policy

@@ -62,7 +62,7 @@ def verifier_from_args(args: argparse.Namespace) -> Callable[[Path], BundleVerdi
 
 
 def _verify_bundle(args: argparse.Namespace) -> int:
-    from engine.audit.report import print_json, print_table
+    from engine.audit.verdict_print import print_json, print_table
 
     verdict = verifier_from_args(args)(args.bundle)
     (print_json if args.json else print_table)(verdict)

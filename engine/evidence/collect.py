@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from engine.build_records import GateRecord
 from engine.candidate import Candidate
 from engine.errors import InputError
 from engine.evidence.bundle import OUTCOMES_DIR, POLICY_DIR
@@ -54,7 +55,6 @@ from engine.evidence.payload import (
 )
 from engine.evidence.replay import ModelPin, RunHost, SourcePin
 from engine.policy.evidence_view import SourceRef
-from engine.records import GateRecord
 from engine.run import RunResult
 from engine.verify_result import VerifyResult
 
@@ -80,7 +80,7 @@ def model_pin(candidate: Candidate) -> ModelPin | None:
     if m is None:
         return None
     prompt = hashlib.sha256(candidate.file(m.prompt).read_bytes()).hexdigest() if m.prompt else None
-    from engine.evidence.agent import transcript_pins
+    from engine.evidence.agent_claims import transcript_pins
 
     pins = transcript_pins(candidate)
     return ModelPin(id=m.id, prompt_sha256=prompt, parameters=m.parameters, transcripts=pins)
@@ -125,7 +125,7 @@ def candidate_entries(candidate: Candidate) -> list[PayloadEntry]:
         out.append(json_entry("model.json", "other", pin.model_dump(exclude={"transcripts"})))
         if s.model and s.model.prompt:
             out.append(_file_entry("prompt.txt", "other", candidate.file(s.model.prompt)))
-    from engine.evidence.agent import draft_entries
+    from engine.evidence.agent_claims import draft_entries
 
     return out + draft_entries(candidate)
 

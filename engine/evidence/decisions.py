@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from engine.build_records import GateRecord
 from engine.errors import InputError
 from engine.evidence.payload import PayloadEntry
 from engine.evidence.redact import redact_entry, redact_path
@@ -29,7 +30,6 @@ from engine.policy.routing import RouteDecision
 from engine.policy.signed_waiver import WaiverTrust
 from engine.policy.signing_decision import Decision
 from engine.policy.waivers import WaiverSet
-from engine.records import GateRecord
 from engine.verify_result import VerifyResult
 
 PAYLOAD_PREFIX = "payload/"

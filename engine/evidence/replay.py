@@ -55,7 +55,7 @@ class ForkPin(_Model):
 
 
 class TranscriptPin(_Model):
-    """One model step of `trace draft` (engine/evidence/agent.py): what was asked, of whom."""
+    """One model step of `trace draft` (engine/evidence/agent_claims.py): what, of whom."""
 
     step: str
     role: str

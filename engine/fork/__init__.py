@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from engine.fork.config import ForkConfig, discover, make_config
 from engine.fork.entry import merged_policy, pipeline_entry, write_if_changed
-from engine.fork.report import check_clean
+from engine.fork.outcome_table import check_clean
 
 __all__ = [
     "ForkConfig",

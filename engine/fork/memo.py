@@ -63,7 +63,7 @@ from typing import Any
 from engine import __version__, userkey
 from engine.fastpath import Entry, stamp
 from engine.fork.config import ForkConfig
-from engine.fork.report import Outcome
+from engine.fork.outcome_table import Outcome
 
 FORMAT = "trace.fork-memo/v2"
 COMMIT_PARTS = ("head", "source")  # what a commit moves (the carry-over may keep a verdict)

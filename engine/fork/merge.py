@@ -20,7 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from engine.errors import InputError, UsageError
 from engine.fork.config import candidate_name
-from engine.fork.report import ForkReport, Outcome
+from engine.fork.outcome_table import ForkReport, Outcome
 from engine.fork.shard import (
     AGREE,
     BUNDLES,
@@ -238,7 +238,7 @@ def cmd_merge(args: Any) -> int:
     """`trace fork --merge DIR…`: the merged table (or --json report) and --report page."""
     import sys
 
-    from engine.fork.report import show_table
+    from engine.fork.outcome_table import show_table
 
     given = [f"--{k.rstrip('_').replace('_', '-')}" for k in RUN_ONLY if getattr(args, k, None)]
     if given:

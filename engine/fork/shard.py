@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from engine.errors import UsageError
 from engine.fork.config import ForkConfig, candidate_name
 from engine.fork.entry import swap_dir
-from engine.fork.report import ForkReport
+from engine.fork.outcome_table import ForkReport
 
 MANIFEST = "shard.json"
 REPORT = "report.json"

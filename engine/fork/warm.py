@@ -312,7 +312,7 @@ def graph_reads(graph: Any, candidate_file: Path) -> list[Read] | None:
     """What a verify graph and its candidate read (as the fork memo records them); None (not
     memoised) for a graph that does not list its reads (a test's stand-in)."""
     from engine.candidate import load_candidate
-    from engine.fork.candidate import _candidate_reads
+    from engine.fork.one_candidate import _candidate_reads
 
     if not hasattr(graph, "reads"):
         return None

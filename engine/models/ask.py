@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from engine.models.errors import ModelError
-from engine.models.spec import ModelSpec, Request
+from engine.errors import ModelError
+from engine.models.model_spec import ModelSpec, Request
 from engine.models.transcript import (
     Transcript,
     TranscriptStore,

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.models.errors import ModelError
-from engine.models.spec import ModelSpec, Request
+from engine.errors import ModelError
+from engine.models.model_spec import ModelSpec, Request
 
 
 def _api_key(spec: ModelSpec) -> str:

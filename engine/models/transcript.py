@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from engine.errors import InputError
 from engine.evidence.redact import redact_text
 from engine.files import write_atomic
-from engine.models.spec import ModelSpec, Request
+from engine.models.model_spec import ModelSpec, Request
 
 SCHEMA = "trace.transcript/v1"
 

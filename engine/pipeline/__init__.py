@@ -8,7 +8,7 @@
     -> bundle (engine.pipeline.bundle: the payload entries and the assembled statement)
     -> sign (engine.pipeline.sign: key or keyless, under the signer lock)
 
-`engine.pipeline.verify` is `trace verify` (load -> build fresh) as a library. The stages sit below
-the applications (engine.audit, engine.fork, engine.agent) and above what they call (the
+`engine.pipeline.verify_fresh` is `trace verify` (load -> build fresh) as a library. The stages
+sit below the applications (engine.audit, engine.fork, engine.agent) and above what they call (the
 verify graph and verdict in engine.verify, the policies, the evidence records, the model roles).
 """

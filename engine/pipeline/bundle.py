@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from engine.pipeline.values import Decided, Judged
 
 if TYPE_CHECKING:
+    from engine.build_records import GateRecord
     from engine.evidence.bundle import Assembled
     from engine.evidence.payload import PayloadEntry
     from engine.evidence.replay import RunHost, SourcePin
-    from engine.records import GateRecord
 
 
 def payload_entries(

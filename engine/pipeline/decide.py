@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 from engine.pipeline.values import Decided, Judged
 
 if TYPE_CHECKING:
+    from engine.build_records import GateRecord
     from engine.policy.evidence_view import SourceRef
     from engine.policy.routing import RouteDecision
     from engine.policy.waivers import WaiverSet
-    from engine.records import GateRecord
 
 
 def decide(

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
+from engine.build_records import GateRecord
 from engine.errors import InputError
 from engine.loader import decode, parse_json, read_bytes
 from engine.paths import cli
 from engine.policy.review import ReviewEvidence
 from engine.policy.source import Strict
-from engine.records import GateRecord
 from engine.verify_result import VerifyResult
 
 

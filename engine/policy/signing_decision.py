@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from engine import hostpaths
+from engine.build_records import GateRecord, RunRecord
 from engine.policy.evidence_view import Evidence, SourceRef
 from engine.policy.reasons import Catalogue
 from engine.policy.review import ReviewEvidence, review_findings
@@ -28,7 +29,6 @@ from engine.policy.signing_rules import load_signing as load_signing
 from engine.policy.signing_rules import load_signing_rules as load_signing_rules
 from engine.policy.source import PolicyRef, Strict
 from engine.policy.waivers import IgnoredWaiver, Waiver, WaiverSet
-from engine.records import GateRecord, RunRecord
 from trace_sandbox.host import judge_pre, post_fix_acceptable
 
 

@@ -1,5 +1,5 @@
 """`trace graph`'s drawings of a pipeline's step graph: Graphviz dot and Mermaid text here, an SVG
-or an offline HTML page in engine.report.graph (loaded only for those)."""
+or an offline HTML page in engine.report.graph_page (loaded only for those)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 def draw(graph: Graph, fmt: str) -> str:
     """The step graph as `fmt`: dot, mermaid, svg or html."""
     if fmt in ("svg", "html"):
-        from engine.report.graph import graph_picture
+        from engine.report.graph_page import graph_picture
 
         return graph_picture(graph, fmt)
     import networkx as nx

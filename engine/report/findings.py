@@ -17,9 +17,9 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from engine.audit.checks import BundleVerdict
+from engine.report.jinja_env import render_page, write_page
 from engine.report.load import load_bundle
 from engine.report.page import render_report
-from engine.report.render import render_page, write_page
 from engine.report.view import build_view
 
 Verify = Callable[[Path], BundleVerdict]

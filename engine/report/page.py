@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.audit.checks import BundleVerdict
+from engine.report.jinja_env import render_page
 from engine.report.load import load_bundle
-from engine.report.render import render_page
 from engine.report.verdict import INTENT_REASONS
 from engine.report.view import ReportView, build_view
 

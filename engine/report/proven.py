@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from engine.report.lenient_json import as_dict, as_list, as_str
 from engine.report.load import LoadedBundle
-from engine.report.records import as_dict, as_list, as_str
 
 ProofState = Literal["ok", "bad", "notrun"]
 

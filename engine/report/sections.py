@@ -10,8 +10,8 @@ from typing import Any
 
 from engine.report.diff import coverage_map, diff_rows
 from engine.report.layout import Layout, layered
+from engine.report.lenient_json import as_dict, as_list, as_str
 from engine.report.load import LoadedBundle
-from engine.report.records import as_dict, as_list, as_str
 from engine.report.spans import span_rows
 from engine.report.stacks import SUMMARY, Patched, invocation_stacks, tail_stacks
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.report.records import as_dict, as_list, as_str
+from engine.report.lenient_json import as_dict, as_list, as_str
 
 MAX_DEPTH = 12
 MAX_ROWS = 200

@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from engine.report.diff import HUNK
+from engine.report.lenient_json import as_dict, as_list, as_str
 from engine.report.load import LoadedBundle
-from engine.report.records import as_dict, as_list, as_str
 
 TAIL_FRAME = re.compile(r"^\s*#(\d+)\s+(0x\S+)\s+in\s+(\S+)\s*(.*)$")
 SUMMARY = re.compile(r"^SUMMARY: (.*)$", re.MULTILINE)

@@ -20,9 +20,9 @@ from pydantic import BaseModel
 
 from engine.audit.checks import BundleVerdict
 from engine.audit.signature import Check
+from engine.report.lenient_json import as_dict, as_list
 from engine.report.load import LoadedBundle
 from engine.report.proven import Proof, proofs
-from engine.report.records import as_dict, as_list
 
 Integrity = Literal["verified", "amber", "red"]
 Decision = Literal["ALLOW", "DENY", "REVIEW", "NONE", "UNTRUSTED"]

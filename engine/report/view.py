@@ -27,8 +27,8 @@ from engine.audit.signature import Check
 from engine.report import sections as sec
 from engine.report.diff import diff_rows
 from engine.report.layout import Layout
+from engine.report.lenient_json import as_dict, as_str
 from engine.report.load import Link, LoadedBundle
-from engine.report.records import as_dict, as_str
 from engine.report.stacks import Stack, fault_stack, patched
 from engine.report.timings import TimingsView, read_timings, timings_view
 from engine.report.verdict import INTENT_REASONS, Verdict, build_verdict

@@ -2,7 +2,7 @@
 
 ```toml
 version = 1
-[models.drafter]                 # engine.models.spec.ModelSpec
+[models.drafter]                 # engine.models.model_spec.ModelSpec
 backend = "anthropic"
 model = "claude-sonnet-4-5"
 
@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from engine.errors import InputError
 from engine.graphfile import find_line
 from engine.loader import check_regular, read_document, resolve
-from engine.models.spec import ModelSpec
+from engine.models.model_spec import ModelSpec
 from engine.paths import resolve_ref
 
 Role = Literal["patcher", "reproducer", "reviewer"]

@@ -36,7 +36,7 @@ def _digest(value: object) -> str:
 
 def _transcript(step: dict[str, Any], read: Reader, exact: bool) -> tuple[Any, str | None]:
     """(the Transcript, None) or (None, why it does not bear out the draft record)."""
-    from engine.models.spec import ModelSpec
+    from engine.models.model_spec import ModelSpec
     from engine.models.transcript import Transcript, key_of
 
     rel = str(step.get("transcript", ""))

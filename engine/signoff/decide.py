@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 from engine.files import write_atomic
 
 if TYPE_CHECKING:
+    from engine.build_records import GateRecord
     from engine.candidate import Candidate
     from engine.graphtypes import Graph
     from engine.pipeline.values import Judged
     from engine.policy.evidence_view import SourceRef
     from engine.policy.signing_decision import Decision
-    from engine.records import GateRecord
     from engine.run import RunResult
 
 

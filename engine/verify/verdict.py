@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from engine import __version__
+from engine.build_records import GateRecord, RunRecord, Side
 from engine.candidate import Candidate
 from engine.errors import InputError
 from engine.graphfile import find_line
 from engine.graphtypes import Graph
 from engine.paths import cli
-from engine.records import GateRecord, RunRecord, Side
 from engine.run import RunResult, StepResult
 from engine.verify.buildlog import build_failure_detail
 from engine.verify_result import ClaimVerdict, SideResult, StepRef, VerifyResult

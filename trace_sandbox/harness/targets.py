@@ -2,7 +2,7 @@
 ended, and turns that into the run record's invocations (canonical order).
 
 Stdlib only. An invocation record is a plain dict: new fields may be added (consumers must
-ignore what they do not know); `engine/records.py` `Invocation` types it engine-side.
+ignore what they do not know); `engine/build_records.py` `Invocation` types it engine-side.
 """
 
 from __future__ import annotations

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.errors import TraceError, UsageError
-from engine.fork.candidate import Signer, verify_candidate
 from engine.fork.config import candidate_name, discover, make_config
 from engine.fork.entry import merged_policy, write_if_changed
 from engine.fork.once import RunOnce
-from engine.fork.report import ForkReport, Outcome, check_clean
+from engine.fork.one_candidate import Signer, verify_candidate
+from engine.fork.outcome_table import ForkReport, Outcome, check_clean
 
 if TYPE_CHECKING:
     from engine.fork.config import ForkConfig

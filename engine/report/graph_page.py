@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from engine.report.jinja_env import render_page
 from engine.report.layout import layered
-from engine.report.render import render_page
 
 if TYPE_CHECKING:
     from engine.graphtypes import Graph

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from engine.fork.config import ForkConfig
 from engine.fork.entry import pipeline_entry, signing_source, swap_dir, write_if_changed
 from engine.fork.once import RunOnce
-from engine.fork.report import Outcome
+from engine.fork.outcome_table import Outcome
 from engine.pipeline.build import build_fresh, judge_built
 from engine.pipeline.bundle import assemble, payload_entries
 from engine.pipeline.decide import decide
@@ -53,7 +53,7 @@ class Signer:
 
     def _identity(self) -> str | None:
         if self._token is None and self._why_not is None:
-            from engine.signing.errors import SigningError
+            from engine.errors import SigningError
             from engine.signing.oidc import identity_token
 
             try:
