@@ -9,14 +9,15 @@ and what to do; nothing is built or written when loading fails.
 from __future__ import annotations
 
 import graphlib
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from engine.errors import InputError
 from engine.graphfile import File, load_files, resolve_in, suggest
 from engine.graphfile import find_line as find_line  # re-exported: engine.graph is its old home
-from engine.graphparams import TYPE_NAMES, Resolver, check_type, resolve_params
+from engine.graphparams import TYPE_NAMES, Resolver, check_type
+from engine.graphstep import build_step as build_step  # re-exported: its old home
 from engine.graphtypes import Graph, InputRef, Kind, NixConfig, Param, Step
 from engine.hashing import StatCache, digest_bytes
 from engine.loader import (
@@ -298,59 +299,6 @@ def _build_steps(
     steps: dict[str, Step] = {}
     for sid, (ss, f) in specs.items():
         steps.update(build_step(sid, ss, f, kinds, expansions, repeated, specs, r))
-    return steps
-
-
-def build_step(
-    sid: str,
-    ss: StepSpec,
-    f: File,
-    kinds: Mapping[str, Kind],
-    expansions: Mapping[str, tuple[str, ...]],
-    repeated: Collection[str],
-    known: Collection[str],
-    r: Resolver,
-) -> dict[str, Step]:
-    """One declared step, resolved: its expansions (id@1..id@N when repeated) by id. `known`:
-    every declared step id (a need must be one); `f` gives its path, lines and text only (the
-    resident graph of `trace watch`, engine/resident.py, re-resolves one edited step with it)."""
-    kind = kinds[ss.kind]
-    for need in ss.needs:
-        if need not in known:
-            raise InputError(
-                f"step '{sid}' needs unknown step '{need}'",
-                file=f.path,
-                key=f"steps.{sid}.needs",
-                line=f.line("steps", sid, "needs"),
-                hint=suggest(need, list(known), "step"),
-            )
-    params, key_params = resolve_params(sid, ss, kind, ss.kind, f, r)
-    inputs: dict[str, InputRef] = dict(kind.inputs)  # the kind's defaults, then the step's
-    for iname, ival in ss.inputs.items():
-        key = ("steps", sid, "inputs", iname)
-        var = ival.var if isinstance(ival, VarRef) else None
-        value = r.var(ival, f, *key) if isinstance(ival, VarRef) else ival
-        with r.blame(var, f, *key):
-            inputs[iname] = r.path(str(value), f, *key)
-    needs_base = {n: expansions[n] for n in ss.needs}
-    needs = tuple(x for n in ss.needs for x in expansions[n])
-    line = f.header_line("steps", sid)
-    steps: dict[str, Step] = {}
-    for idx, xid in enumerate(expansions[sid], 1):
-        steps[xid] = Step(
-            id=xid,
-            base_id=sid,
-            kind=ss.kind,
-            needs=needs,
-            needs_base=needs_base,
-            inputs=inputs,
-            params=params,
-            path_params=key_params,
-            repeat_index=idx if sid in repeated else None,
-            check=kind.check if ss.check is None else ss.check,
-            source=f.path,
-            line=line,
-        )
     return steps
 
 

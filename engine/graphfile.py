@@ -9,15 +9,17 @@ import difflib
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import InputError
 from engine.hashing import digest_bytes
 from engine.loader import decode, parse_toml, read_bytes, resolve
 from engine.paths import data_dir, resolve_ref
-from engine.spec import PipelineFile
+
+if TYPE_CHECKING:  # pydantic is imported to validate a file (read_file), not to re-resolve a step
+    from pydantic import ValidationError
+
+    from engine.spec import PipelineFile
 
 
 def find_line(text: str, dotted: list[str]) -> int | None:
@@ -66,16 +68,23 @@ class File:
         self,
         path: Path,
         text: str,
-        spec: PipelineFile,
+        spec: PipelineFile | None,
         digest: str,
         headers: dict[str, int] | None = None,
     ) -> None:
         self.path = path
         self.text = text
-        self.spec = spec
+        self._spec = spec  # None: made to re-resolve steps of a file (engine/resident.py)
         self.digest = digest  # sha256 of the bytes read (engine/loadcache.py checks it)
         # dotted table name -> the line of its header (made from the text when first asked)
         self._headers = headers
+
+    @property
+    def spec(self) -> PipelineFile:
+        """The file as validated (read_file); a File made without one has none to give."""
+        if self._spec is None:
+            raise AssertionError(f"{self.path} was not validated as a whole file")
+        return self._spec
 
     def line(self, *dotted: str) -> int | None:
         """Line of a key, for error messages (a scan of the file: call it only when failing)."""
@@ -94,6 +103,10 @@ class File:
 
 
 def read_file(path: Path) -> File:
+    from pydantic import ValidationError
+
+    from engine.spec import PipelineFile
+
     data = read_bytes(path, "pipeline file")
     text = decode(data, path, "pipeline file")
     raw = parse_toml(text, path, "pipeline file")

@@ -8,14 +8,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import InputError
 from engine.graphfile import File, resolve_in, shipped, suggest
 from engine.graphtypes import InputRef, Kind, Param
 from engine.hashing import StatCache, tree_digest
 from engine.paths import PREFIX
-from engine.spec import ParamSpec, StepSpec, VarRef
+
+if TYPE_CHECKING:  # no pydantic on the way to re-resolving one step (engine/graphstep.py)
+    from engine.spec import ParamSpec, VarRef
+    from engine.steptable import DeclaredStep
 
 TYPE_NAMES = {
     "string": "a string",
@@ -180,7 +183,7 @@ def unrepresentable(value: Any) -> str | None:
 
 
 def resolve_params(
-    step_id: str, step: StepSpec, kind: Kind, kind_name: str, f: File, r: Resolver
+    step_id: str, step: DeclaredStep, kind: Kind, kind_name: str, f: File, r: Resolver
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     params: dict[str, Any] = {}
     key_params: dict[str, Any] = {}
@@ -215,6 +218,8 @@ def _var_ref(var: Any, f: File, *key: str) -> VarRef:
             line=f.line(*key),
             hint='write { var = "candidate.package" }',
         )
+    from engine.spec import VarRef
+
     return VarRef(var=var)
 
 

@@ -13,7 +13,8 @@ renders the dirty frontier and imports every clean upstream step by its recorded
   parses on its own and their merge is what the whole file parsed to, checked when the resident
   was made from a full load, the file's digest being the one loaded); each changed section is a
   `[steps.<id>]` table (no `[steps.<id>.sub]` table in the file) that parses on its own to
-  exactly that table and validates as one;
+  exactly that table and validates as one (plainly valid tables are
+  checked without pydantic: engine/steptable.py);
 - the step is one declared in that file, not repeated, keeps its `needs` (the graph's order is
   unchanged) and a kind the graph declares, and re-resolves without error (an error, or any
   doubt, is the full load's to report, with its usual message);
@@ -40,6 +41,7 @@ from engine.cache import CachedResult, IndexView
 from engine.graphtypes import Graph, Step
 from engine.hashing import StatCache, digest_bytes, key_digest
 from engine.plan import Plan, StepPlan, components, graph_id, why_dirty
+from engine.steptable import DeclaredStep, plain_step
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -201,11 +203,10 @@ def _read(path: Path) -> tuple[bytes, str] | None:
 
 
 def _file(path: Path, text: str, digest: str, headers: dict[str, int]) -> Any:
-    """A graphfile.File for re-resolving steps of `text` (its lines; its spec is not read)."""
+    """A graphfile.File for re-resolving steps of `text` (its lines; it has no spec)."""
     from engine.graphfile import File
-    from engine.spec import PipelineFile
 
-    return File(path, text, PipelineFile(), digest, headers)
+    return File(path, text, None, digest, headers)
 
 
 def _source(path: Path, digest: str) -> _Source | None:
@@ -215,6 +216,20 @@ def _source(path: Path, digest: str) -> _Source | None:
         return None
     secs = faithful(got[1])
     return _Source(got[1], None if secs is None else tuple(secs))
+
+
+def _validated(raw: dict[str, Any], sid: str) -> DeclaredStep | None:
+    """A step table that is not plainly valid (engine/steptable.py), validated by pydantic as
+    the whole file's load would; None when refused or repeated (the full load reports it)."""
+    from pydantic import ValidationError
+
+    from engine.spec import PipelineFile
+
+    try:
+        ss = PipelineFile.model_validate(raw).steps[sid]
+    except ValidationError:
+        return None
+    return None if "repeat" in ss.model_fields_set else ss
 
 
 @dataclass
@@ -334,12 +349,9 @@ class Resident:
 
     def _restep(self, sid: str, part: str, f: Any, r: Any) -> Step | None:
         """The step of an edited `[steps.<sid>]` section, or None when it cannot be made here."""
-        from pydantic import ValidationError
-
         from engine.errors import TraceError
-        from engine.graph import build_step
+        from engine.graphstep import build_step
         from engine.loader import too_deep
-        from engine.spec import PipelineFile
 
         old = self.graph.steps.get(sid)
         raw = _parse(part)
@@ -348,11 +360,8 @@ class Resident:
         table = raw.get("steps", {}).get(sid) if set(raw) == {"steps"} else None
         if not isinstance(table, dict) or set(raw["steps"]) != {sid} or too_deep(raw):
             return None
-        try:
-            ss = PipelineFile.model_validate(raw).steps[sid]
-        except ValidationError:
-            return None
-        if "repeat" in ss.model_fields_set or ss.kind not in self.graph.kinds:
+        ss = plain_step(table) or _validated(raw, sid)
+        if ss is None or ss.kind not in self.graph.kinds:
             return None
         if tuple(ss.needs) != tuple(old.needs_base) or old.needs != tuple(old.needs_base):
             return None

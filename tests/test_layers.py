@@ -66,6 +66,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.graph",
             "engine.graphfile",
             "engine.graphparams",
+            "engine.graphstep",
+            "engine.steptable",
             "engine.candidate",
             "engine.oracles",
             "engine.expression",

@@ -162,6 +162,10 @@ def test_trace_watch_rebuilds_an_edited_input_and_stops_on_ctrl_c(tmp_path: Path
         until("  ok")
         first = "".join(seen)
         assert "watch: first run" in first and "built c" in first, first
+        # the watch holds an idle connection: a round's close of the index is not the last
+        # one, so SQLite neither checkpoints (fsyncs) nor deletes the WAL on every round
+        wal = tmp_path / ".trace" / "state.db-wal"
+        assert wal.exists()
         seen.clear()
         EDITS["rename over"](tmp_path / "data" / "in.txt", "two\n")
         until("  ok")
@@ -172,6 +176,7 @@ def test_trace_watch_rebuilds_an_edited_input_and_stops_on_ctrl_c(tmp_path: Path
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "trace watch: stopped" in err, err
+    assert not wal.exists()  # its last connection closed: checkpointed, the WAL removed
 
 
 def _fresh_run_builds_nothing(project: Path) -> dict[str, str]:

@@ -46,6 +46,7 @@ class _Rounds:
         self.state = state_dir(args)
         self.resident: Any = None  # engine.resident.Resident once a round succeeded
         self.first = True
+        self.keeper: Any = None  # an idle connection to the index (`_keep_open`)
         self.how = ""  # the last round's: 'resident' (from memory) or 'full plan'
 
     def __call__(self, loaded: Callable[[Reads], None], why: list[str]) -> Any:
@@ -67,7 +68,29 @@ class _Rounds:
             self.resident = None
             raise
         self.first = False
+        self._keep_open()
         return result
+
+    def _keep_open(self) -> None:
+        """Once the index exists: one idle connection to it, held until the watch ends (no
+        transaction, no lock: other trace processes read and write as ever). A round's close
+        of the index is then not the last connection's, which SQLite ends with a checkpoint of
+        the WAL (two fsyncs) and deletes the WAL (recreated, with a directory fsync, next round):
+        the WAL is checkpointed as SQLite's auto-checkpoint decides, as in any long-lived
+        process. Commits are what they were (WAL, synchronous=NORMAL: engine/cache.py)."""
+        import sqlite3
+
+        db_path = self.state / "state.db"
+        if self.keeper is not None or not db_path.is_file():
+            return
+        db = sqlite3.connect(db_path)
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # opens the WAL, ends
+        self.keeper = db
+
+    def close(self) -> None:
+        if self.keeper is not None:
+            self.keeper.close()  # the last connection: checkpoints and removes the WAL
+            self.keeper = None
 
     def _update(self, why: list[str], hasher: Any) -> Any:
         """The resident graph after `why`, or None: a full plan (also on any surprise: the full
@@ -141,4 +164,6 @@ def cmd_watch(args: argparse.Namespace) -> int:
         raise  # SIGTERM: exit 143 as every command
     except KeyboardInterrupt:  # Ctrl-C is how a watch ends: not an error
         print("trace watch: stopped", file=sys.stderr)
+    finally:
+        rounds.close()
     return 0
