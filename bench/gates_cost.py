@@ -20,9 +20,14 @@ builds, wrappers and test suites inside steps included), which is what each sand
 The order of the rows rotates between repetitions; medians are reported.
 
 `--phases` then times one more salted fork phase by phase (each phase's steps added to the
-ones before on one state dir): where the time goes.
+ones before on one state dir): where the time goes. `--derivations` builds the whole row once
+more on a salted fork, then rebuilds every derivation Nix built with `nix-store --realise
+--check` (one at a time, trace's Nix options) and prints each one's CPU seconds (the Nix process
+and its builder, from rusage; a `--check` also pays a Nix process start, printed
+below): what each sandbox and what runs in it costs. `--repeat 0` skips the rows.
 
     .venv/bin/python bench/gates_cost.py [--candidate cparse-key-overflow] [--repeat 3] [--phases]
+    .venv/bin/python bench/gates_cost.py --repeat 0 --derivations
 """
 
 from __future__ import annotations
@@ -256,6 +261,46 @@ def summary(samples: dict[str, list[tuple[float, ...]]]) -> None:
         )
 
 
+def child_cpu() -> float:
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return kids.ru_utime + kids.ru_stime
+
+
+def check_cpu(drv: str, options: list[str]) -> float:
+    """CPU seconds of `nix-store --realise --check` of one derivation (its inputs all valid)."""
+    import subprocess
+
+    before = child_cpu()
+    cmd = ["nix-store", "--realise", "--check", "--max-jobs", "1", *options, drv]
+    subprocess.run(cmd, capture_output=True, check=False)
+    return child_cpu() - before
+
+
+def derivation_split(work: Path, candidate: str, package: str) -> None:
+    """Every derivation the whole row builds, each rebuilt alone: its CPU seconds."""
+    from engine.nix import Nix
+
+    graph = graph_for(salted_fork(work, package), candidate)
+    took, _, cpu, drvs = timed(graph, work / f"state-{uuid.uuid4().hex[:8]}")
+    print(f"\nderivations of the whole row (built: {took:.2f} s, cpu {cpu:.2f} s, {drvs} built)")
+    options = Nix(graph.nix, 1).option_args()
+    rows = sorted(((check_cpu(d, options), d) for d in sorted(BUILT_DRVS)), reverse=True)
+    for cpu_s, drv in rows:
+        print(f"  cpu {cpu_s:5.2f} s  {os.path.basename(drv)[33:]}")
+    noop = _noop_cpu(rows[-1][1])
+    total = sum(r[0] for r in rows)
+    print(f"  sum {total:.2f} s; a nix-store that builds nothing: {noop:.3f} s (load {load()})")
+
+
+def _noop_cpu(drv: str) -> float:
+    """A Nix process that finds the output valid: what each --check above paid to start."""
+    import subprocess
+
+    before = child_cpu()
+    subprocess.run(["nix-store", "--realise", drv], capture_output=True, check=False)
+    return child_cpu() - before
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--candidate", default="cparse-key-overflow")
@@ -269,10 +314,17 @@ def main(argv: list[str] | None = None) -> int:
         default=[r[0] for r in ROWS],
         help="which rows to run, comma-separated (base always): base,no-fuzz,whole",
     )
+    ap.add_argument(
+        "--derivations",
+        action="store_true",
+        help="then the whole row once more, each derivation's CPU (rebuilt alone with --check)",
+    )
     args = ap.parse_args(argv)
     args.rows = ["base", *[r for r in args.rows if r != "base"]]
     package = package_of(args.candidate)
     count_builds()
+    if args.repeat < 1:
+        return derivations(args, package)
     start = load()
     samples = measure(args, package)
     print(
@@ -296,6 +348,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{drvs} derivations"
             )
         print(f"  {'sum':42s} {total:7.2f} s  (load {load()})")
+    return derivations(args, package)
+
+
+def derivations(args: argparse.Namespace, package: str) -> int:
+    if args.derivations:
+        with tempfile.TemporaryDirectory(prefix="trace-gates-bench-") as tmp:
+            derivation_split(Path(tmp), args.candidate, package)
     return 0
 
 

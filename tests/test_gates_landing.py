@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+
+import pytest
 
 from trace_sandbox.gates.diff import parse
 from trace_sandbox.gates.equiv import check_mutant, python_check, tree_diff
@@ -216,3 +219,50 @@ def test_one_process_runs_a_mutant_step(tmp_path: Path) -> None:
     assert failed["check"]["status"] == "stillborn"
     assert (failed["outcome"]["build"], failed["outcome"]["target_ran"]) == ("failed", False)
     shutil.rmtree(build, ignore_errors=True)
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    return {str(p.relative_to(root)): p.read_bytes() for p in files}
+
+
+def test_the_patched_source_step_writes_landing_and_mutants_in_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25's cost: `patched-source SRC OUT MUTANTS` (the step's one gate process) writes
+    what `patched-source SRC OUT` and `mutants MUTANTS` (two processes before) wrote, byte for
+    byte: landing.json, files/, and every mutant's series and mutant.json."""
+    from trace_sandbox.gates.main import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "cparse.c").write_text(patched_cparse(tmp_path / "p").read_text())
+    cfg = json.dumps({"patches": [str(FIX / "fix.patch")]})
+    monkeypatch.setenv("TRACE_GATE_CONFIG", cfg)
+    one, two = tmp_path / "one", tmp_path / "two"
+    for d in (one, two):
+        d.mkdir()
+    assert main(["patched-source", str(src), str(one), str(one / "mutants")]) == 0
+    assert main(["patched-source", str(src), str(two)]) == 0
+    assert main(["mutants", str(two / "mutants")]) == 0
+    written = _tree(one)
+    assert written == _tree(two)
+    mutants = {k.split("/")[1] for k in written if k.startswith("mutants/")}
+    assert len(mutants) >= 2 and "landing.json" in written and "files/cparse.c" in written
+
+
+def test_write_mutants_is_write_mutant_for_every_index(tmp_path: Path) -> None:
+    """write_mutants generates the mutants once; each directory is still what write_mutant (which
+    generates them for its one index) writes, the placeholder past the end included."""
+    from trace_sandbox.gates.mutation import write_mutants
+
+    cfg = {"patches": [str(FIX / "fix.patch")]}
+    write_mutants(cfg, str(tmp_path / "all"))
+    count = len(list((tmp_path / "all").iterdir()))
+    assert count >= 2
+    for n in range(1, count + 2):
+        write_mutant({**cfg, "index": n}, str(tmp_path / "one" / str(n)))
+    for n in range(1, count + 1):
+        assert _tree(tmp_path / "all" / str(n)) == _tree(tmp_path / "one" / str(n))
+    placeholder = json.loads((tmp_path / "one" / str(count + 1) / "mutant.json").read_text())
+    assert placeholder == {"id": None, "index": count + 1, "of": count}

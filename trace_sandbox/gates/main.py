@@ -4,7 +4,8 @@
 `... mutant-runs OUTDIR` is the mutant-runs step after the mutants' builds: for each mutant
 the check (stillborn, equivalent, not code: trace_sandbox/gates/equiv.py), the reproducer's run,
 and for a mutant the reproducer did not kill the PoC's variants (mutant_variants.py),
-`... patched-source SRC OUT` records where the patch landed (landing.py),
+`... patched-source SRC OUT [MUTANTS]` records where the patch landed (landing.py), and with
+MUTANTS writes every mutant's series there too, in the same interpreter,
 `... coverage-run` is the coverage variant's reproducer run,
 `... variant-plan OUTDIR` writes the variants gate's plan,
 `... variant-runs PLAN OUTDIR` runs every variant of it against one build (variant_runs.py), and
@@ -139,6 +140,20 @@ def write_json(path: str, value: object) -> None:
     os.replace(tmp, path)
 
 
+def patched_source(cfg: dict[str, Any], args: list[str]) -> int:
+    """`patched-source SRC OUT [MUTANTS]`: where the patch landed (landing.py), and with
+    MUTANTS every mutant's patch series too (mutation.write_mutants), in this one interpreter
+    (a second gate process in the patched-source step paid its start-up and imports again)."""
+    from .landing import write_patched_source
+
+    write_patched_source(cfg, args[0], args[1])
+    if len(args) == 3:
+        from .mutation import write_mutants
+
+        write_mutants(cfg, args[2])
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "mutants":
         from .mutation import write_mutants
@@ -175,11 +190,8 @@ def main(argv: list[str]) -> int:
 
         write_base_test_patches(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
         return 0
-    if len(argv) == 3 and argv[0] == "patched-source":
-        from .landing import write_patched_source
-
-        write_patched_source(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1], argv[2])
-        return 0
+    if len(argv) in (3, 4) and argv[0] == "patched-source":
+        return patched_source(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1:])
     if argv == ["coverage-run"]:
         from .coverage import run
 

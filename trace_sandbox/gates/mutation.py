@@ -47,18 +47,24 @@ def mutant_meta(m: Mutant) -> dict[str, object]:
 
 
 def write_mutants(cfg: dict[str, Any], out: str) -> None:
-    """Every mutant's patch series, mutant N in `out/N` (write_mutant); a patch without
-    mutants gets the placeholder `out/1` (its one mutant-run step)."""
-    count = len(generate([_read(p) for p in cfg["patches"]]))
-    for index in range(1, max(1, count) + 1):
-        write_mutant({**cfg, "index": index}, os.path.join(out, str(index)))
+    """Every mutant's patch series, mutant N in `out/N` (as write_mutant writes it); a patch
+    without mutants gets the placeholder `out/1` (its one mutant-run step). The mutants are
+    generated once for all of them (write_mutant alone generates them for its one)."""
+    texts = [_read(p) for p in cfg["patches"]]
+    mutants = generate(texts)
+    for index in range(1, max(1, len(mutants)) + 1):
+        _write_series(texts, mutants, index, os.path.join(out, str(index)))
 
 
 def write_mutant(cfg: dict[str, Any], out: str) -> None:
     """The patch series of mutant number cfg['index'] (1-based) into directory `out`."""
     texts = [_read(p) for p in cfg["patches"]]
-    mutants = generate(texts)
-    index = int(cfg["index"])
+    _write_series(texts, generate(texts), int(cfg["index"]), out)
+
+
+def _write_series(texts: list[str], mutants: list[Mutant], index: int, out: str) -> None:
+    """Mutant `index` of `mutants` (of the series `texts`): its patches and mutant.json; an
+    index out of range writes the unmutated series (the placeholder)."""
     os.makedirs(out, exist_ok=True)
     if not 1 <= index <= len(mutants):
         meta: dict[str, object] = {"id": None, "index": index, "of": len(mutants)}
