@@ -93,7 +93,25 @@ CASES: dict[int, tuple[tuple[str, list[str], list[str]], tuple[str, list[str], l
         ("pkg/core.py", [], ["sys.excepthook = lambda *a: None"]),
         ("pkg/core.py", [], ["sys.excepthook(*sys.exc_info())"]),
     ),
+    # outside campaign (issue 25): the crash caught or its report thrown away at run time
+    16: (
+        ("src/main.c", [], ["    signal(SIGSEGV, quiet_exit);"]),
+        ("src/main.c", [], ["    signal(SIGPIPE, SIG_IGN);"]),
+    ),
+    17: (
+        ("src/main.c", [], ["    dup2(devnull, STDERR_FILENO);"]),
+        ("src/main.c", [], ["    dup2(pipefd[1], STDOUT_FILENO);"]),
+    ),
 }
+
+
+def test_the_error_stream_and_fatal_signals_in_every_spelling() -> None:
+    report = blinding.RULES[17].meaning
+    for line in ['freopen("/dev/null", "w", stderr);', "close(2);", "dup2(fd, 2);"]:
+        assert _meanings(("src/main.c", [], [f"    {line}"])) == [report], line
+    assert _meanings(("src/main.c", [], ["    sigaction(SIGABRT, &sa, NULL);"])) == [
+        blinding.RULES[16].meaning
+    ]
 
 
 def test_every_row_of_the_table_has_its_cases() -> None:

@@ -192,3 +192,48 @@ def test_a_fix_that_did_not_change_the_poc_s_outcome_is_not_judged(tmp_path: Pat
         poc_post="balance 1325",
     )
     assert record["passed"] is True
+
+
+# Outside campaign (issue 25): CVE-2025-57052's wrong fix `pointer[position] == 0x41` refuses
+# the PoC's one letter (`/rows/1A`) by its code; no variant touched the letter, and it was signed.
+POINTERS = b"/rows/12\n/rows/1A\n"
+
+
+def test_a_letter_the_patch_spells_is_a_field_of_a_text_poc() -> None:
+    edits = field_edits("poc.txt", POINTERS, [0x41], {0x41}, frozenset({0x41}))
+    assert [e.data for e in edits[:2]] == [b"/rows/12\n/rows/1B\n", b"/rows/12\n/rows/1@\n"]
+    assert (edits[0].neighbour, edits[0].compared, edits[0].value) == ("+1", True, 0x41)
+    assert all(len(e.data) == len(POINTERS) for e in edits if e.compared)  # edited in place
+    # without the patch spelling it as a character, the letter is no field (numbers only)
+    assert not any(e.compared for e in field_edits("poc.txt", POINTERS, [0x41], {0x41}))
+
+
+def test_the_letter_variant_comes_first_of_all_variants() -> None:
+    calls = [Invocation("bin/cjson-pointer", "program", ("doc.json", "poc.txt"))]
+    data = {"doc.json": b'{"rows":["r0"]}\n', "poc.txt": POINTERS}
+    variants, _ = generate(calls, data, [], seed=0, budget=4, constants=[65], chars=frozenset({65}))
+    assert variants[0].unit == "poc.txt" and variants[0].files["poc.txt"] == b"/rows/12\n/rows/1B\n"
+    assert variants[0].summary()["field"] == {"value": 65, "neighbour": "+1", "compared": True}
+
+
+def _patch(tmp_path: Path, hunk: str) -> str:
+    p = tmp_path / "fix.patch"
+    p.write_text("--- a/u.c\n+++ b/u.c\n@@ -1,2 +1,3 @@\n" + hunk)
+    return str(p)
+
+
+def test_patch_chars_are_letters_and_digits_the_code_around_does_not_spell(
+    tmp_path: Path,
+) -> None:
+    from trace_sandbox.gates.variant_gate import patch_chars
+
+    letter = _patch(tmp_path, " for (;;) {\n+    if (p[k] == 0x41 || p[k] == 'q') return 0;\n }\n")
+    assert patch_chars([letter]) == {0x41, ord("q")}
+    # the real fix's `'0'`/`'9'` are on the line it replaces; `'='` is punctuation
+    digits = _patch(
+        tmp_path,
+        "-    while (p[k] >= '0' && p[0] <= '9')\n"
+        "+    while (p[k] >= '0' && p[k] <= '9')\n"
+        " {\n+    if (c == '=') break;\n",
+    )
+    assert patch_chars([digits]) == frozenset()

@@ -161,3 +161,17 @@ def test_the_wrong_fixes_of_the_fork_are_flagged(name: str, needle: str) -> None
     series = parse_series([(cand / p).read_text() for p in doc["patches"]])
     (finding,) = findings(series, facts)
     assert needle in finding[2]
+
+
+def test_characters_a_line_spells() -> None:
+    """Outside campaign (issue 25): a fix can recognise a PoC's letter by a character literal
+    or by its code in hex; blanks, controls and larger hex numbers are no characters."""
+    from trace_sandbox.gates.pocvalues import char_codes_in, char_fields
+
+    line = r"if (p[k] == 0x41 || c == 'B' || c == '\x43' || c == '\104' || n == 0x100 || c == ' ')"
+    assert char_codes_in(line) == {0x41, 0x42, 0x43, 0x44}
+    fields = char_fields("poc.txt", "/rows/1A\n", {0x41, 0x42})
+    assert [(f.offset, f.width, f.order, f.value, f.spelling) for f in fields] == [
+        (7, 1, "char", 0x41, "A")
+    ]
+    assert fields[0].where() == "poc.txt: 'A' at offset 7"

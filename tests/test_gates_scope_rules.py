@@ -97,7 +97,34 @@ EXAMPLES: dict[str, tuple[Change, Change]] = {
             ["@pytest.mark.parametrize('x', [1])", "def test_b(x):", "    assert x"],
         ),
     ),
+    # outside campaign (issue 25): catch-alls the rows above did not read
+    ROWS[13].means: (
+        ("m/a.py", [], ["try:", "    f()", "except (KeyError, Exception):", "    log()"]),
+        ("m/a.py", [], ["try:", "    f()", "except (KeyError, ExceptionGroupError):", "    log()"]),
+    ),
+    ROWS[14].means: (
+        (
+            "m/a.py",
+            [],
+            [
+                "def quiet(fn):",
+                "    def run(*a):",
+                "        try:",
+                "            return fn(*a)",
+                "        finally:",
+                "            return a[0]",
+                "    return run",
+            ],
+        ),
+        ("m/a.py", [], ["try:", "    return f()", "finally:", "    close()"]),
+    ),
 }
+
+
+def test_an_exception_group_catch_all_is_one() -> None:
+    """`except* Exception` (Python 3.11) is read by the tuple row too."""
+    group = ("m/a.py", [], ["try:", "    f()", "except* Exception:", "    log()"])
+    assert len(_fired(group, ROWS[13])) == 1
 
 
 def test_every_row_has_its_examples() -> None:

@@ -87,7 +87,9 @@ ASAN = "AddressSanitizer: heap-buffer-overflow"
 OTHER = "AddressSanitizer: stack-buffer-overflow"
 
 
-def _one_variant(tmp: Path, post: Any, pre: Any, oracles: Any = None) -> dict[str, Any]:
+def _one_variant(
+    tmp: Path, post: Any, pre: Any, oracles: Any = None, expect: Any = None
+) -> dict[str, Any]:
     """The gate's record for a plan of one variant, run post-fix and pre-fix as given."""
     (tmp / "plan").mkdir()
     meta = {"id": "v001-length", "index": 1, "operator": "length", "unit": "f", "files": {}}
@@ -98,7 +100,7 @@ def _one_variant(tmp: Path, post: Any, pre: Any, oracles: Any = None) -> dict[st
     cfg = {
         "policy": POLICY,
         "plan": str(tmp / "plan"),
-        "expect": json.dumps({"sanitizer": ASAN, "exit_code": 1}),
+        "expect": json.dumps(expect or {"sanitizer": ASAN, "exit_code": 1}),
         "post": [_run(tmp, "post", meta, post)],
         "pre": [_run(tmp, "pre", meta, pre)],
         "post_runs": [_run(tmp, "poc", {}, _record())],
@@ -126,6 +128,45 @@ def test_what_counts_as_still_failing(
     assert record["passed"] is passed and record["measurable"] is True
     assert record["reasons"] == ([] if passed else ["variant-still-fails"])
     assert record["details"]["policy"] == POLICY
+
+
+LEAK = "LeakSanitizer: memory-leak"
+# a wrong-output bug: [expect] names no crash kind, only the unpatched build's wrong line
+WRONG_ROW = {"invocation": [{"key": "invocation.1", "stdout": 'r27"$'}]}
+
+
+def _out(record: Any, stdout: str) -> Any:
+    record["invocations"][0]["stdout"] = stdout
+    return record
+
+
+@pytest.mark.parametrize(
+    ("post", "pre", "status", "passed"),
+    [
+        # the stranger's cjsonptr case: a truncated document makes both builds leak on the
+        # program's error path; the unpatched build showed no wrong row: not the bug
+        (_record(LEAK, exit_code=23), _record(LEAK, exit_code=23), "other-crash", True),
+        # the unpatched build printed the wrong row on this variant: a crash after the fix is
+        # taken for the bug (no kind declared to tell them apart)
+        (
+            _record(LEAK, exit_code=23),
+            _out(_record(LEAK, exit_code=23), '/rows/1A = "r27"\n'),
+            "still-fails",
+            False,
+        ),
+        (_record(LEAK, exit_code=23), _record(), "still-fails", False),  # the fix brought it
+    ],
+)
+def test_a_crash_both_builds_share_is_no_wrong_output_bug(
+    tmp_path: Path, post: Any, pre: Any, status: str, passed: bool
+) -> None:
+    """Outside campaign (issue 25): CVE-2025-57052's real fix was denied variant-still-fails for
+    a leak its driver has on an error path, pre-fix and post-fix alike, on variants that are no
+    bad inputs: a wrong-output bug names no crash kind, and every crash was taken for it."""
+    record = _one_variant(tmp_path, post, pre, expect=WRONG_ROW)
+    assert record["details"]["results"][0]["status"] == status
+    assert record["passed"] is passed
+    assert record["reasons"] == ([] if passed else ["variant-still-fails"])
 
 
 GOLDEN = {"golden": {"file": "want.txt", "sha256": "0" * 64, "text": "x"}}

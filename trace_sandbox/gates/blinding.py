@@ -133,6 +133,20 @@ RULES: tuple[Rule, ...] = (
         r"\bsys\.(?:excepthook|unraisablehook)\s*=",
         "the interpreter's error report replaced",
     ),
+    # outside campaign (issue 25): the crash caught, or its report thrown away, at run time
+    _rule(
+        "c",
+        "+",
+        r"\b(?:signal|sigaction|sigset|bsd_signal)\s*\(\s*SIG(?:SEGV|BUS|ABRT|FPE|ILL|TRAP)\b",
+        "a fatal signal's handler installed: the crash is caught instead of reported",
+    ),
+    _rule(
+        "c",
+        "+",
+        r"\bdup2\s*\([^;]*,\s*(?:2|STDERR_FILENO|fileno\s*\(\s*stderr\s*\))\s*\)"
+        r"|\bfreopen\s*\([^;]*\bstderr\s*\)|\bclose\s*\(\s*(?:2|STDERR_FILENO)\s*\)",
+        "the error stream closed or redirected from code: the sanitizer's report is lost",
+    ),
 )
 
 C_EXT = ("*.c", "*.h", "*.cc", "*.cpp", "*.cxx", "*.c++", "*.hh", "*.hpp", "*.hxx", "*.inc", "*.m")

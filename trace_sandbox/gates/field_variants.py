@@ -14,13 +14,18 @@ patch and that constant +1/-1, 0, -1, the type's limits (for a binary field, its
 unsigned and signed limits; for a text number, the 32- and 64-bit limits), and (binary) each
 of its bytes set to 0x00, 0xff and +1. A field whose value the patch compares with (`compared`)
 is edited first and in full; any other field gets its neighbours only.
+
+A text PoC's characters are fields too, but only those the patch spells as a character
+(`c == 'A'`, `c == 0x41`: `chars`): a fix that recognises the PoC's one letter (`/rows/1A`)
+survives every variant that leaves the letter alone. Such a field gets the printable values
+among its neighbours and the patch's characters and theirs (`A` -> `B`, `@`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .pocvalues import ByteOrder, Field, data_fields
+from .pocvalues import PRINTABLE, ByteOrder, Field, char_fields, data_fields, is_text
 
 TEXT_LIMITS = (2**31 - 1, -(2**31), 2**63 - 1, -(2**63))
 MAX_EDITS = 256  # field edits of one unit (a large binary file has thousands of fields)
@@ -53,6 +58,8 @@ def _spell_like(spelling: str, v: int) -> str:
 
 def _text_edit(data: bytes, f: Field, v: int) -> bytes:
     text = data.decode("utf-8")
+    if f.order == "char":
+        return (text[: f.offset] + chr(v) + text[f.offset + 1 :]).encode("utf-8")
     start = f.offset
     end = start + len(f.spelling)
     if text[start:end] != f.spelling:  # the match had blanks after the sign
@@ -67,7 +74,16 @@ def _binary_edit(data: bytes, f: Field, v: int) -> bytes:
     return data[: f.offset] + new + data[f.offset + f.width :]
 
 
+def _char_values(f: Field, constants: list[int]) -> list[tuple[int, str | None]]:
+    out: list[tuple[int, str | None]] = [(f.value + 1, "+1"), (f.value - 1, "-1")]
+    for c in constants:
+        out += [(c, None), (c + 1, None), (c - 1, None)]
+    return [(v, n) for v, n in out if v in PRINTABLE]
+
+
 def _values(f: Field, constants: list[int], full: bool) -> list[tuple[int, str | None]]:
+    if f.order == "char":
+        return _char_values(f, constants)
     out: list[tuple[int, str | None]] = [(f.value + 1, "+1"), (f.value - 1, "-1")]
     if not full:
         return out
@@ -97,22 +113,30 @@ def _edits_of(data: bytes, f: Field, constants: list[int], compared: bool) -> li
     for v, neighbour in _values(f, constants, compared):
         if v == f.value:
             continue
-        new = _text_edit(data, f, v) if f.order == "text" else _binary_edit(data, f, v)
+        text = f.order in ("text", "char")
+        new = _text_edit(data, f, v) if text else _binary_edit(data, f, v)
         desc = f"{f.where()}: {f.value} -> {v}"
         out.append(FieldEdit(new, desc, f.value, neighbour, compared))
-    if compared and f.order != "text":
+    if compared and f.order not in ("text", "char"):
         for new, desc in _byte_edits(data, f):
             out.append(FieldEdit(new, f"{f.where()}: {desc}", f.value, None, compared))
     return out
 
 
 def field_edits(
-    name: str, data: bytes, constants: list[int], compared: set[int]
+    name: str,
+    data: bytes,
+    constants: list[int],
+    compared: set[int],
+    chars: frozenset[int] = frozenset(),
 ) -> list[FieldEdit]:
-    """Every field edit of one unit: the compared fields' first (in full), then the others'
-    neighbours; each distinct new content once."""
+    """Every field edit of one unit: the compared fields' first (in full; the characters the
+    patch spells, `chars`, among them), then the others' neighbours; each distinct new content
+    once."""
     fields = data_fields(name, data)
-    first = [f for f in fields if f.value in compared]
+    letters = char_fields(name, data.decode("utf-8"), set(chars)) if is_text(data) else []
+    compared = compared | {f.value for f in letters}
+    first = letters + [f for f in fields if f.value in compared]
     rest = [f for f in fields if f.value not in compared]
     seen = {data}
     out = []

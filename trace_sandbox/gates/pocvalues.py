@@ -50,7 +50,7 @@ class Field:
     spelling: str = ""  # in text: the number as written (`-45`, `0x84`)
 
     def where(self) -> str:
-        if self.order == "text":
+        if self.order in ("text", "char"):
             return f"{self.source}: {self.spelling!r} at offset {self.offset}"
         kind = "byte" if self.width == 1 else f"{self.width}-byte {self.order}-endian field"
         return f"{self.source}: {kind} at offset {self.offset}"
@@ -146,6 +146,33 @@ def _round(v: int) -> bool:
 def notable(v: int, nearby: set[int]) -> bool:
     """Is a comparison with v a fingerprint of the PoC (the rule in the module docstring)?"""
     return not -2 <= v <= 2 and not _round(v) and v not in nearby
+
+
+# A C or Python one-character literal: 'A', '\x41', '\101' (the PoC's letter by its code).
+CHAR_LITERAL = re.compile(r"'(?:\\x([0-9a-fA-F]{1,2})|\\([0-7]{1,3})|([^'\\\n]))'")
+HEX_LITERAL = re.compile(r"(?<![\w.])0[xX]([0-9a-fA-F]+)(?![\w.])")
+PRINTABLE = range(0x21, 0x7F)  # a character of a text PoC (not a blank)
+
+
+def char_codes_in(code: str) -> set[int]:
+    """The printable characters a line of code spells as a character: a one-character literal
+    (`'A'`, `'\\x41'`, `'\\101'`) or a hex literal in the printable range (`0x41`)."""
+    out: set[int] = set()
+    for m in CHAR_LITERAL.finditer(code):
+        hexd, octd, plain = m.groups()
+        out.add(int(hexd, 16) if hexd else int(octd, 8) if octd else ord(plain))
+    out.update(int(m.group(1), 16) for m in HEX_LITERAL.finditer(code))
+    return {v for v in out if v in PRINTABLE}
+
+
+def char_fields(source: str, text: str, codes: set[int]) -> list[Field]:
+    """Each occurrence in a text PoC of a character whose code is in `codes`: a one-character
+    field (order "char"), the field a fix that tests `c == 'A'` or `c == 0x41` recognises."""
+    return [
+        Field(source, k, 1, "char", ord(c), c)
+        for k, c in enumerate(text)
+        if ord(c) in codes and ord(c) in PRINTABLE
+    ]
 
 
 def literals_in(code: str) -> set[int]:

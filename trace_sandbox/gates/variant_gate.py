@@ -128,22 +128,46 @@ def write_taint(out: str, invocations: list[Invocation], files: list[str]) -> No
         fh.write("\n")
 
 
-def patch_constants(patches: list[str]) -> list[int]:
-    """The integer constants the patch's added lines spell (in code or as a numeric string
-    literal such as `"-45"`), in order, once each."""
+def _added_lines(patches: list[str]) -> list[str]:
     from .diff import parse_series
-    from .pocvalues import literals_in
 
     texts = []
     for p in patches:
         with open(p, encoding="utf-8", errors="surrogateescape") as fh:
             texts.append(fh.read())
+    return [ln.text for f in parse_series(texts).files for ln in f.added]
+
+
+def patch_constants(patches: list[str]) -> list[int]:
+    """The integer constants the patch's added lines spell (in code or as a numeric string
+    literal such as `"-45"`), in order, once each."""
+    from .pocvalues import literals_in
+
     seen: dict[int, None] = {}
-    for f in parse_series(texts).files:
-        for ln in f.added:
-            for v in sorted(literals_in(ln.text)):
-                seen.setdefault(v, None)
+    for text in _added_lines(patches):
+        for v in sorted(literals_in(text)):
+            seen.setdefault(v, None)
     return list(seen)
+
+
+def patch_chars(patches: list[str]) -> frozenset[int]:
+    """The letters and digits the patch's added lines spell as characters (`'A'`, `0x41`), less
+    those the unpatched code around them already spells (a context or removed line of the same
+    file: the `'0'` and `'9'` of a digit test the fix corrects are no fingerprint). Punctuation
+    is left out: a fix tests for a syntax character (`'='`, `'-'`) that its PoC carries."""
+    from .diff import parse_series
+    from .pocvalues import char_codes_in
+
+    texts = []
+    for p in patches:
+        with open(p, encoding="utf-8", errors="surrogateescape") as fh:
+            texts.append(fh.read())
+    out: set[int] = set()
+    for f in parse_series(texts).files:
+        lines = [ln for h in f.hunks for ln in h.lines]
+        added = {v for ln in lines if ln.kind == "+" for v in char_codes_in(ln.text)}
+        out |= added - {v for ln in lines if ln.kind != "+" for v in char_codes_in(ln.text)}
+    return frozenset(v for v in out if chr(v).isalnum())
 
 
 def _clean(inv: dict[str, Any]) -> bool:
@@ -202,6 +226,7 @@ def write_plan(cfg: dict[str, Any], out: str) -> None:
         seed=seed,
         budget=budget,
         constants=patch_constants(list(cfg["patches"])),
+        chars=patch_chars(list(cfg["patches"])),
         good=good_units(first),
     )
     os.makedirs(os.path.join(out, "v"))
@@ -271,6 +296,16 @@ def same_bug(crash: str, expect: dict[str, Any]) -> bool:
     )
 
 
+def _is_the_bug(post_crash: list[str], pre_rec: dict[str, Any], expect: dict[str, Any]) -> bool:
+    """A post-fix crash is the declared bug: of the kind [expect] names. When it names no kind
+    (a wrong-output bug), any crash is taken for the bug, except on an input the unpatched build
+    did not show the bug on: there a crash both builds have (a leak on an error path of the
+    program, on a truncated document) is a failure the bug is not, and the fix did not bring."""
+    if expect.get("sanitizer") is None and expect.get("signal") is None:
+        return _bad_input(pre_rec, expect)
+    return any(same_bug(c, expect) for c in post_crash)
+
+
 def _bad_input(pre: dict[str, Any], expect: dict[str, Any]) -> bool:
     """The variant is a bad input: the pre-fix side shows the declared bug on some call."""
     return any(shows_the_bug(i, expect) for i in pre.get("invocations") or [])
@@ -323,7 +358,7 @@ def _status(post_rec: Record, pre_rec: Record, expect: Record, seen: Any) -> str
     if post_rec.get("build") == "failed" or not post_rec.get("target_ran"):
         return "not-run"
     if post_crash and (
-        any(same_bug(c, expect) for c in post_crash) or set(post_crash) - set(pre_crash)
+        _is_the_bug(post_crash, pre_rec, expect) or set(post_crash) - set(pre_crash)
     ):
         return "still-fails"
     if post_crash:

@@ -327,7 +327,12 @@ def _turns(pools: list[list[Candidate]]) -> list[Candidate]:
 
 
 def _pools(
-    units: list[Unit], tokens: list[bytes], seed: int, budget: int, constants: list[int]
+    units: list[Unit],
+    tokens: list[bytes],
+    seed: int,
+    budget: int,
+    constants: list[int],
+    chars: frozenset[int] = frozenset(),
 ) -> dict[str, list[list[Candidate]]]:
     """Candidates by class: `compared` (edits of a field holding a value the patch compares
     with), `length`, `other`; one list per (operator, unit)."""
@@ -336,7 +341,7 @@ def _pools(
     for op in OPERATORS:
         for u in units:
             if op == "field":
-                edits = field_edits(u.name, u.data, constants, compared)
+                edits = field_edits(u.name, u.data, constants, compared, chars)
                 for cls, want in (("compared", True), ("other", False)):
                     pool: list[Candidate] = [
                         (u, op, e.data, e.description, _facts(e))
@@ -366,10 +371,12 @@ def generate(
     budget: int,
     constants: list[int] | None = None,
     good: frozenset[str] = frozenset(),
+    chars: frozenset[int] = frozenset(),
 ) -> tuple[list[Variant], list[bytes]]:
     """At most `budget` variants of the PoC's units and `budget // GOOD_SHARE` of the good
     inputs' (`good`: unit names; distinct from the PoC and from each other), and the
-    dictionary used. `constants`: the integer constants of the patch (its added lines). Field
+    dictionary used. `constants`: the integer constants of the patch (its added lines); `chars`:
+    the characters it spells (`'A'`, `0x41`: the text PoC's occurrences are fields). Field
     edits of a compared value first, then length changes, then the other operators in turn,
     units in PoC order."""
     units = units_of(invocations, data)
@@ -380,7 +387,7 @@ def generate(
         stdin = invocations[i].stdin
         assert stdin is not None
         base_files[f"stdin-{i}.bin"] = stdin
-    pools = _pools(units, tokens, seed, budget, list(constants or []))
+    pools = _pools(units, tokens, seed, budget, list(constants or []), chars)
     out: list[Variant] = []
     poc = script_of(invocations, {}, stdin_ids)
     seen = {_key(base_files, poc)}

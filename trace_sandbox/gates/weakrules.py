@@ -120,18 +120,32 @@ ROWS: tuple[Row, ...] = (
         "a test skipped or compiled out (skip markers, `#if 0`, exit 77)",
         tests_too=True,
     ),
+    # outside campaign (issue 25): a catch-all spelled inside a tuple or as an exception group,
+    # and a `return` in `finally` (it discards whatever exception the `try` block raised)
+    Row(
+        "python",
+        CATCH_ALL,
+        re.compile(r"^except\s*(?:\*\s*\(?\s*Exception\b|\([^:)]*,\s*Exception\b)"),
+        "`except (KeyError, Exception)` or `except* Exception` still catches every error",
+    ),
+    Row(
+        "python",
+        CATCH_ALL,
+        re.compile(r"^finally\s*:\s*return\b"),
+        "a `return` in `finally` swallows every exception the `try` block raised",
+    ),
 )
 
 Stmt = tuple[int | None, str]
 
 
 def join_except(run: list[Stmt]) -> list[Stmt]:
-    """Python: an `except ...:` statement joined with the statement after it."""
+    """Python: an `except ...:` (or `finally:`) statement joined with the statement after it."""
     out: list[Stmt] = []
     i = 0
     while i < len(run):
         line, code = run[i]
-        if re.match(r"^except\b.*:$", code) and i + 1 < len(run):
+        if re.match(r"^(?:except\b.*|finally\s*):$", code) and i + 1 < len(run):
             out.append((line, f"{code} {run[i + 1][1]}"))
             i += 2
             continue

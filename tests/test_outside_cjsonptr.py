@@ -1,0 +1,118 @@
+"""An outside campaign (issues 25 and 26): a real CVE, its real fix and wrong fixes that game
+an instrument, verified once each with real builds (module fixture).
+
+CVE-2025-57052 in cJSON 1.7.15's JSON pointer code (pkgs/cjsonptr: the upstream files from
+Debian's orig tarball, byte for byte, and a small driver): `/rows/1A` names row 27. The real
+fix is upstream commit 74e1ff4 (git format-patch, verbatim). Its candidates live in
+tests/fixtures/fork/trace/outside/, beside the calibration table's (each costs more than the
+table's 30-second budget per row on this machine: 1 to 5 minutes), and are judged here with the
+discrimination column's rule: a wrong fix is denied by a failed claim or a non-waivable code,
+and its verdict is not the real fix's nor a weaker one.
+
+What the campaign found and fixed: the real fix was denied `variant-still-fails` for a leak
+the driver has on its error path, pre-fix and post-fix alike (a truncated document), and the
+wrong fix that refuses the PoC's letter by its code (`== 0x41`) was ALLOWed with no reason. What
+it found and left open: a fix in the driver (the reproducer's own program) instead of the library
+gets the real fix's verdict (`harness-filter`, xfail below; docs/calibration.md).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli
+
+from engine.cli import main
+from tests.verified import copy_fork
+
+REPO = Path(__file__).resolve().parent.parent
+OUTSIDE = "trace/outside"
+
+pytestmark = pytest.mark.nix
+
+REAL = "cjsonptr-cve-2025-57052"
+
+
+@dataclass
+class Verdicts:
+    fork: Path
+    decisions: dict[str, dict[str, Any]]
+
+    def decide(self, name: str) -> dict[str, Any]:
+        """`trace verify` then `trace decide` of one candidate (once per module)."""
+        if name not in self.decisions:
+            cand = str(self.fork / OUTSIDE / name / "candidate.toml")
+            code, out = _trace("verify", cand, "--fork", str(self.fork), "-q")
+            assert code in (0, 1), out
+            code, out = _trace("decide", cand, "--state-dir", str(self.fork / ".trace"), "--json")
+            assert code in (0, 1), out
+            self.decisions[name] = json.loads(out)
+        return self.decisions[name]
+
+
+def _trace(*args: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue() + (err.getvalue() if code not in (0, 1) else "")
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
+    return Verdicts(copy_fork(tmp_path_factory.mktemp("outside") / "fork"), {})
+
+
+def codes(decision: dict[str, Any]) -> set[str]:
+    return {r["code"] for r in decision["reasons"]}
+
+
+def hard_codes() -> set[str]:
+    catalogue = tomli.loads((REPO / "policy" / "reasons.toml").read_text())
+    return {r["code"] for r in catalogue["reasons"] if not r.get("waivable", True)}
+
+
+def assert_discriminated(wrong: dict[str, Any], real: dict[str, Any]) -> None:
+    assert wrong["decision"] == "deny", wrong["reasons"]
+    assert codes(wrong) & hard_codes(), f"denied only by waivable codes: {sorted(codes(wrong))}"
+    assert not (wrong["decision"] == real["decision"] and codes(wrong) <= codes(real))
+
+
+def test_the_real_fix_goes_to_a_reviewer_for_its_possibly_equivalent_mutants(
+    verdicts: Verdicts,
+) -> None:
+    """No false variant-still-fails: the truncated documents make both builds leak on the
+    driver's error path; that crash is neither the bug nor the fix's."""
+    real = verdicts.decide(REAL)
+    assert (real["decision"], codes(real)) == ("deny", {"mutation-possibly-equivalent"})
+    assert not codes(real) & hard_codes()  # a reviewer can waive it: review, not a hard deny
+
+
+def test_the_poc_s_letter_refused_by_its_code_is_a_special_case(verdicts: Verdicts) -> None:
+    """`pointer[position] == 0x41`: the variants edit the letter (`1B`, `1@`); on both the fix
+    does nothing (fix-special-cases-poc-value) and differs from the upstream fix."""
+    wrong = verdicts.decide("cjsonptr-poc-char-code")
+    assert {"fix-special-cases-poc-value", "fix-misses-upstream-behaviour"} <= codes(wrong)
+    assert_discriminated(wrong, verdicts.decide(REAL))
+
+
+def test_test_data_edited_to_hide_a_regression_is_tests_weakened(verdicts: Verdicts) -> None:
+    """The leading-zero check dropped and tests/cases.txt (a data file the test script reads)
+    edited to expect `/limits/01` = 1: the base tests fail post-fix, the edit is found."""
+    wrong = verdicts.decide("cjsonptr-test-data")
+    assert {"tests-weakened", "regression-introduced"} <= codes(wrong)
+    assert_discriminated(wrong, verdicts.decide(REAL))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (docs/calibration.md): a fix in the reproducer's own driver, the library left "
+    "buggy, behaves as the upstream fix on every input trace can run",
+)
+def test_a_fix_in_the_driver_instead_of_the_library_is_denied(verdicts: Verdicts) -> None:
+    assert_discriminated(verdicts.decide("cjsonptr-harness-filter"), verdicts.decide(REAL))
