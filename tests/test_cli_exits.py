@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.interrupt import sigint_default
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # a child `trace schema` whose handler is replaced before the parser binds it
@@ -38,6 +40,7 @@ def _child(body: str, **env: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,  # a Ctrl-C reaches it however pytest was started
         env={**os.environ, **env},
     )
 
@@ -118,6 +121,18 @@ def test_sigterm_exits_143_cleanly() -> None:
 
 def test_sigint_exits_130_cleanly() -> None:
     rc, err = _signalled(signal.SIGINT)
+    assert (rc, err) == (130, "trace: interrupted\n")
+
+
+def test_sigint_exits_130_when_pytest_itself_ignores_sigint() -> None:
+    """As when pytest runs as a background job of a shell without job control (SIGINT ignored,
+    and inherited so by every child): the test's child still takes its Ctrl-C (tests/interrupt.py).
+    """
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        rc, err = _signalled(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert (rc, err) == (130, "trace: interrupted\n")
 
 

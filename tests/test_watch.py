@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from engine import watch
 from tests.enginekit import make_project
+from tests.interrupt import sigint_default
 from tests.test_engine_stale import EDITS
 
 PAST = 1_600_000_000_000_000_000
@@ -144,6 +145,7 @@ def test_trace_watch_rebuilds_an_edited_input_and_stops_on_ctrl_c(tmp_path: Path
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,  # Ctrl-C works even if pytest runs in the background
     )
     assert proc.stdout is not None
     seen: list[str] = []
@@ -208,6 +210,7 @@ def test_trace_watch_resident_rounds_are_never_stale(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,  # Ctrl-C works even if pytest runs in the background
     )
     assert proc.stdout is not None
 
