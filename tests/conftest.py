@@ -68,7 +68,9 @@ FAST_NIX: tuple[str, ...] = (
     # verify -> decide -> bundle -> sign -> verify-bundle --replay (the warm memo's two real
     # builds, ~14 s on a quiet machine, run in --all; its logic tests are non-build tests)
     "tests/test_e2e_bundle.py::test_trace_verify_bundle_signs_and_the_replay_agrees",
-    "tests/test_watch.py::",
+    # `trace watch`: an edited input rebuilt, then Ctrl-C (the resident rounds' real-build test,
+    # ~18 s, runs in --all; their logic is tests/test_resident.py's, a non-build test)
+    "tests/test_watch.py::test_trace_watch_rebuilds_an_edited_input_and_stops_on_ctrl_c",
     # trace run itself: cold, no-op, one input changed, failure (not the 97 s GC test)
     "tests/test_engine_run.py::test_cold_build_builds_every_step",
     "tests/test_engine_run.py::test_noop_run_builds_and_evaluates_nothing",

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from engine.errors import InputError
 from engine.render import render
 from engine.templatelint import lint_template, unsafe_interpolations
+from tests.tiers import repeats
 
 HOLE = "{{ v }}"
 D_NOISE = ["", '\\"', "\\${", "$$", "''", "}", "{", "#", "/*", "\\\\"]
@@ -62,7 +63,7 @@ def wrap(inner: st.SearchStrategy[tuple[str, str]]) -> st.SearchStrategy[tuple[s
 templates = st.recursive(st.one_of(hole_in_code(), hole_in_string()), wrap, max_leaves=4)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=repeats(400, 100), deadline=None)  # the fast tier: 100 (tests/tiers.py)
 @given(templates)
 def test_the_lint_refuses_exactly_the_holes_outside_code(case: tuple[str, str]) -> None:
     text, ctx = case

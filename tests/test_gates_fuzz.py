@@ -1,5 +1,6 @@
 """The fuzzing gate (issue 26): the coverage-guided loop, minimisation, crash signatures, the
-gate's judgement, and the default budget against urldec's length special case (10 of 10 seeds).
+gate's judgement, and the default budget against urldec's length special case (10 of 10 seeds;
+3 of 3 in the fast tier, tests/tiers.py).
 
 The loop's claims that are pure logic run against explicit fakes; the 10-seed claim runs the
 real fixture decoder, compiled with gcc's trace-pc and trace's runtime exactly as the fuzzing
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 import tomli
 
+from tests.tiers import repeats
 from trace_sandbox.gates.fuzz import (
     MAP_SIZE,
     Outcome,
@@ -198,7 +200,9 @@ def test_not_measurable_says_why_and_never_denies(tmp_path: Path) -> None:
     assert {"fuzz-found-crash", "fuzz-not-measurable"} <= codes
 
 
-# --- the default budget against the real decoder, 10 seeds -------------------------------------
+# --- the default budget against the real decoder, 10 seeds (3 in the fast tier, tests/tiers.py) --
+
+SEEDS = repeats(10, 3)
 
 
 def _instrumented(tmp: Path) -> Path:
@@ -265,20 +269,20 @@ def test_the_default_budget_finds_the_length_special_case_with_10_of_10_seeds(
         found = _first_crashes(runner, invs, files, units)
         assert runner.mode() == "fork-server", runner.fallback  # as the gate runs it
     budget = default_executions()
-    assert len(found) == 10 and max(found.values()) <= budget, found
+    assert len(found) == SEEDS and max(found.values()) <= budget, found
     print(f"first crash at execution, by seed: {found}")
 
 
 def _first_crashes(
     runner: ProgramRunner, invs: list[Invocation], files: dict[str, bytes], units: list[Unit]
 ) -> dict[int, int]:
-    """Seeds 0 to 9 at the default budget: the execution of each seed's first crash."""
+    """Seeds 0 to SEEDS - 1 at the default budget: the execution of each seed's first crash."""
     assert runner(0, units[0].data).crash is None  # the wrong fix passes the PoC itself
     seeds, tokens = gate_seeds(invs, files, units)
     assert not any(runner(k, d).crash for k, d in seeds)  # the variants miss it
     budget = default_executions()
     found = {}
-    for seed in range(10):
+    for seed in range(SEEDS):
         result = fuzz(
             seeds, runner, executions=budget, seed=seed, tokens=tokens, stop_on_crash=True
         )

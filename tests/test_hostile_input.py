@@ -29,6 +29,7 @@ from engine.errors import InputError
 from engine.graph import load_graph
 from engine.loader import MAX_DEPTH, read_document
 from tests.enginekit import KINDS, MINIPKGS, REPO, TEXT_TEMPLATE, make_project
+from tests.tiers import repeats
 
 DEADLINE = 60.0  # seconds; a hang fails the case
 FORK = REPO / "tests" / "fixtures" / "fork"
@@ -543,7 +544,9 @@ def test_the_catalogue_covers_every_class() -> None:
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=repeats(150, 40),  # the fast tier: 40 (tests/tiers.py)
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.binary(max_size=300))
 def test_any_bytes_as_a_candidate_file_are_loaded_or_refused_cleanly(
@@ -556,7 +559,9 @@ def test_any_bytes_as_a_candidate_file_are_loaded_or_refused_cleanly(
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=repeats(60, 20),  # the fast tier: 20 (tests/tiers.py)
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     depth=st.integers(min_value=1, max_value=3000),
@@ -578,7 +583,9 @@ def test_any_nesting_is_read_or_refused_never_a_recursion_error(
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=repeats(60, 15),  # the fast tier: 15 (tests/tiers.py)
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(text=st.text(max_size=200))
 def test_any_text_as_a_pipeline_file_is_loaded_or_refused_cleanly(

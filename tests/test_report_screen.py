@@ -89,9 +89,8 @@ def first_screen(
         return seen[name]
     make = CASES[name][0]
     _, _, page = make(tmp, monkeypatch)
-    r = browser.run_page(page, tmp, FIRST_SCREEN, size="1400,900")
+    r = browser.run_page(page, tmp, FIRST_SCREEN, size="1400,900", shot=tmp / f"{name}.png")
     assert r["errors"] == [] and r["violations"] == [] and r["resources"] == [], r
-    browser.screenshot(page, tmp / f"{name}.png", tmp, "1400,900")
     seen[name] = r
     return r
 
@@ -133,10 +132,10 @@ def test_an_anchor_draws_its_section(tmp_path: Path, monkeypatch: pytest.MonkeyP
         tmp_path,
         'return {top: document.getElementById("gates").getBoundingClientRect().top};',
         fragment="gates",
+        shot=tmp_path / "anchor.png",
     )
     assert 0 <= r["top"] <= 40, r  # scrolled to the anchor
-    png = browser.screenshot(page, tmp_path / "anchor.png", tmp_path, "1400,900", "gates")
-    assert browser.drawn(png) > 50  # not blank
+    assert browser.drawn(tmp_path / "anchor.png") > 50  # not blank
 
 
 FINDINGS = """

@@ -28,6 +28,7 @@ from engine.plan import components, plan
 from engine.resident import Resident, faithful, sections, splice
 from engine.run import RunResult, StepResult
 from tests.enginekit import layered_steps, make_project, write_inputs
+from tests.tiers import repeats
 
 N = 30
 
@@ -110,7 +111,9 @@ BODIES = st.builds(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=repeats(40, 10),  # the fast tier: 10 (tests/tiers.py)
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(sid=st.sampled_from([f"s{i}" for i in range(N)]), body=BODIES, data=st.data())
 def test_every_accepted_edit_gives_what_a_full_load_gives(
@@ -251,7 +254,7 @@ SECTION_TEXT = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=repeats(200, 50), deadline=None)  # the fast tier: 50 (tests/tiers.py)
 @given(old=SECTION_TEXT, new=SECTION_TEXT, cut=st.integers(0, 12))
 def test_splice_splits_as_a_full_split_would(old: list[str], new: list[str], cut: int) -> None:
     before = "".join(old)

@@ -25,6 +25,7 @@ from engine import watch
 from tests.enginekit import make_project
 from tests.interrupt import sigint_default
 from tests.test_engine_stale import EDITS
+from tests.tiers import repeats
 
 PAST = 1_600_000_000_000_000_000
 
@@ -40,7 +41,9 @@ def _tree(tmp: Path) -> tuple[Path, list[tuple[Path, list[str]]]]:
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=repeats(25, 10),  # the fast tier: 10 (tests/tiers.py)
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(edit=st.sampled_from(sorted(EDITS)), content=st.text(min_size=1, max_size=40))
 def test_every_edit_of_the_stale_tests_is_noticed(tmp_path: Path, edit: str, content: str) -> None:
