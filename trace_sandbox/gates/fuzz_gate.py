@@ -327,6 +327,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     if isinstance(oracles, str):
         oracles = json.loads(oracles)
     accept = oracles.get("accept") or {}
+    declared = oracles.get("expect") or expect  # [expect] whole: its per-invocation oracles too
     stats = plan.get("fuzz") or {}
     post, pre = runs_by_index(cfg["post"]), runs_by_index(cfg["pre"])
     results = []
@@ -336,7 +337,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         post_crash = all_crashes(post_rec, accept)
         failing = bool(post_crash) and (
             any(same_bug(c, expect) for c in post_crash if not c.startswith(CRASH_PREFIX))
-            or shows_python_bug(post_rec, expect, accept)
+            or shows_python_bug(post_rec, declared, accept)
             or bool(set(post_crash) - set(pre_crash))
         )
         results.append(
