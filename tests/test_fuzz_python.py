@@ -193,8 +193,8 @@ def test_the_default_budget_finds_the_wrong_fix_s_crash_with_10_of_10_seeds(
 
 
 def test_the_real_fix_gives_the_fuzzer_no_crash(tmp_path: Path) -> None:
-    """A share of the default budget here (the calibration row runs it whole, in the gate):
-    every seed of the wrong fix's crash but one came within 150 executions."""
+    """A share of the default budget here, for the fast tier (the calibration row runs the
+    whole budget, in the gate, with real builds)."""
     run = runner(tmp_path, RIGHT)
     seeds, tokens = gate_seeds(run, RIGHT)
     result = fuzz(seeds, run, executions=150, seed=0, tokens=tokens)
