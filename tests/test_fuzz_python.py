@@ -313,3 +313,57 @@ def test_a_relation_only_expect_counts_only_a_new_exception(tmp_path: Path) -> N
     oracles = {"expect": {"relation": [{"relation": "equal"}]}, "accept": {}}
     rec = _judge(tmp_path, _inv(1, _tb("ValueError")), _inv(1, _tb("ValueError")), oracles)
     assert rec["passed"] and rec["details"]["results"][0]["status"] == "other-crash"
+
+
+# --- fuzz-plan, Python side ----------------------------------------------------------------------
+
+
+def test_the_plan_fuzzes_a_python_target_and_writes_the_found_input_as_a_reproducer(
+    tmp_path: Path,
+) -> None:
+    """write_plan on lineesc's wrong fix, as fuzz-plan runs it (no Nix): the Python runner,
+    the crash minimised and written as an ordinary reproducer of both calls; no corpus for the
+    mutation gate (its replay starts a python3 per call)."""
+    from trace_sandbox.gates.fuzz_gate import write_plan
+
+    target = installed(tmp_path / "build", WRONG)
+    pre = tmp_path / "pre-run"
+    pre.mkdir()
+    calls = [{"target": i.target, "kind": i.kind, "args": list(i.args)} for i in INVS]
+    (pre / "outcome.json").write_text(json.dumps({"target_ran": True, "invocations": calls}))
+    data = [str(WRONG / n) for n in ("good.txt", "good.out", "poc.txt")]
+    policy = {**POLICY, "thresholds": {"executions": 120, "seed": 3}}
+    out = tmp_path / "plan"
+    write_plan(
+        {"target": str(target), "pre_runs": [str(pre)], "data": data, "policy": policy},
+        str(out),
+    )
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["fuzz"]["runner"] == "in-process" and plan["fuzz"]["not_measurable"] is None
+    (variant,) = plan["variants"]
+    assert "Python: IndexError @ _hex" in variant["description"], variant
+    script = (out / "v" / "1" / "repro.sh").read_text()
+    assert script.splitlines()[-2:] == [
+        "\"$TARGET/bin/unescape\" 'good.txt'",
+        "\"$TARGET/bin/unescape\" 'poc.txt'",
+    ]
+    assert not (out / "corpus").exists()
+
+
+def test_a_python_script_alone_is_not_an_input_to_fuzz(tmp_path: Path) -> None:
+    """textcols' shape: `python3 repro.py`, repro.py its only data file: nothing to vary."""
+    from trace_sandbox.gates.fuzz_gate import write_plan
+
+    target = installed(tmp_path / "build", RIGHT)
+    pre = tmp_path / "pre-run"
+    pre.mkdir()
+    call = {"target": "lib/python/lineesc/__init__.py", "kind": "python", "args": ["repro.py"]}
+    (pre / "outcome.json").write_text(json.dumps({"target_ran": True, "invocations": [call]}))
+    script = tmp_path / "repro.py"
+    script.write_text("import lineesc\n")
+    out = tmp_path / "plan"
+    cfg = {"target": str(target), "pre_runs": [str(pre)], "data": [str(script)], "policy": POLICY}
+    write_plan(cfg, str(out))
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["fuzz"]["not_measurable"] == "the PoC has no input to vary"
+    assert plan["variants"] == []

@@ -141,7 +141,10 @@ def write_plan(cfg: dict[str, Any], out: str) -> None:
             minimise=sum(u for _, _, u in found),
         )
     os.makedirs(os.path.join(out, "v"))
-    if result.corpus:  # kept for the mutation gate's survivors (corpus_replay.py, issue 26)
+    # kept for the mutation gate's survivors (corpus_replay.py, issue 26); not a Python target's:
+    # that replay starts a python3 per call and per build (pager-relation-fix: ~35 calls per
+    # input, 106 inputs, each survivor) where the loop ran them in one interpreter
+    if result.corpus and not python_targets(str(cfg.get("target") or ""), invs):
         write_corpus(out, invs, files, trees, units, result.corpus)
     write_taint(out, invs, [p for p in cfg.get("data") or [] if not os.path.isdir(p)])
     stdin_ids = {i for i, inv in enumerate(invs) if inv.stdin}
