@@ -367,3 +367,37 @@ def test_a_python_script_alone_is_not_an_input_to_fuzz(tmp_path: Path) -> None:
     plan = json.loads((out / "plan.json").read_text())
     assert plan["fuzz"]["not_measurable"] == "the PoC has no input to vary"
     assert plan["variants"] == []
+
+
+def test_an_exception_the_fix_declares_as_its_rejection_is_no_crash_in_the_loop(
+    tmp_path: Path,
+) -> None:
+    """htmlattr's shape: the fix refuses the PoC's key by raising ValueError (exit 1), as its
+    [accept] declares; every execution runs that call too, so without the [accept] rule every
+    execution would count as a crash and nothing would join the corpus."""
+    from trace_sandbox.gates.fuzz_gate import _refusal
+
+    pkg = tmp_path / "target" / "lib" / "python" / "attr"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "def check(key):\n    if ' ' in key:\n        raise ValueError('invalid key')\n"
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    files = {"r.py": b"import attr, sys\nattr.check(open(sys.argv[1]).read())\n"}
+    files |= {"good.txt": b"id", "bad.txt": b"x y"}
+    invs = [
+        Invocation("lib/python/attr/__init__.py", "python", ("r.py", "good.txt")),
+        Invocation("lib/python/attr/__init__.py", "python", ("r.py", "bad.txt")),
+    ]
+    units = [u for u in units_of(invs, files) if u.name != "r.py"]
+    accept = {"invocation": [{"args": "bad", "exit_code": [1], "stderr": "ValueError: invalid"}]}
+    refused = _refusal({"oracles": json.dumps({"expect": {}, "accept": accept})})
+    paths = [str(pkg.parent)]
+    target = str(tmp_path / "target")
+    good = [u.name for u in units].index("good.txt")
+    plain = PythonRunner(target, invs, files, units, str(work), paths)
+    assert plain(good, b"ok").crash == "Python: ValueError @ check (__init__.py)"
+    judged = PythonRunner(target, invs, files, units, str(work), paths, refused=refused)
+    assert judged(good, b"ok").crash is None and judged(good, b"ok").features
+    assert judged(good, b"a b").crash is None  # the same refusal on the good call: no crash

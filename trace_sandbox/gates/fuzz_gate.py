@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from .applied import applied_policy, bound
@@ -35,6 +36,7 @@ from .fuzz import Crash, FuzzResult, fuzz, minimise
 from .fuzz_python import (
     CRASH_PREFIX,
     PythonRunner,
+    Ran,
     is_python_target,
     script_names,
     traceback_crash,
@@ -112,7 +114,8 @@ def python_targets(target: str, invs: list[Invocation]) -> bool:
 
 
 def write_plan(cfg: dict[str, Any], out: str) -> None:
-    """cfg: target (the coverage build), pre_runs, data, seeds (variant-plan dir), policy."""
+    """cfg: target (the coverage build), pre_runs, data, seeds (variant-plan dir), policy,
+    oracles (the candidate's {expect, accept}: a Python fix's declared rejection is no crash)."""
     policy = applied_policy(cfg)
     executions = bound(policy, "executions") or DEFAULT_EXECUTIONS
     seed = bound(policy, "seed")
@@ -199,7 +202,10 @@ def _explore(
         if python_targets(target, invs):
             from ..harness.targetview import python_paths
 
-            py = PythonRunner(target, invs, files, units, work, python_paths(target))
+            refused = _refusal(cfg)
+            py = PythonRunner(
+                target, invs, files, units, work, python_paths(target), refused=refused
+            )
             result, found = _loop(py, seeds, executions, seed, _tokens(cfg))
             runner: ProgramRunner | PythonRunner = py
         else:
@@ -211,6 +217,27 @@ def _explore(
         why = "the instrumented build ran no instrumented code (no coverage map)"
         return result, [], why, ways
     return result, found, None, ways
+
+
+def _refusal(cfg: dict[str, Any]) -> Callable[[Ran], bool]:
+    """Whether a Python run that raised is the fix refusing its input as [accept] declares
+    (oracle.rejections: exit code and output), judged on what the run printed."""
+    oracles = cfg.get("oracles") or {}
+    if isinstance(oracles, str):
+        oracles = json.loads(oracles)
+    rules = rejections(oracles.get("accept") or {})
+
+    def refused(ran: Ran) -> bool:
+        inv = {
+            "exit_code": ran.exit_code,
+            "signal": None,
+            "sanitizer": None,
+            "stdout": ran.stdout.decode("utf-8", "replace"),
+            "stderr": ran.stderr.decode("utf-8", "replace"),
+        }
+        return any(not mismatches(inv, o) for o in rules)
+
+    return refused
 
 
 def _loop(
