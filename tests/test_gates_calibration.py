@@ -61,6 +61,9 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # issue 26: an off-by-one at a decoder's capacity fixed in the loop's bound (the fuzzing
     # gate explores 500 executions of it and finds nothing)
     ("urldec-capacity", "allow", set()),
+    # issue 26: a Python decoder's out-of-range read fixed where every escape character is read
+    # (the fuzzing gate traces the Python target in-process, 500 executions, and finds nothing)
+    ("lineesc-truncated-escape", "allow", set()),
     # plausible wrong fixes: DENY, by the gates that see them
     # ... and the fault-site gate: the patch changes no function on the failing stack. Issue 26:
     # its two mutants (`KEY_MAX` 65, 63) behave as it does on every input tried, but nothing is
@@ -73,6 +76,10 @@ CALIBRATION: list[tuple[str, str, set[str]]] = [
     # rejects the good input too: its [[accept.invocation]] for good.conf fails (issue 9), and
     # so do the variants of good.conf the unpatched build printed with exit 0 (exit 2 now)
     ("cparse-reject-everything", "deny", {"post-fix-still-fails", "variant-breaks-oracle"}),
+    # issue 26: a Python wrong fix of lineesc's bug for the PoC's case only (a line ending in a
+    # backslash): the PoC and its variants pass; the fuzzing gate finds a \x or \u escape cut
+    # off by a line's end (IndexError, the advisory's exception) and confirms it on both builds
+    ("lineesc-trailing-backslash", "deny", {"fuzz-found-crash"}),
     # correct fixes the gates cannot fully judge: routed to human REVIEW (waivable reasons only)
     # a wrong-output bug in a shell + awk tool: its claims hold (test_verify), but no mutation
     # or coverage tool measures shell, so a reviewer must read it
@@ -415,6 +422,28 @@ def test_the_length_special_case_is_missed_by_the_variants_and_found_by_the_fuzz
     assert real["details"]["fuzz"]["edges"] > 0  # it did explore: coverage came back
 
 
+def test_a_python_wrong_fix_is_missed_by_the_variants_and_found_by_the_fuzzer(
+    state: Calibration, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26, Python targets: the variants miss lineesc's wrong fix; the fuzzing gate traces
+    bin/unescape (a Python script) in-process, finds an escape cut off by a line's end, and the
+    verify harness confirms it on both builds (IndexError, [expect]'s exception). The real
+    fix's 500 executions find nothing."""
+    verified(state, capsys, "lineesc-trailing-backslash")
+    variants = gate(state, "lineesc-trailing-backslash", "variants")
+    assert variants["passed"] and variants["details"]["still_failing"] == [], variants["details"]
+    fuzz = gate(state, "lineesc-trailing-backslash", "fuzz")
+    assert fuzz["reasons"] == ["fuzz-found-crash"] and fuzz["measurable"], fuzz["details"]
+    (found,) = fuzz["details"]["still_failing"]
+    assert found["post_crash"] == ["Python: IndexError"]
+    stats = fuzz["details"]["fuzz"]
+    assert stats["executions"] == 500 and stats["runner"] == "in-process", stats
+    verified(state, capsys, "lineesc-truncated-escape")
+    real = gate(state, "lineesc-truncated-escape", "fuzz")
+    assert real["passed"] and real["measurable"] and real["details"]["results"] == []
+    assert real["details"]["fuzz"]["edges"] > 0
+
+
 def test_decide_says_why_mutation_is_not_measurable(
     state: Calibration, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -472,6 +501,11 @@ DISCRIMINATION: dict[str, tuple[str, list[str]]] = {
     "urldec: a line decoding to exactly 16 bytes overflows by one": (
         "urldec-capacity",
         ["urldec-length-special-case"],
+    ),
+    # issue 26: a Python wrong fix only the fuzzing gate reaches (traced in-process)
+    "lineesc: an escape cut off by a line's end reads past it": (
+        "lineesc-truncated-escape",
+        ["lineesc-trailing-backslash"],
     ),
     # issue 32: the pager bug declared by relation oracles only (no golden output)
     "pager (relations): the last, partial page is always empty": (

@@ -26,14 +26,24 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from .applied import applied_policy, bound
 from .codes import gate_record
 from .corpus_replay import write_corpus
 from .fuzz import Crash, FuzzResult, fuzz, minimise
+from .fuzz_python import (
+    CRASH_PREFIX,
+    PythonRunner,
+    Ran,
+    is_python_target,
+    script_names,
+    traceback_crash,
+)
 from .fuzz_runner import ProgramRunner, scratch_root
 from .modules import load_json_object
+from .oracle import mismatches, rejections, shows_the_bug
 from .variant_gate import (
     _store_name,
     crashes,
@@ -90,15 +100,22 @@ def why_not_measurable(
     target = str(cfg.get("target") or "")
     if not first.get("target_ran") or not invs:
         return "the pre-fix run recorded no target invocation: no PoC to fuzz from"
-    if not any(i.kind == "program" for i in invs):
-        return "the PoC's targets are not compiled programs (Python): nothing to instrument"
     if not target or os.path.exists(os.path.join(target, ".trace-build-failed")):
         return "the post-fix build with coverage did not build"
+    if not any(i.kind == "program" for i in invs) and not python_targets(target, invs):
+        return "the PoC's targets are neither compiled programs nor Python: nothing to trace"
     return None
 
 
+def python_targets(target: str, invs: list[Invocation]) -> bool:
+    """The PoC's targets are Python (fuzz_python.py): each is a Python invocation or a Python
+    script of the package, so the loop traces them in-process instead of reading an edge map."""
+    return bool(invs) and all(is_python_target(i, target) for i in invs)
+
+
 def write_plan(cfg: dict[str, Any], out: str) -> None:
-    """cfg: target (the coverage build), pre_runs, data, seeds (variant-plan dir), policy."""
+    """cfg: target (the coverage build), pre_runs, data, seeds (variant-plan dir), policy,
+    oracles (the candidate's {expect, accept}: a Python fix's declared rejection is no crash)."""
     policy = applied_policy(cfg)
     executions = bound(policy, "executions") or DEFAULT_EXECUTIONS
     seed = bound(policy, "seed")
@@ -108,6 +125,8 @@ def write_plan(cfg: dict[str, Any], out: str) -> None:
     invs = poc_invocations(first)
     files, trees = _read_data(list(cfg.get("data") or []))
     units = units_of(invs, files)
+    if python_targets(str(cfg.get("target") or ""), invs):  # a script is code, not an input
+        units = [u for u in units if u.kind != "file" or u.name not in script_names(invs)]
     stats: dict[str, Any] = {"executions": 0, "budget": executions, "seed": seed}
     why = why_not_measurable(cfg, first, invs) or (
         None if units else "the PoC has no input to vary"
@@ -125,7 +144,10 @@ def write_plan(cfg: dict[str, Any], out: str) -> None:
             minimise=sum(u for _, _, u in found),
         )
     os.makedirs(os.path.join(out, "v"))
-    if result.corpus:  # kept for the mutation gate's survivors (corpus_replay.py, issue 26)
+    # kept for the mutation gate's survivors (corpus_replay.py, issue 26); not a Python target's:
+    # that replay starts a python3 per call and per build (pager-relation-fix: ~35 calls per
+    # input, 106 inputs, each survivor) where the loop ran them in one interpreter
+    if result.corpus and not python_targets(str(cfg.get("target") or ""), invs):
         write_corpus(out, invs, files, trees, units, result.corpus)
     write_taint(out, invs, [p for p in cfg.get("data") or [] if not os.path.isdir(p)])
     stdin_ids = {i for i, inv in enumerate(invs) if inv.stdin}
@@ -176,12 +198,19 @@ def _explore(
         os.makedirs(work)
         for name, tree in trees.items():
             shutil.copytree(tree, os.path.join(work, name))
-        with ProgramRunner(str(cfg["target"]), invs, files, units, work) as runner:
-            result = fuzz(seeds, runner, executions=executions, seed=seed, tokens=_tokens(cfg))
-            found = []
-            if result.edges or result.crashes:
-                budget = executions // MINIMISE_SHARE
-                found = [_minimise(runner, c, budget) for c in result.crashes]
+        target = str(cfg["target"])
+        if python_targets(target, invs):
+            from ..harness.targetview import python_paths
+
+            refused = _refusal(cfg)
+            py = PythonRunner(
+                target, invs, files, units, work, python_paths(target), refused=refused
+            )
+            result, found = _loop(py, seeds, executions, seed, _tokens(cfg))
+            runner: ProgramRunner | PythonRunner = py
+        else:
+            with ProgramRunner(target, invs, files, units, work) as runner:
+                result, found = _loop(runner, seeds, executions, seed, _tokens(cfg))
     # how the executions ran: each target's fork server, or exec where it had none (why)
     ways = {"runner": runner.mode(), "fallback": dict(sorted(runner.fallback.items()))}
     if result.edges == 0 and not result.crashes:
@@ -190,7 +219,46 @@ def _explore(
     return result, found, None, ways
 
 
-def _minimise(runner: ProgramRunner, crash: Crash, budget: int) -> tuple[Crash, bytes, int]:
+def _refusal(cfg: dict[str, Any]) -> Callable[[Ran], bool]:
+    """Whether a Python run that raised is the fix refusing its input as [accept] declares
+    (oracle.rejections: exit code and output), judged on what the run printed."""
+    oracles = cfg.get("oracles") or {}
+    if isinstance(oracles, str):
+        oracles = json.loads(oracles)
+    rules = rejections(oracles.get("accept") or {})
+
+    def refused(ran: Ran) -> bool:
+        inv = {
+            "exit_code": ran.exit_code,
+            "signal": None,
+            "sanitizer": None,
+            "stdout": ran.stdout.decode("utf-8", "replace"),
+            "stderr": ran.stderr.decode("utf-8", "replace"),
+        }
+        return any(not mismatches(inv, o) for o in rules)
+
+    return refused
+
+
+def _loop(
+    runner: ProgramRunner | PythonRunner,
+    seeds: list[tuple[int, bytes]],
+    executions: int,
+    seed: int,
+    tokens: list[bytes],
+) -> tuple[FuzzResult, list[tuple[Crash, bytes, int]]]:
+    """Explore for `executions`, then minimise each crash found (a share of the budget more)."""
+    result = fuzz(seeds, runner, executions=executions, seed=seed, tokens=tokens)
+    found = []
+    if result.edges or result.crashes:
+        budget = executions // MINIMISE_SHARE
+        found = [_minimise(runner, c, budget) for c in result.crashes]
+    return result, found
+
+
+def _minimise(
+    runner: ProgramRunner | PythonRunner, crash: Crash, budget: int
+) -> tuple[Crash, bytes, int]:
     def same(data: bytes) -> bool:
         return runner(crash.unit, data).crash == crash.signature
 
@@ -244,22 +312,63 @@ def _write_variant(
 # --- judging ---------------------------------------------------------------------------------
 
 
+def python_crash(inv: dict[str, Any], accept: dict[str, Any]) -> str | None:
+    """A Python target's crash in a run record: an exception escaped (its traceback ends the
+    invocation's stderr, exit non-zero), unless the call meets a rejection [accept] declares
+    (oracle.rejections: `exit_code = 1` + `stderr = "ValueError: …"`, a fix refusing the
+    input by raising). A clean exit, whatever its code, is never a crash."""
+    if inv.get("sanitizer") or inv.get("signal") or inv.get("exit_code") in (0, None):
+        return None
+    crash = traceback_crash(str(inv.get("stderr") or ""))
+    if crash is not None and any(not mismatches(inv, o) for o in rejections(accept)):
+        return None
+    return crash
+
+
+def all_crashes(record: dict[str, Any], accept: dict[str, Any]) -> list[str]:
+    """The C crashes (variant_gate.crashes) and the Python ones (`Python: <type>`)."""
+    found = crashes(record)
+    for inv in record.get("invocations") or []:
+        c = python_crash(inv, accept)
+        if c is not None:
+            found.append(c)
+    return found
+
+
+def shows_python_bug(record: dict[str, Any], expect: dict[str, Any], accept: Any) -> bool:
+    """A Python crash on a call that shows the bug as [expect] declares it (its exit code, its
+    output naming the exception: oracle.shows_the_bug): the advisory's bug reached again. An
+    [expect] that declares only relations says nothing of a crash: only a new one counts."""
+    return any(
+        python_crash(inv, accept) is not None and shows_the_bug(inv, expect)
+        for inv in record.get("invocations") or []
+    )
+
+
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
-    """cfg: plan (the fuzz-plan dir), post and pre (its variant-run dirs), expect, policy."""
+    """cfg: plan (the fuzz-plan dir), post and pre (its variant-run dirs), expect, oracles
+    (the candidate's {expect, accept}: a Python fix's declared rejection), policy."""
     policy = applied_policy(cfg)
     plan = load_json_object(os.path.join(cfg["plan"], "plan.json"))
     expect = cfg.get("expect") or {}
     if isinstance(expect, str):
         expect = json.loads(expect)
+    oracles = cfg.get("oracles") or {}
+    if isinstance(oracles, str):
+        oracles = json.loads(oracles)
+    accept = oracles.get("accept") or {}
+    declared = oracles.get("expect") or expect  # [expect] whole: its per-invocation oracles too
     stats = plan.get("fuzz") or {}
     post, pre = runs_by_index(cfg["post"]), runs_by_index(cfg["pre"])
     results = []
     for n in sorted(post):
         meta, post_rec = post[n]
-        pre_crash = crashes(pre[n][1]) if n in pre else []
-        post_crash = crashes(post_rec)
+        pre_crash = all_crashes(pre[n][1], accept) if n in pre else []
+        post_crash = all_crashes(post_rec, accept)
         failing = bool(post_crash) and (
-            any(same_bug(c, expect) for c in post_crash) or bool(set(post_crash) - set(pre_crash))
+            any(same_bug(c, expect) for c in post_crash if not c.startswith(CRASH_PREFIX))
+            or shows_python_bug(post_rec, declared, accept)
+            or bool(set(post_crash) - set(pre_crash))
         )
         results.append(
             {
