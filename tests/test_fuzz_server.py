@@ -209,3 +209,30 @@ def test_a_hang_is_killed_and_the_server_serves_on(
 def test_a_program_without_the_runtime_never_says_hello(tmp_path: Path) -> None:
     server, why = ForkServer.start(shutil.which("true") or "/bin/true", str(tmp_path), {})
     assert server is None and why and "no fork server" in why
+
+
+def test_the_pocs_own_execution_runs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30: the PoC's seeds give each unit its own value back, so every one of them is the
+    PoC's execution: the first runs the invocations, the others are its outcome. An input that
+    changes a unit (another unit's value included) runs; the fuzz loop's corpus and crashes are
+    what a runner that runs everything finds."""
+    log = tmp_path / "runs.log"
+    monkeypatch.setenv("RUNS_LOG", str(log))
+    (tmp_path / "t" / "bin").mkdir(parents=True)
+    tool = tmp_path / "t" / "bin" / "tool"
+    tool.write_text('#!/bin/sh\necho "$*" >> "$RUNS_LOG"\n[ "$1" = 13 ] && kill -SEGV $$\nexit 0\n')
+    tool.chmod(0o755)
+    invs = [Invocation("bin/tool", "program", (a, b)) for a, b in (("1", "2"), ("3", "4"))]
+    work = tmp_path / "work"
+    work.mkdir()
+    with ProgramRunner(str(tmp_path / "t"), invs, {}, units_of(invs, {}), str(work)) as run:
+        assert [u.name for u in run.units] == ["arg:0:0", "arg:0:1", "arg:1:0", "arg:1:1"]
+        seeds = [(k, u.data) for k, u in enumerate(run.units)]
+        outcomes = [run(k, d) for k, d in seeds]
+        ran = lambda: [x for x in log.read_text().splitlines() if x]  # noqa: E731 ("": a probe)
+        assert ran() == ["1 2", "3 4"] and run.reused == 3
+        assert len(set(outcomes)) == 1 and outcomes[0].crash is None
+        assert run(1, b"1").crash is None  # unit 0's value in unit 1: not the PoC, it runs
+        assert run(2, b"13").crash == "SIGSEGV"
+        assert ran() == ["1 2", "3 4", "1 1", "3 4", "1 2", "13 4"]
+        assert run.mode() == "exec" and list(run.fallback) == ["bin/tool"]

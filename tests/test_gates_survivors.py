@@ -273,3 +273,88 @@ def test_with_nothing_killed_a_possibly_equivalent_survivor_still_counts(tmp_pat
     assert d["results"][0]["why"].startswith("nothing is killed, so it counts as a survivor; ")
     assert [s["distinguished_by"] for s in d["survivors"]] == [None] * 6
     assert d["possibly_equivalent"] == []
+
+
+def _replay_plan(tmp_path: Path, entries: list[tuple[int, bytes]]) -> str:
+    """Three invocations: `tool in.txt`, `tool seen`, `tool 7`; units: the file, each arg."""
+    invs = [
+        Invocation("bin/tool", "program", ("in.txt",)),
+        Invocation("bin/tool", "program", ("seen",)),
+        Invocation("bin/tool", "program", ("7",)),
+    ]
+    units = [
+        Unit("file", "in.txt", b"ab"),
+        Unit("arg", "arg:1:0", b"seen"),
+        Unit("arg", "arg:2:0", b"7"),
+    ]
+    plan = tmp_path / "plan"
+    write_corpus(str(plan), invs, {"in.txt": b"ab"}, {}, units, entries)
+    return str(plan / "corpus")
+
+
+# Every run is logged outside the work directory ($REPLAY_LOG). `tool FILE` copies FILE into
+# `kept` in the work directory when its first byte is `w` (a run that changes what the later
+# invocations read), `tool seen` prints what `kept` holds, `tool N` prints N doubled.
+TOOL = """echo "$0 $*" >> "$REPLAY_LOG"
+case "$1" in
+  seen) cat kept 2>/dev/null || echo none ;;
+  *.txt) head -c1 "$1" | grep -q w && cp "$1" kept; wc -c < "$1" ;;
+  *) echo $(( $1 * 2 )) ;;
+esac
+"""
+
+
+def test_a_replay_runs_each_invocation_once_per_situation(tmp_path: Path, monkeypatch: Any) -> None:
+    """Issue 30: an entry replaces one unit, so the other invocations are what they were for
+    the entries before: their behaviour is reused, not run again (one process per distinct
+    argv, stdin and work directory content, per build). Every entry's behaviours are exactly
+    what a replay of that entry alone gives; a run that changed the work directory (`tool
+    w...` writes `kept`, which `tool seen` then reads) is never reused."""
+    from trace_sandbox.gates.corpus_replay import Replayer
+
+    log = tmp_path / "runs.log"
+    monkeypatch.setenv("REPLAY_LOG", str(log))
+    entries = [(2, b"7"), (2, b"8"), (2, b"7"), (1, b"seen"), (0, b"wx"), (1, b"seen"), (0, b"wx")]
+    entries += [(2, b"9"), (0, b"ab")]
+    corpus = _replay_plan(tmp_path, entries)
+    post = _tool(tmp_path / "post", TOOL)
+    same = _tool(tmp_path / "same", TOOL)
+    result = replay(corpus, same, post)
+    assert (result["tried"], result["distinguished_by"]) == (9, None)
+    runs = log.read_text().splitlines()
+    # without reuse: 9 entries x 3 invocations x 2 builds; `tool wx` (and `tool seen` after it,
+    # whose work directory then holds `kept`) run again each time
+    assert result["invocations"]["ran"] == len(runs) < 9 * 3 * 2
+    assert result["invocations"]["ran"] + result["invocations"]["reused"] == 9 * 3 * 2
+    for build in (post, same):
+        mine = [r.removeprefix(f"{build}/bin/tool ") for r in runs if r.startswith(build)]
+        # `in.txt` as "ab" once (an entry of "ab" is the PoC's own file: reused), as "wx" every
+        # time (it writes `kept`); `seen` and `7` once without `kept`, once with it; 8, 9 once
+        assert sorted(mine) == ["7", "7", "8", "9", "in.txt", "in.txt", "in.txt", "seen", "seen"]
+    # each entry as a fresh replayer (nothing reused) sees it
+    doc = json.loads((Path(corpus) / "corpus.json").read_text())
+    (tmp_path / "w1").mkdir()
+    (tmp_path / "w2").mkdir()
+    shared = Replayer(doc, str(tmp_path / "w1"))
+    for unit, data in entries:
+        fresh = Replayer(doc, str(tmp_path / "w2"))
+        assert shared.run(post, unit, data) == fresh.run(post, unit, data), (unit, data)
+    wx = shared.run(post, 0, b"wx")
+    assert [b["stdout_sha256"] for b in wx[1:2]] != [
+        b["stdout_sha256"] for b in shared.run(post, 1, b"seen")[1:2]
+    ]
+
+
+def test_a_reused_run_still_tells_a_mutant_from_the_fix(tmp_path: Path, monkeypatch: Any) -> None:
+    """The mutant differs only after `tool w...` changed the work directory (its `tool seen`
+    prints `kept` differently): the replay still finds it, at the same entry as without reuse,
+    though `tool seen` with the same argv ran (and was reused) for every entry before."""
+    monkeypatch.setenv("REPLAY_LOG", str(tmp_path / "runs.log"))
+    corpus = _replay_plan(tmp_path, [(2, b"1"), (2, b"2"), (1, b"seen"), (0, b"wz"), (2, b"3")])
+    post = _tool(tmp_path / "post", TOOL)
+    mutant = _tool(tmp_path / "mutant", TOOL.replace("cat kept", "tr z y 2>/dev/null < kept"))
+    found = replay(corpus, mutant, post)
+    by = found["distinguished_by"]
+    assert (found["tried"], by["input"], by["unit"]) == (4, "fuzz corpus entry 4", "in.txt")
+    assert by["post_fix"][1] != by["mutant"][1]
+    assert by["post_fix"][0] == by["mutant"][0] and by["post_fix"][2] == by["mutant"][2]

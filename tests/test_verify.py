@@ -331,9 +331,24 @@ def udiff(old: str, new: str) -> str:
     return "".join(lines)
 
 
+def cheap_gates(fork: Path) -> None:
+    """The fork's own signing policy (FORK/trace/policy/signing.toml, which verify's gates
+    apply): the shipped one with 2 variants and 20 fuzz executions (issue 30: these candidates
+    are judged by their claims alone, never by a gate, and six full gate runs of cparse were
+    this module's slowest setup)."""
+    text = (Path(__file__).resolve().parent.parent / "policy" / "signing.toml").read_text()
+    cheap = text.replace("\nbudget = 24 ", "\nbudget = 2 ").replace(
+        "\nexecutions = 500\n", "\nexecutions = 20\n"
+    )
+    assert cheap.count("budget = 2 ") == 1 and "executions = 20\n" in cheap
+    (fork / "trace" / "policy").mkdir(parents=True)
+    (fork / "trace" / "policy" / "signing.toml").write_text(cheap)
+
+
 @pytest.fixture(scope="module")
 def broken(tmp_path_factory: pytest.TempPathFactory) -> dict[str, VerifyResult]:
     fork = copy_fork(tmp_path_factory.mktemp("broken") / "fork")
+    cheap_gates(fork)
     # a package whose unpatched build does not compile (the candidate's patch repairs it)
     (fork / "break.patch").write_text(udiff(SRC, BROKEN))
     nix = (fork / "default.nix").read_text()

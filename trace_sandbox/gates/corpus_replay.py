@@ -13,6 +13,16 @@ and compares how each invocation behaved (`behaviour`: crash kind, hang, exit co
 of its stdout and stderr with each build's own store path replaced by one placeholder). It stops
 at the first entry on which the two builds behave differently: that input distinguishes the
 mutant from the fix (survivors.py judges what that means). At most MAX_REPLAY entries.
+
+An invocation is run once per distinct situation, not once per entry (issue 30: a Python target
+paid an interpreter's start per invocation per entry per side, most of a calibration row). A
+corpus entry replaces one unit; every other invocation of the PoC runs exactly as it did for
+the entries before. So each run invocation's behaviour is kept under its key, (build root, the
+work directory's content before it ran, argv, stdin), when it left the work directory as it
+found it; an invocation with the same key later (in a later entry) is that behaviour, not a new
+run. An invocation that changes the work directory is never reused (what it left is what the
+invocations after it read), nor a run whose argument could not be passed. `replay`'s record says
+how many invocations ran and how many were reused (`invocations`).
 """
 
 from __future__ import annotations
@@ -109,8 +119,51 @@ def behaviour(rc: int | None, stdout: bytes, stderr: bytes, root: str) -> dict[s
     }
 
 
+class WorkState:
+    """The work directory's content as one digest: every entry's relative path, kind and mode,
+    a link's target, a file's bytes (a file's digest is kept while its inode, size, mtime and
+    ctime stay the same: a copied data tree is read once)."""
+
+    def __init__(self, work: str) -> None:
+        self.work = work
+        self.files: dict[str, tuple[tuple[int, ...], bytes]] = {}
+
+    def _file(self, path: str, st: os.stat_result) -> bytes:
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        kept = self.files.get(path)
+        if kept is not None and kept[0] == sig:
+            return kept[1]
+        with open(path, "rb") as fh:
+            digest = hashlib.sha256(fh.read()).digest()
+        self.files[path] = (sig, digest)
+        return digest
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for root, dirs, names in os.walk(self.work):
+            dirs.sort()
+            for name in sorted(dirs + names):
+                path = os.path.join(root, name)
+                st = os.lstat(path)
+                h.update(os.path.relpath(path, self.work).encode("utf-8", "surrogateescape"))
+                h.update(b"\0%o\0" % st.st_mode)
+                if os.path.islink(path):
+                    h.update(os.readlink(path).encode("utf-8", "surrogateescape"))
+                elif os.path.isfile(path):
+                    h.update(self._file(path, st))
+                h.update(b"\1")
+        return h.hexdigest()
+
+
+def _key(root: str, state: str, argv: list[str], feed: bytes) -> str:
+    h = hashlib.sha256(json.dumps([root, state, argv], ensure_ascii=False).encode())
+    h.update(hashlib.sha256(feed).digest())
+    return h.hexdigest()
+
+
 class Replayer:
-    """The PoC's program invocations with one unit replaced, against one build's root."""
+    """The PoC's program invocations with one unit replaced, against one build's root; an
+    invocation seen before in the same situation is not run again (see above)."""
 
     def __init__(self, doc: dict[str, Any], work: str) -> None:
         self.doc, self.work = doc, work
@@ -118,6 +171,37 @@ class Replayer:
         self.units = list(doc.get("units") or [])
         for name, tree in (doc.get("trees") or {}).items():
             shutil.copytree(tree, os.path.join(work, name))
+        self.state = WorkState(work)
+        self.seen: dict[str, dict[str, Any]] = {}
+        self.ran = self.reused = 0
+
+    def _invoke(
+        self, root: str, argv: list[str], feed: bytes, env: dict[str, str]
+    ) -> dict[str, Any]:
+        """One invocation's behaviour: the one kept for its key, or a run (kept when it left
+        the work directory as it found it)."""
+        before = self.state.digest()
+        key = _key(root, before, argv, feed)
+        if key in self.seen:
+            self.reused += 1
+            return self.seen[key]
+        self.ran += 1
+        try:
+            p = subprocess.run(
+                argv,
+                input=feed,
+                cwd=self.work,
+                env=env,
+                timeout=TIMEOUT,
+                capture_output=True,
+                check=False,
+            )
+            seen = behaviour(p.returncode, p.stdout, p.stderr, root)
+        except subprocess.TimeoutExpired:
+            seen = behaviour(None, b"", b"", root)
+        if self.state.digest() == before:
+            self.seen[key] = seen
+        return seen
 
     def _argv(
         self, root: str, i: int, inv: dict[str, Any], unit: dict[str, Any], data: bytes
@@ -156,19 +240,7 @@ class Replayer:
                 continue
             stdin = inv.get("stdin")
             feed = data if unit["name"] == f"stdin:{i}" else base64.b64decode(stdin or "")
-            try:
-                p = subprocess.run(
-                    argv,
-                    input=feed,
-                    cwd=self.work,
-                    env=env,
-                    timeout=TIMEOUT,
-                    capture_output=True,
-                    check=False,
-                )
-                out.append(behaviour(p.returncode, p.stdout, p.stderr, root))
-            except subprocess.TimeoutExpired:
-                out.append(behaviour(None, b"", b"", root))
+            out.append(self._invoke(root, argv, feed, env))
         return out
 
 
@@ -203,6 +275,7 @@ def replay(corpus_dir: str | None, mutant: str, post: str) -> dict[str, Any]:
                     "mutant": mutated,
                 }
                 break
+        result["invocations"] = {"ran": player.ran, "reused": player.reused}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return result

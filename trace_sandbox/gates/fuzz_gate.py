@@ -212,7 +212,11 @@ def _explore(
             with ProgramRunner(target, invs, files, units, work) as runner:
                 result, found = _loop(runner, seeds, executions, seed, _tokens(cfg))
     # how the executions ran: each target's fork server, or exec where it had none (why)
-    ways = {"runner": runner.mode(), "fallback": dict(sorted(runner.fallback.items()))}
+    ways = {
+        "runner": runner.mode(),
+        "fallback": dict(sorted(runner.fallback.items())),
+        "poc_reused": runner.reused,  # inputs that were the PoC's own execution, run once
+    }
     if result.edges == 0 and not result.crashes:
         why = "the instrumented build ran no instrumented code (no coverage map)"
         return result, [], why, ways
