@@ -407,6 +407,10 @@ class PythonRunner:
     """fuzz.Runner over the PoC's Python invocations in a work directory (see the module's
     docstring). `paths`: the package's module directories (harness targetview.python_paths)."""
 
+    # every input runs in this process (cheap): the PoC's own execution is not singled out and
+    # reused as fuzz_runner.ProgramRunner does, so the gate record's poc_reused is 0
+    reused = 0
+
     def __init__(
         self,
         target: str,
