@@ -46,6 +46,19 @@ def _read_json(path: Path, what: str) -> tuple[object, SourceRef]:
     return data, SourceRef(path=str(path), sha256=hashlib.sha256(raw).hexdigest())
 
 
+def add_gate_record(gates: dict[str, GateRecord], source: Path | str, record: GateRecord) -> None:
+    """Add a record given beside the run (a `--gate` file): a second record for one gate, after
+    the run's own or an earlier file's, is refused (`trace decide` and `trace verify` alike)."""
+    if record.gate in gates:
+        raise InputError(
+            f"a second record for gate '{record.gate}'",
+            file=source,
+            hint="the verify run or an earlier file already recorded this gate; pass each gate's "
+            "record once",
+        )
+    gates[record.gate] = record
+
+
 def _invalid(path: Path, what: str, exc: ValidationError) -> InputError:
     err = exc.errors()[0]
     return InputError(
@@ -83,13 +96,7 @@ def load_evidence(
             record = GateRecord.model_validate(data)
         except ValidationError as exc:
             raise _invalid(path, "gate record", exc) from None
-        if record.gate in gates:
-            raise InputError(
-                f"a second record for gate '{record.gate}'",
-                file=path,
-                hint="pass each gate's record once",
-            )
-        gates[record.gate] = record
+        add_gate_record(gates, path, record)
     return Evidence(candidate=candidate, verify=verify, gates=gates, sources=sources)
 
 
