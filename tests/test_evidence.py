@@ -276,6 +276,21 @@ def test_decide_s_evidence_refuses_a_second_record_for_one_gate_the_same_way(
     assert info.value.file == str(again) and "pass each gate's record once" in str(info.value.hint)
 
 
+def test_decide_s_evidence_names_the_file_and_key_of_a_malformed_record(tmp_path: Path) -> None:
+    from engine.policy.evidence_view import load_evidence
+
+    gate = tmp_path / "scope.json"
+    gate.write_text('{"gate": "scope", "passed": "maybe"}', encoding="utf-8")
+    with pytest.raises(InputError, match="gate record does not match its schema") as info:
+        load_evidence("c", None, [gate])
+    assert (info.value.file, info.value.key) == (str(gate), "passed")
+    verify = tmp_path / "verify.json"
+    verify.write_text("[]", encoding="utf-8")
+    with pytest.raises(InputError, match="verify result does not match its schema") as info:
+        load_evidence("c", verify, [])
+    assert info.value.file == str(verify)
+
+
 def test_a_carried_gate_record_that_disagrees_with_the_run_is_refused() -> None:
     from engine.evidence.collect import gate_records
 
