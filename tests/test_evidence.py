@@ -259,6 +259,38 @@ def test_gate_records_come_from_the_run_and_files_each_once() -> None:
     assert info.value.file == "again.json"
 
 
+def test_decide_s_evidence_refuses_a_second_record_for_one_gate_the_same_way(
+    tmp_path: Path,
+) -> None:
+    """`trace decide`'s --gate files go through the one check `trace verify --gate` uses."""
+    from engine.policy.evidence_view import load_evidence
+
+    first, again = tmp_path / "scope.json", tmp_path / "again.json"
+    for path in (first, again):
+        path.write_text(_gate("scope").model_dump_json(), encoding="utf-8")
+    (tmp_path / "cov.json").write_text(_gate("coverage").model_dump_json(), encoding="utf-8")
+    ok = load_evidence("c", None, [first, tmp_path / "cov.json"])
+    assert sorted(ok.gates) == ["coverage", "scope"]
+    with pytest.raises(InputError, match="a second record for gate 'scope'") as info:
+        load_evidence("c", None, [first, again])
+    assert info.value.file == str(again) and "pass each gate's record once" in str(info.value.hint)
+
+
+def test_decide_s_evidence_names_the_file_and_key_of_a_malformed_record(tmp_path: Path) -> None:
+    from engine.policy.evidence_view import load_evidence
+
+    gate = tmp_path / "scope.json"
+    gate.write_text('{"gate": "scope", "passed": "maybe"}', encoding="utf-8")
+    with pytest.raises(InputError, match="gate record does not match its schema") as info:
+        load_evidence("c", None, [gate])
+    assert (info.value.file, info.value.key) == (str(gate), "passed")
+    verify = tmp_path / "verify.json"
+    verify.write_text("[]", encoding="utf-8")
+    with pytest.raises(InputError, match="verify result does not match its schema") as info:
+        load_evidence("c", verify, [])
+    assert info.value.file == str(verify)
+
+
 def test_a_carried_gate_record_that_disagrees_with_the_run_is_refused() -> None:
     from engine.evidence.collect import gate_records
 

@@ -59,6 +59,11 @@ def _fail(name: str, reason: str, problems: list[str]) -> Check:
     return Check(name=name, ok=False, reason=reason, detail="; ".join(shown))
 
 
+def _check(name: str, reason: str, problems: list[str], passed: str) -> Check:
+    """One check: failed with `reason` when there are problems, else passed saying what held."""
+    return _fail(name, reason, problems) if problems else Check(name=name, ok=True, detail=passed)
+
+
 def _json(payload: Path, rel: str) -> Any:
     """The parsed file, or None when it is absent; raises ValueError when it is not JSON."""
     path = payload / rel
@@ -435,17 +440,14 @@ def record_checks(statement: Statement, payload: Path, policy_dirs: list[Path]) 
                 detail=f"allow ({d.policy.name} {d.policy.version})",
             )
         )
-    evidence = _evidence_problems(b)
-    if evidence:
-        checks.append(_fail("decision evidence", "decision.evidence-mismatch", evidence))
-    else:
-        checks.append(
-            Check(
-                name="decision evidence",
-                ok=True,
-                detail=f"{len(d.evidence)} files named by the decision, each as bundled",
-            )
+    checks.append(
+        _check(
+            "decision evidence",
+            "decision.evidence-mismatch",
+            _evidence_problems(b),
+            f"{len(d.evidence)} files named by the decision, each as bundled",
         )
+    )
 
     disagree = list(b.problems)
     candidate = statement.predicate.buildDefinition.externalParameters.get("candidate", {})
@@ -466,28 +468,23 @@ def record_checks(statement: Statement, payload: Path, policy_dirs: list[Path]) 
 
     disagree += transcript_problems(b.payload, b.replay)
     disagree += _statement_problems(statement, b)
-    if disagree:
-        checks.append(_fail("records agree", "records.disagree", disagree))
-    else:
+    checks.append(
+        _check(
+            "records agree",
+            "records.disagree",
+            disagree,
+            "outcomes, verify result, gate records, replay record and decisions",
+        )
+    )
+    if b.verify is not None:
         checks.append(
-            Check(
-                name="records agree",
-                ok=True,
-                detail="outcomes, verify result, gate records, replay record and decisions",
+            _check(
+                "verify verdict",
+                "verify.not-reproduced",
+                verdict_problems(b.verify),
+                "follows from its claims, its --check results and the gate's record",
             )
         )
-    if b.verify is not None:
-        verdict = verdict_problems(b.verify)
-        if verdict:
-            checks.append(_fail("verify verdict", "verify.not-reproduced", verdict))
-        else:
-            checks.append(
-                Check(
-                    name="verify verdict",
-                    ok=True,
-                    detail="follows from its claims, its --check results and the gate's record",
-                )
-            )
     if not any(c.reason in ("records.disagree",) for c in checks if not c.ok):
         # the bundled policy first: the decision is re-run offline with the very bytes it
         # was made under (its sha256 is the decision's pin; a redacted copy never matches)

@@ -54,7 +54,7 @@ from engine.evidence.payload import (
     text_entry,
 )
 from engine.evidence.replay import ModelPin, RunHost, SourcePin
-from engine.policy.evidence_view import SourceRef
+from engine.policy.evidence_view import SourceRef, add_gate_record
 from engine.run import RunResult
 from engine.verify_result import VerifyResult
 
@@ -272,13 +272,7 @@ def gate_records(
                 hint="records come from the builds; rerun `trace verify`",
             )
     for source, record in extra:
-        if record.gate in found:
-            raise InputError(
-                f"a second record for gate '{record.gate}'",
-                file=source,
-                hint="the verify run already recorded this gate; pass each gate's record once",
-            )
-        found[record.gate] = record
+        add_gate_record(found, source, record)
     return found
 
 

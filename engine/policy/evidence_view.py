@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from engine.build_records import GateRecord
 from engine.errors import InputError
@@ -21,6 +22,8 @@ from engine.paths import cli
 from engine.policy.review import ReviewEvidence
 from engine.policy.source import Strict
 from engine.verify_result import VerifyResult
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class SourceRef(Strict):
@@ -46,6 +49,29 @@ def _read_json(path: Path, what: str) -> tuple[object, SourceRef]:
     return data, SourceRef(path=str(path), sha256=hashlib.sha256(raw).hexdigest())
 
 
+def add_gate_record(gates: dict[str, GateRecord], source: Path | str, record: GateRecord) -> None:
+    """Add a record given beside the run (a `--gate` file): a second record for one gate, after
+    the run's own or an earlier file's, is refused (`trace decide` and `trace verify` alike)."""
+    if record.gate in gates:
+        raise InputError(
+            f"a second record for gate '{record.gate}'",
+            file=source,
+            hint="the verify run or an earlier file already recorded this gate; pass each gate's "
+            "record once",
+        )
+    gates[record.gate] = record
+
+
+def _read_model(path: Path, model: type[M], what: str, sources: list[SourceRef]) -> M:
+    """One JSON record, validated as `model`; the file and its digest join `sources`."""
+    data, src = _read_json(path, what)
+    sources.append(src)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid(path, what, exc) from None
+
+
 def _invalid(path: Path, what: str, exc: ValidationError) -> InputError:
     err = exc.errors()[0]
     return InputError(
@@ -68,28 +94,11 @@ def load_evidence(
     verify: VerifyResult | None = None
     gates: dict[str, GateRecord] = {}
     if verify_result is not None and verify_result.exists():
-        data, src = _read_json(verify_result, "verify result")
-        sources.append(src)
-        try:
-            verify = VerifyResult.model_validate(data)
-        except ValidationError as exc:
-            raise _invalid(verify_result, "verify result", exc) from None
+        verify = _read_model(verify_result, VerifyResult, "verify result", sources)
         for record in _gate_records(verify):
             gates[record.gate] = record
     for path in gate_files or []:
-        data, src = _read_json(path, "gate record")
-        sources.append(src)
-        try:
-            record = GateRecord.model_validate(data)
-        except ValidationError as exc:
-            raise _invalid(path, "gate record", exc) from None
-        if record.gate in gates:
-            raise InputError(
-                f"a second record for gate '{record.gate}'",
-                file=path,
-                hint="pass each gate's record once",
-            )
-        gates[record.gate] = record
+        add_gate_record(gates, path, _read_model(path, GateRecord, "gate record", sources))
     return Evidence(candidate=candidate, verify=verify, gates=gates, sources=sources)
 
 

@@ -27,6 +27,7 @@ from engine.policy.source import (
 
 SCHEMA = "trace.reasons/v1"
 CODE_RE = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
+RULE_RE = r"^[a-z][a-z0-9-]*(\.[a-z0-9]+(-[a-z0-9]+)*)+$"
 
 
 class ReasonSpec(Strict):
@@ -37,14 +38,25 @@ class ReasonSpec(Strict):
     waivable: bool = Field(default=True, description="may a waiver lift it for one candidate")
 
 
+class GateRuleSpec(Strict):
+    """One rule of a gate (`[[rules]]`): the sandbox's gates read this table (codes.py)."""
+
+    rule: str = Field(pattern=RULE_RE, description="`<gate>.<rule>`, stable: details.rules")
+    code: str = Field(pattern=CODE_RE, description="the reason code it reports under")
+    message: str = Field(min_length=1, description="what the rule found, for a human")
+    solution: str = Field(min_length=1, description="what to do about it")
+
+
 class CatalogueFile(Strict):
     policy: PolicyHeader
     reasons: list[ReasonSpec] = Field(min_length=1)
+    rules: list[GateRuleSpec] = Field(default_factory=list)
 
 
 class Catalogue(Strict):
     ref: PolicyRef
     reasons: dict[str, ReasonSpec]
+    rules: dict[str, GateRuleSpec] = Field(default_factory=dict)
 
     def get(self, code: str) -> ReasonSpec | None:
         return self.reasons.get(code)
@@ -59,23 +71,58 @@ class Catalogue(Strict):
         return f"did you mean '{guess}'? {where[0].upper()}{where[1:]}" if guess else where
 
 
-def _each_code_once(codes: list[str], path: Path, text: str) -> None:
+# table -> (field, what, hint) of a value a catalogue declares once
+_ONCE = {
+    "reasons": (
+        "code",
+        "reason code",
+        "a code has one meaning forever: remove the duplicate or give it a new code",
+    ),
+    "rules": ("rule", "gate rule", "a rule is declared once: remove the duplicate"),
+}
+
+
+def _each_once(table: str, values: list[str], path: Path, text: str) -> None:
+    field, what, hint = _ONCE[table]
     require_unique(
-        codes,
-        table="reasons",
-        field="code",
-        what="reason code",
+        values,
+        table=table,
+        field=field,
+        what=what,
         verb="is declared twice",
         path=path,
         text=text,
-        hint="a code has one meaning forever: remove the duplicate or give it a new code",
+        hint=hint,
     )
+
+
+def _each_code_once(codes: list[str], path: Path, text: str) -> None:
+    _each_once("reasons", codes, path, text)
+
+
+def _rules_name_declared_codes(spec: CatalogueFile, path: Path, text: str) -> None:
+    _each_once("rules", [r.rule for r in spec.rules], path, text)
+    codes = {r.code for r in spec.reasons}
+    for i, rule in enumerate(spec.rules):
+        if rule.code not in codes:
+            raise PolicyError(
+                f"gate rule '{rule.rule}' reports an undeclared code '{rule.code}'",
+                file=path,
+                key=f"rules.{i}.code",
+                line=find_line(text, ("rules", i, "code")),
+                hint="declare the code in [[reasons]] first, or name a declared one",
+            )
 
 
 def load_catalogue(path: Path) -> Catalogue:
     spec, text, digest = load_policy(path, CatalogueFile, schema=SCHEMA, what="reason catalogue")
     _each_code_once([r.code for r in spec.reasons], path, text)
-    return Catalogue(ref=ref(spec.policy, path, digest), reasons={r.code: r for r in spec.reasons})
+    _rules_name_declared_codes(spec, path, text)
+    return Catalogue(
+        ref=ref(spec.policy, path, digest),
+        reasons={r.code: r for r in spec.reasons},
+        rules={r.rule: r for r in spec.rules},
+    )
 
 
 def require_code(

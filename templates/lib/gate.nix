@@ -6,7 +6,9 @@
 # derivation's phase). `run { name, gate, config, args, mkdir, attrs }`: a derivation of its own;
 # `args` defaults to $out/outcome.json (a GateRecord), `mkdir` creates $out first (false for a
 # gate that creates $out itself), `attrs` are further attributes of the derivation, `config`
-# null: no TRACE_GATE_CONFIG.
+# null: no TRACE_GATE_CONFIG. `reasons`: the reason catalogue (policy/reasons.toml, the gate
+# kind's `reasons` input) for a gate that reports rules: its `[[rules]]` are the gate's rule
+# table (trace_sandbox/gates/codes.py reads it from TRACE_GATE_REASONS).
 { pkgs, sandbox }:
 let
   command = gate: args:
@@ -14,9 +16,11 @@ let
 in
 {
   inherit command;
-  run = { name, gate, config ? null, args ? "$out/outcome.json", mkdir ? true, attrs ? { } }:
+  run = { name, gate, config ? null, args ? "$out/outcome.json", mkdir ? true, attrs ? { }, reasons ? null }:
     pkgs.runCommand name
-      (attrs // (if config == null then { } else { TRACE_GATE_CONFIG = builtins.toJSON config; }))
+      (attrs
+        // (if config == null then { } else { TRACE_GATE_CONFIG = builtins.toJSON config; })
+        // (if reasons == null then { } else { TRACE_GATE_REASONS = reasons; }))
       ''
         ${if mkdir then "mkdir -p $out" else ""}
         ${command gate args}

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from .applied import applied_policy, threshold
-from .codes import RULES, gate_record
+from .codes import gate_record, rules
 from .coverage import _read, changed_text, match_path, may_execute
 from .landing import landed, load_landing
 from .lang import language
@@ -133,7 +133,7 @@ def _rules(
 def _summary(
     counts: tuple[int, int, list[int]],
     per_file: list[dict[str, Any]],
-    rules: list[str],
+    fired: list[str],
     missing: dict[str, list[str]],
     reported: list[str],
 ) -> str:
@@ -145,8 +145,8 @@ def _summary(
         summary += " (a clause of a multi-line condition counted by its statement)"
     if branches[1]:
         summary += f"; {branches[0]} of {branches[1]} branch(es) of the changed statements taken"
-    if rules and rules[0] != "coverage.below-threshold":
-        summary += f"; {RULES[rules[0]][1]}"
+    if fired and fired[0] != "coverage.below-threshold":
+        summary += f"; {rules()[fired[0]].message}"
     unnamed = missing["unmapped"] + missing["unmeasured"]
     if unnamed:
         summary += f": {', '.join(unnamed)}; reported: {', '.join(reported[:10])}"

@@ -99,7 +99,7 @@ def why_not_measurable(
 ) -> str | None:
     target = str(cfg.get("target") or "")
     if not first.get("target_ran") or not invs:
-        return "the pre-fix run recorded no target invocation: no PoC to fuzz from"
+        return "no target invocation in the pre-fix run: no PoC to fuzz from"
     if not target or os.path.exists(os.path.join(target, ".trace-build-failed")):
         return "the post-fix build with coverage did not build"
     if not any(i.kind == "program" for i in invs) and not python_targets(target, invs):

@@ -30,6 +30,7 @@ from typing import Any
 from . import survivors
 from .applied import applied_policy, threshold
 from .codes import gate_record
+from .codes import rules as rule_table
 from .landing import landed, load_landing
 from .modules import load_json_object, load_module
 from .mutant_variants import judged_kill, mutant_dirs
@@ -136,19 +137,19 @@ STATUSES = (
 # rules under which the score stands: the others say why there is none
 MEASURED = ("mutation.score-below-threshold", "mutation.possibly-equivalent")
 
-_WHY = {
-    "mutation.no-mutants": "no mutant generated: the patch adds no mutable code line",
-    "mutation.post-fix-fails": "the unmutated post-fix build already fails its oracles",
-    "mutation.none-built": "no mutant built: every mutant was stillborn",
-    "mutation.none-judged": "no mutant could be judged: every built mutant was equivalent, "
-    "not code or unobservable",
-}
+# rules that say why there is no score: the summary gives their catalogue message
+UNMEASURED = (
+    "mutation.no-mutants",
+    "mutation.post-fix-fails",
+    "mutation.none-built",
+    "mutation.none-judged",
+)
 
 
 def _summary(counts: dict[str, int], rules: list[str], results: list[dict[str, Any]]) -> str:
     parts = [f"{counts[s]} {s}" for s in STATUSES if counts.get(s)]
     text = ", ".join(parts) or "no mutants"
-    text += "".join(f"; {_WHY[r]}" for r in rules if r in _WHY)
+    text += "".join(f"; {rule_table()[r].message}" for r in rules if r in UNMEASURED)
     for r in results:
         if r["status"] == "survived":
             text += f"\nsurvivor {r['id']} ({r['description']}):\n{r['diff'].rstrip()}"

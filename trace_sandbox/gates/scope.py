@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .checks import removed_checks, statements
 from .checks import runs as statement_runs
-from .codes import CODES, code_of
+from .codes import code_of, codes
 from .diff import FileDiff, Patch, canonical, parse_series
 from .lang import Lang, is_header, is_test_path, language
 from .poc import PocFacts
@@ -366,7 +366,7 @@ def evaluate_parsed(
         ctx.add(
             "scope.too-many-lines", "", None, f"{lines} changed lines (limit {policy.max_lines})"
         )
-    reasons = sorted({f.code for f in ctx.findings}, key=CODES.index)
+    reasons = sorted({f.code for f in ctx.findings}, key=codes().index)
     canon = canonical(series)
     return {
         "schema": "trace.gate/v1",

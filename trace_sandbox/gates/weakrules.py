@@ -1,12 +1,12 @@
 """The scope gate's weakened-error-handling rules, as a table: one row per construct.
 
-A row: the language it reads (`c` and `python` read a side's statements, joined while brackets
-stay open, strings and comments blanked; `any` reads the raw added and removed lines of any file:
-shell in Makefiles, .nix, scripts), the rule it reports (codes.RULES), its pattern, and what the
-construct means. A row fires when the patch ADDS more matching statements than it removes (a
-moved catch-all is not a new one). The `was-checked` row is the one that compares the two sides:
-a C call whose result the removed code tested (`if (f(...) < 0)`, `rc = f(...)`) and that the
-added code calls as a bare statement (`f(...);`).
+A row: the language it reads (`c` and `python` read a side's statements, joined while brackets stay
+open, strings and comments blanked; `any` reads the raw added and removed lines of any file: shell
+in Makefiles, .nix, scripts), the rule it reports (a `[[rules]]` entry of policy/reasons.toml), its
+pattern, and what the construct means. A row fires when the patch ADDS more matching statements
+than it removes (a moved catch-all is not a new one). The `was-checked` row is the one that
+compares the two sides: a C call whose result the removed code tested (`if (f(...) < 0)`, `rc =
+f(...)`) and that the added code calls as a bare statement (`f(...);`).
 
 Python's `except ...:` is joined with the statement after it, so `except OSError: return None`
 over two lines is read as one. tests/test_gates_scope_rules.py has a positive and a negative
