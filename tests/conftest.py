@@ -137,7 +137,9 @@ def _listed(nodeid: str) -> bool:
     return any(nodeid.startswith(prefix) for prefix in FAST_NIX)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    group_for_workers(config, items)
     for item in items:
         if item.get_closest_marker("nix") is None and _builds(item):
             item.add_marker(pytest.mark.nix)
@@ -201,3 +203,41 @@ def write_shims(shims: Path, unmarked: set[str]) -> None:
             f'exec {real} "$@"\n'
         )
         script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+# ---- parallel runs (pytest-xdist, issue 30, docs/performance.md) -------------------
+# `./scripts/test --all -n 2` spreads the tests over 2 worker processes (`--dist loadgroup`, set
+# by scripts/test). Shared state is never built twice nor raced: every test that reads the
+# session's verified fork is sent to ONE worker (group "verified-fork": that worker verifies each
+# candidate once, as a serial run does; trace's own state-dir lock would serialise verifies in
+# one shared fork anyway), and the tests that share a module- or class-scoped fixture of their
+# module go to one worker together (the fixture runs once). Other tests go wherever a worker is
+# free. Without xdist the marks do nothing.
+
+SHARED_FIXTURE_SCOPES = {"module", "class", "package", "session"}
+
+
+def worker_group(item: pytest.Item) -> str | None:
+    """The xdist group an item must share a worker with, or None (any worker)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    if BUILDING_FIXTURES & set(info.names_closure):
+        return "verified-fork"
+    for name in sorted(info.names_closure):
+        for fixturedef in info.name2fixturedefs.get(name, ()):
+            # baseid: where the fixture is visible (a module, a class, "tests" for this file);
+            # "" for pytest's and plugins' own (tmp_path_factory: nothing to share)
+            if fixturedef.scope in SHARED_FIXTURE_SCOPES and fixturedef.baseid:
+                return fixturedef.baseid
+    return None
+
+
+def group_for_workers(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each item with its group, only when xdist groups them (`--dist loadgroup`)."""
+    if config.getoption("dist", default=None) != "loadgroup":
+        return
+    for item in items:
+        group = worker_group(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
