@@ -137,9 +137,7 @@ def _listed(nodeid: str) -> bool:
     return any(nodeid.startswith(prefix) for prefix in FAST_NIX)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    group_for_workers(config, items)
     for item in items:
         if item.get_closest_marker("nix") is None and _builds(item):
             item.add_marker(pytest.mark.nix)
@@ -206,13 +204,14 @@ def write_shims(shims: Path, unmarked: set[str]) -> None:
 
 
 # ---- parallel runs (pytest-xdist, issue 30, docs/performance.md) -------------------
-# `./scripts/test --all -n 2` spreads the tests over 2 worker processes (`--dist loadgroup`, set
-# by scripts/test). Shared state is never built twice nor raced: every test that reads the
-# session's verified fork is sent to ONE worker (group "verified-fork": that worker verifies each
-# candidate once, as a serial run does; trace's own state-dir lock would serialise verifies in
-# one shared fork anyway), and the tests that share a module- or class-scoped fixture of their
-# module go to one worker together (the fixture runs once). Other tests go wherever a worker is
-# free. Without xdist the marks do nothing.
+# `TRACE_TEST_WORKERS=2 TRACE_TEST_DIST=loadgroup ./scripts/test --all` spreads the tests over 2
+# worker processes with `--dist loadgroup` (scripts/test's default is loadfile: xdist 3.8's
+# loadgroup groups nothing under pytest 9.2, docs/performance.md). Shared state is never built
+# twice nor raced: every test that reads the session's verified fork is sent to ONE worker
+# (group "verified-fork": that worker verifies each candidate once, as a serial run does;
+# trace's own state-dir lock would serialise verifies in one shared fork anyway), and the tests
+# that share a module- or class-scoped fixture of their module go to one worker together (the
+# fixture runs once). Other tests go wherever a worker is free. Without loadgroup, no marks.
 
 SHARED_FIXTURE_SCOPES = {"module", "class", "package", "session"}
 
@@ -233,9 +232,17 @@ def worker_group(item: pytest.Item) -> str | None:
     return None
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Grouped as collected: before any collection_modifyitems hook (xdist's own reads the
+    marks there, and the fast tier's build guard then sees the node ids xdist gives)."""
+    group_for_workers(item.config, [item])
+
+
 def group_for_workers(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each item with its group, only when xdist groups them (`--dist loadgroup`)."""
-    if config.getoption("dist", default=None) != "loadgroup":
+    # the controller has --dist; xdist's workers get dist "no" and the `loadgroup` flag instead
+    grouped = getattr(config.option, "loadgroup", False)
+    if not grouped and config.getoption("dist", default=None) != "loadgroup":
         return
     for item in items:
         group = worker_group(item)

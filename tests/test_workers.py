@@ -52,14 +52,27 @@ def test_function_fixtures_and_pytest_s_own_leave_a_test_free() -> None:
     assert worker_group(free) is None
 
 
-def config(dist: str | None) -> Any:
-    return SimpleNamespace(getoption=lambda name, default=None: dist)
+def config(dist: str | None, loadgroup: bool | None) -> Any:
+    """The controller's config (`--dist`), or a worker's (dist "no", the `loadgroup` flag)."""
+    option = SimpleNamespace() if loadgroup is None else SimpleNamespace(loadgroup=loadgroup)
+    return SimpleNamespace(option=option, getoption=lambda name, default=None: dist)
 
 
-@pytest.mark.parametrize(("dist", "marked"), [("loadgroup", True), ("load", False), (None, False)])
-def test_items_are_marked_only_when_xdist_groups_them(dist: str | None, marked: bool) -> None:
+@pytest.mark.parametrize(
+    ("dist", "loadgroup", "marked"),
+    [
+        ("loadgroup", None, True),  # the controller
+        ("no", True, True),  # a worker of a --dist loadgroup run
+        ("no", False, False),  # a worker of another --dist
+        ("load", None, False),
+        (None, None, False),  # no xdist
+    ],
+)
+def test_items_are_marked_only_when_xdist_groups_them(
+    dist: str | None, loadgroup: bool | None, marked: bool
+) -> None:
     shared, free = item(built=fixturedef("module", MODULE)), item()
-    group_for_workers(config(dist), [shared, free])
+    group_for_workers(config(dist, loadgroup), [shared, free])
     got = shared.get_closest_marker("xdist_group")
     assert (got.args if got else None) == ((MODULE,) if marked else None)
     assert free.get_closest_marker("xdist_group") is None
