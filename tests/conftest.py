@@ -201,3 +201,50 @@ def write_shims(shims: Path, unmarked: set[str]) -> None:
             f'exec {real} "$@"\n'
         )
         script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+# ---- parallel runs (pytest-xdist, issue 30, docs/performance.md) -------------------
+# `TRACE_TEST_WORKERS=2 TRACE_TEST_DIST=loadgroup ./scripts/test --all` spreads the tests over 2
+# worker processes with `--dist loadgroup` (scripts/test's default is loadfile: xdist 3.8's
+# loadgroup groups nothing under pytest 9.2, docs/performance.md). Shared state is never built
+# twice nor raced: every test that reads the session's verified fork is sent to ONE worker
+# (group "verified-fork": that worker verifies each candidate once, as a serial run does;
+# trace's own state-dir lock would serialise verifies in one shared fork anyway), and the tests
+# that share a module- or class-scoped fixture of their module go to one worker together (the
+# fixture runs once). Other tests go wherever a worker is free. Without loadgroup, no marks.
+
+SHARED_FIXTURE_SCOPES = {"module", "class", "package", "session"}
+
+
+def worker_group(item: pytest.Item) -> str | None:
+    """The xdist group an item must share a worker with, or None (any worker)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    if BUILDING_FIXTURES & set(info.names_closure):
+        return "verified-fork"
+    for name in sorted(info.names_closure):
+        for fixturedef in info.name2fixturedefs.get(name, ()):
+            # baseid: where the fixture is visible (a module, a class, "tests" for this file);
+            # "" for pytest's and plugins' own (tmp_path_factory: nothing to share)
+            if fixturedef.scope in SHARED_FIXTURE_SCOPES and fixturedef.baseid:
+                return fixturedef.baseid
+    return None
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Grouped as collected: before any collection_modifyitems hook (xdist's own reads the
+    marks there, and the fast tier's build guard then sees the node ids xdist gives)."""
+    group_for_workers(item.config, [item])
+
+
+def group_for_workers(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each item with its group, only when xdist groups them (`--dist loadgroup`)."""
+    # the controller has --dist; xdist's workers get dist "no" and the `loadgroup` flag instead
+    grouped = getattr(config.option, "loadgroup", False)
+    if not grouped and config.getoption("dist", default=None) != "loadgroup":
+        return
+    for item in items:
+        group = worker_group(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
