@@ -14,8 +14,9 @@ mutation gate replays it against each surviving mutant.
 
 `evaluate` (derivation `gate-fuzz`): a found input whose post-fix run crashes, with the kind
 [expect] names or a crash the pre-fix build does not show, is `fuzz-found-crash` (not
-waivable). Nothing to fuzz (no program invocation, only Python targets, an instrumented build
-that failed or ran no instrumented code) is not measurable: the record passes with
+waivable). Python targets are traced in one interpreter (fuzz_python.py). Nothing to fuzz (no
+program invocation, an instrumented build that failed, no instrumented or traced code ran) is
+not measurable: the record passes with
 `measurable: false` and says why (`details.not_measurable`: fuzz-not-measurable); it never
 denies, so "not measurable" never catches a wrong fix and never blocks a right one.
 """
