@@ -45,7 +45,7 @@ from types import FrameType
 from typing import Any
 
 from .fuzz import BUCKETS, Outcome
-from .fuzz_runner import _same_file
+from .fuzz_runner import write_unless_held
 from .variants import Invocation, Unit
 
 TIMEOUT = 2.0  # seconds per invocation, as the C loop's
@@ -447,13 +447,7 @@ class PythonRunner:
         self.place = Place(work, paths, self.roots, os.path.join(self.scratch, "pycache"))
 
     def _write(self, path: str, content: bytes) -> None:
-        """Write a file unless this runner wrote `content` there and nothing touched it since."""
-        last = self.written.get(path)
-        if last is not None and last[0] == content and _same_file(path, last[1]):
-            return
-        with open(path, "wb") as fh:
-            fh.write(content)
-            self.written[path] = (content, os.fstat(fh.fileno()))
+        write_unless_held(self.written, path, content)
 
     def mode(self) -> str:
         used = [m for m in (IN_PROCESS, PER_PROCESS) if self.runs[m]]

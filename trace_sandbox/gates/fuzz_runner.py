@@ -69,6 +69,19 @@ def _same_file(path: str, then: os.stat_result) -> bool:
     return all(getattr(now, k) == getattr(then, k) for k in keys)
 
 
+def write_unless_held(
+    written: dict[str, tuple[bytes, os.stat_result]], path: str, content: bytes
+) -> None:
+    """Write a file unless it holds `content` already: written so by this runner (`written`) and
+    not touched since (a run may edit its input; a truncation costs on some disks)."""
+    last = written.get(path)
+    if last is not None and last[0] == content and _same_file(path, last[1]):
+        return
+    with open(path, "wb") as fh:
+        fh.write(content)
+        written[path] = (content, os.fstat(fh.fileno()))
+
+
 class _ServerGone(Exception):
     """A fork server stopped answering in the middle of an execution."""
 
@@ -128,14 +141,7 @@ class ProgramRunner:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     def _write(self, path: str, content: bytes) -> None:
-        """Write a file unless it holds `content` already: written so by this runner and not
-        touched since (a run may edit its input; a truncation costs on some disks)."""
-        last = self.written.get(path)
-        if last is not None and last[0] == content and _same_file(path, last[1]):
-            return
-        with open(path, "wb") as fh:
-            fh.write(content)
-            self.written[path] = (content, os.fstat(fh.fileno()))
+        write_unless_held(self.written, path, content)
 
     def mode(self) -> str:
         """How the executions ran: fork-server, exec, or fork-server+exec."""
