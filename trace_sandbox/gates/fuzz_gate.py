@@ -48,6 +48,7 @@ from .oracle import mismatches, rejections, shows_the_bug
 from .variant_gate import (
     _store_name,
     crashes,
+    declared_oracles,
     poc_invocations,
     runs_by_index,
     same_bug,
@@ -227,9 +228,7 @@ def _explore(
 def _refusal(cfg: dict[str, Any]) -> Callable[[Ran], bool]:
     """Whether a Python run that raised is the fix refusing its input as [accept] declares
     (oracle.rejections: exit code and output), judged on what the run printed."""
-    oracles = cfg.get("oracles") or {}
-    if isinstance(oracles, str):
-        oracles = json.loads(oracles)
+    _, oracles = declared_oracles(cfg)
     rules = rejections(oracles.get("accept") or {})
 
     def refused(ran: Ran) -> bool:
@@ -355,12 +354,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     (the candidate's {expect, accept}: a Python fix's declared rejection), policy."""
     policy = applied_policy(cfg)
     plan = load_json_object(os.path.join(cfg["plan"], "plan.json"))
-    expect = cfg.get("expect") or {}
-    if isinstance(expect, str):
-        expect = json.loads(expect)
-    oracles = cfg.get("oracles") or {}
-    if isinstance(oracles, str):
-        oracles = json.loads(oracles)
+    expect, oracles = declared_oracles(cfg)
     accept = oracles.get("accept") or {}
     declared = oracles.get("expect") or expect  # [expect] whole: its per-invocation oracles too
     stats = plan.get("fuzz") or {}

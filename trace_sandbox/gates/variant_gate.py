@@ -419,17 +419,24 @@ def _summary(results: list[Record], by: dict[str, list[Record]], special: list[i
     return summary
 
 
-def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
-    """cfg: plan (dir), post and pre (variant run dirs), post_runs (the PoC's post-fix run
-    dirs), expect (the candidate's [expect]), oracles (its {expect, accept}), policy."""
-    policy = applied_policy(cfg)
-    plan = load_json_object(os.path.join(cfg["plan"], "plan.json"))
+def declared_oracles(cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A gate cfg's `expect` (the candidate's [expect]) and `oracles` ({expect, accept}), each
+    given as an object or as JSON text."""
     expect = cfg.get("expect") or {}
     if isinstance(expect, str):
         expect = json.loads(expect)
     oracles = cfg.get("oracles") or {}
     if isinstance(oracles, str):
         oracles = json.loads(oracles)
+    return expect, oracles
+
+
+def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
+    """cfg: plan (dir), post and pre (variant run dirs), post_runs (the PoC's post-fix run
+    dirs), expect (the candidate's [expect]), oracles (its {expect, accept}), policy."""
+    policy = applied_policy(cfg)
+    plan = load_json_object(os.path.join(cfg["plan"], "plan.json"))
+    expect, oracles = declared_oracles(cfg)
     # which variant is a bad input: [expect] whole (its per-invocation oracles too)
     declared = {"expect": oracles.get("expect") or expect, "accept": oracles.get("accept") or {}}
     post = runs_by_index(cfg["post"])
