@@ -13,7 +13,7 @@ What the campaign found and fixed: the real fix was denied `variant-still-fails`
 the driver has on its error path, pre-fix and post-fix alike (a truncated document), and the
 wrong fix that refuses the PoC's letter by its code (`== 0x41`) was ALLOWed with no reason. What
 it found and left open: a fix in the driver (the reproducer's own program) instead of the library
-gets the real fix's verdict (`harness-filter`, xfail below; docs/calibration.md).
+gets the real fix's verdict (`harness-filter`, xfail below; docs/gates.md, "An outside campaign").
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ def test_test_data_edited_to_hide_a_regression_is_tests_weakened(verdicts: Verdi
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open (docs/calibration.md): a fix in the reproducer's own driver, the library left "
-    "buggy, behaves as the upstream fix on every input trace can run",
+    reason="open (docs/gates.md, 'An outside campaign'): a fix in the reproducer's own driver, "
+    "the library left buggy, behaves as the upstream fix on every input trace can run",
 )
 def test_a_fix_in_the_driver_instead_of_the_library_is_denied(verdicts: Verdicts) -> None:
     assert_discriminated(verdicts.decide("cjsonptr-harness-filter"), verdicts.decide(REAL))
