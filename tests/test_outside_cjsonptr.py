@@ -11,9 +11,9 @@ and its verdict is not the real fix's nor a weaker one.
 
 What the campaign found and fixed: the real fix was denied `variant-still-fails` for a leak
 the driver has on its error path, pre-fix and post-fix alike (a truncated document), and the
-wrong fix that refuses the PoC's letter by its code (`== 0x41`) was ALLOWed with no reason. What
-it found and left open: a fix in the driver (the reproducer's own program) instead of the library
-gets the real fix's verdict (`harness-filter`, xfail below; docs/gates.md, "An outside campaign").
+wrong fix that refuses the PoC's letter by its code (`== 0x41`) was ALLOWed with no reason; a
+fix in the driver (the reproducer's own program) instead of the library got the real fix's
+verdict (`harness-filter`): now `fix-only-in-driver` (docs/gates.md, "An outside campaign").
 """
 
 from __future__ import annotations
@@ -109,10 +109,12 @@ def test_test_data_edited_to_hide_a_regression_is_tests_weakened(verdicts: Verdi
     assert_discriminated(wrong, verdicts.decide(REAL))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (docs/gates.md, 'An outside campaign'): a fix in the reproducer's own driver, "
-    "the library left buggy, behaves as the upstream fix on every input trace can run",
-)
 def test_a_fix_in_the_driver_instead_of_the_library_is_denied(verdicts: Verdicts) -> None:
-    assert_discriminated(verdicts.decide("cjsonptr-harness-filter"), verdicts.decide(REAL))
+    """`pointer.c` (the program the reproducer runs) refuses `1A` before the lookup; the
+    library's decode_array_index_from_pointer, which the advisory names, is left buggy. Every
+    input trace runs goes through the driver, so the behavioural gates cannot tell it from the
+    upstream fix; the fault-site gate's driver check can: the patch changes only the entry
+    program, so the library side is the unpatched tree, which misbehaved on the PoC."""
+    wrong = verdicts.decide("cjsonptr-harness-filter")
+    assert "fix-only-in-driver" in codes(wrong)
+    assert_discriminated(wrong, verdicts.decide(REAL))

@@ -26,6 +26,7 @@ Stdlib only: runs in the sandbox (`python3 -S -B -m trace_sandbox.gates.main fau
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -34,6 +35,7 @@ from typing import Any
 
 from .applied import applied_policy, bound
 from .diff import FileDiff, Hunk, parse_series
+from .entry import driver_check, located
 from .oracle import invocation_failed
 
 DEFAULT_FRAMES = 5
@@ -228,7 +230,8 @@ def _where(f: dict[str, Any]) -> str:
 
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg: patches, pre (the pre-fix run steps' store paths), policy (K = thresholds.frames),
-    src (the unpatched package's source, optional)."""
+    src (the unpatched package's source, optional), advisory (the candidate's OSV file,
+    optional: where the bug is, for the driver check)."""
     policy = applied_policy(cfg)
     k = bound(policy, "frames") or DEFAULT_FRAMES
     records = []
@@ -240,27 +243,49 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     found = [own_frames(s, k) for s in stacks(records)]
     found = [s for s in found if s]
     details: dict[str, Any] = {"policy": policy, "frames_considered": k}
+    tree = functools.cache(lambda: source_tree(cfg.get("src"), os.environ.get("TMPDIR", "/tmp")))
+    stack_files = [str(f["file"]) for s in found for f in s]
+    driver, details["driver"] = driver_check(
+        files,
+        lambda: located(stack_files, cfg.get("advisory"), tree()),
+        lambda path: source_lines(tree(), path),
+        same_file,
+    )
+    site = _site(found, files, tree() if found else None, k, details)
+    if driver:
+        details["summary"] = details["driver"]["summary"] + "; " + details["summary"]
+        return _record(False, True, driver + site, details)
+    return _record(not site, bool(found), site, details)
+
+
+def _site(
+    found: list[list[dict[str, Any]]],
+    files: list[FileDiff],
+    root: str | None,
+    k: int,
+    details: dict[str, Any],
+) -> list[str]:
+    """The stacks against the patch: [] or ["fix-away-from-fault"]; the summary in details."""
     if not found:
         details["summary"] = (
             "not measurable: the pre-fix failure left no stack of the package's own code (a "
             "wrong output, a clean non-zero exit or a bare signal)"
         )
-        return _record(True, False, [], details)
-    root = source_tree(cfg.get("src"), os.environ.get("TMPDIR", "/tmp"))
+        return []
     details["source"] = "read" if root else "not available (function extents from the patch)"
     hits = [_where(f) for s in found for f in s if frame_touched(f, files, root)]
     details["stacks"] = [[_where(f) for f in s] for s in found]
     details["touched"] = hits
     if hits:
         details["summary"] = f"the patch changes {hits[0]} (on the failing stack)"
-        return _record(True, True, [], details)
+        return []
     details["summary"] = (
         f"the patch changes none of the first {k} frames of the failing stack"
         + ("s" if len(found) > 1 else "")
         + ": "
         + "; ".join(", ".join(_where(f) for f in s) for s in found)
     )
-    return _record(False, True, ["fix-away-from-fault"], details)
+    return ["fix-away-from-fault"]
 
 
 def _record(
