@@ -101,9 +101,7 @@ def defining_files(root: str | None, functions: list[str]) -> list[str]:
     return sorted(found)
 
 
-def located(
-    stack_files: list[str], advisory: str | None, root: str | None
-) -> dict[str, list[str]]:
+def located(stack_files: list[str], advisory: str | None, root: str | None) -> dict[str, list[str]]:
     """Where the bug is: by the failing stacks, the advisory's files and its functions."""
     files, functions = advisory_names(advisory)
     return {
