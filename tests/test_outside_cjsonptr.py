@@ -29,7 +29,7 @@ import pytest
 import tomli
 
 from engine.cli import main
-from tests.verified import copy_fork
+from tests.verified import VerifiedFork
 
 REPO = Path(__file__).resolve().parent.parent
 OUTSIDE = "trace/outside"
@@ -64,8 +64,11 @@ def _trace(*args: str) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
-    return Verdicts(copy_fork(tmp_path_factory.mktemp("outside") / "fork"), {})
+def verdicts(verified_fork: VerifiedFork) -> Verdicts:
+    """The session's one verified copy of the fork (tests/verified.py; the outside candidates
+    are in it too): its load caches and state directory are shared with the calibration table,
+    and this module only adds its own candidates' verifications and decisions."""
+    return Verdicts(verified_fork.fork, {})
 
 
 def codes(decision: dict[str, Any]) -> set[str]:
