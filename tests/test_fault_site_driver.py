@@ -95,6 +95,23 @@ def test_a_driver_check_beside_the_library_fix_is_not_claimed(tmp_path: Path) ->
     assert r["details"]["driver"]["library_side"] == "not built"
 
 
+def test_a_comment_in_the_library_beside_the_driver_filter_is_no_library_change(
+    tmp_path: Path,
+) -> None:
+    """A library hunk that changes comments only does not make the patch "mixed": its library
+    side is still the unpatched tree."""
+    comment = tmp_path / "comment.patch"
+    comment.write_text(
+        "--- a/cJSON_Utils.c\n+++ b/cJSON_Utils.c\n@@ -284,3 +284,4 @@\n"
+        " \n"
+        "+    /* RFC 6901: digits only */\n"
+        "     for (position = 0; (pointer[position] >= '0') && (pointer[0] <= '9'); position++)\n"
+        "     {\n"
+    )
+    r = _gate(tmp_path, [OUTSIDE / "cjsonptr-harness-filter" / "fix.patch", comment])
+    assert r["reasons"] == ["fix-only-in-driver"]
+
+
 def test_a_single_file_program_s_own_bug_is_exempt(tmp_path: Path) -> None:
     """cparse: main and the faulting parse_line are one file; the stack locates the bug there."""
     from tests.test_verify_oracles import ASAN_REPORT

@@ -17,7 +17,8 @@ for every other caller: the entry program is part of the instrument, unless the 
   post-fix tree with the entry files' hunks reverted) is the unpatched tree, which misbehaved on
   the PoC (the expectation gate's pre-fix claim): `fix-only-in-driver`, not waivable;
 * the patch touches an entry file and other files: the library side is a tree no step builds;
-  the record says so (`library_side: "not built"`) and claims nothing.
+  the record says so (`library_side: "not built"`) and claims nothing. A file whose hunks change
+  only comments and whitespace is no other file (the library side is the unpatched tree).
 
 Stdlib only: runs in the sandbox with the fault-site gate.
 """
@@ -112,6 +113,29 @@ def located(stack_files: list[str], advisory: str | None, root: str | None) -> d
     }
 
 
+def _code(lines: list[str], python: bool) -> str:
+    """The lines' code without comments and whitespace (C `/* */` and `//`, Python `#`)."""
+    text = "\n".join(lines)
+    if python:
+        text = re.sub(r"#[^\n]*", "", text)
+    else:
+        text = re.sub(r"//[^\n]*", "", re.sub(r"/\*.*?\*/", "", text, flags=re.S))
+    return re.sub(r"\s+", "", text)
+
+
+def cosmetic(fd: FileDiff) -> bool:
+    """The file's hunks change comments and whitespace only: the library side is unchanged."""
+    if fd.binary or fd.old_path is None or fd.new_path is None or not fd.path.endswith(SOURCES):
+        return False
+    python = fd.path.endswith(".py")
+    for h in fd.hunks:
+        old = [ln.text for ln in h.lines if ln.kind != "+"]
+        new = [ln.text for ln in h.lines if ln.kind != "-"]
+        if _code(old, python) != _code(new, python):
+            return False
+    return True
+
+
 def driver_check(
     files: list[FileDiff],
     locate: Callable[[], dict[str, list[str]]],
@@ -135,7 +159,7 @@ def driver_check(
     if inside:
         details["summary"] = f"the bug is located in the entry file itself ({inside[0]})"
         return [], details
-    others = [fd.path for fd in files if fd.path not in entries]
+    others = [fd.path for fd in files if fd.path not in entries and not cosmetic(fd)]
     if others:
         details["library_side"] = "not built"
         details["summary"] = (
