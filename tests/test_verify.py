@@ -21,7 +21,7 @@ import pytest
 
 from engine.pipeline.verify_fresh import run_verify
 from engine.verify_result import VerifyResult
-from tests.verified import CANDIDATES, FIXTURE, Results, VerifiedFork, copy_fork
+from tests.verified import CANDIDATES, FIXTURE, Results, VerifiedFork, cheap_gates, copy_fork
 
 pytestmark = pytest.mark.nix
 
@@ -329,20 +329,6 @@ def udiff(old: str, new: str) -> str:
         old.splitlines(True), new.splitlines(True), "a/cparse.c", "b/cparse.c"
     )
     return "".join(lines)
-
-
-def cheap_gates(fork: Path) -> None:
-    """The fork's own signing policy (FORK/trace/policy/signing.toml, which verify's gates
-    apply): the shipped one with 2 variants and 20 fuzz executions (issue 30: these candidates
-    are judged by their claims alone, never by a gate, and six full gate runs of cparse were
-    this module's slowest setup)."""
-    text = (Path(__file__).resolve().parent.parent / "policy" / "signing.toml").read_text()
-    cheap = text.replace("\nbudget = 24 ", "\nbudget = 2 ").replace(
-        "\nexecutions = 500\n", "\nexecutions = 20\n"
-    )
-    assert cheap.count("budget = 2 ") == 1 and "executions = 20\n" in cheap
-    (fork / "trace" / "policy").mkdir(parents=True)
-    (fork / "trace" / "policy" / "signing.toml").write_text(cheap)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import pytest
 
 from engine.pipeline.verify_fresh import run_verify
 from engine.verify_result import VerifyResult
+from tests.verified import cheap_gates
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fork"
 CANDIDATES = Path("trace/candidates")
@@ -108,6 +109,7 @@ def candidate(fork: Path, name: str, files: dict[str, str], toml: str) -> Path:
 def fork(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("isolation") / "fork"
     shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns(".trace", "result*"))
+    cheap_gates(dest)  # the claims are read here, never a gate's verdict
     return dest
 
 

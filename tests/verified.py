@@ -32,6 +32,25 @@ def copy_fork(dest: Path) -> Path:
     return dest
 
 
+def cheap_gates(fork: Path) -> None:
+    """The fork's own signing policy (FORK/trace/policy/signing.toml, which verify's gates
+    apply): the shipped one with 2 variants and 20 fuzz executions, for a test that reads a
+    verify's claims, steps or machines, never a gate's verdict (issue 30: the full budgets run
+    24 variants per surviving mutant, most of a cold verify's time). tests/test_verify.py's
+    broken inputs and tests/test_verify_isolation.py's deceptive reproducers use it. Not for a
+    test that decides, bundles or signs: a gate's verdict may differ on 2 variants."""
+    shipped = FIXTURE.parents[2] / "policy"
+    text = (shipped / "signing.toml").read_text()
+    cheap = text.replace("\nbudget = 24 ", "\nbudget = 2 ").replace(
+        "\nexecutions = 500\n", "\nexecutions = 20\n"
+    )
+    assert cheap.count("budget = 2 ") == 1 and "executions = 20\n" in cheap
+    (fork / "trace" / "policy").mkdir(parents=True)
+    (fork / "trace" / "policy" / "signing.toml").write_text(cheap)
+    # its `catalogue = "reasons.toml"` is read beside it (verify's table prints the codes)
+    shutil.copyfile(shipped / "reasons.toml", fork / "trace" / "policy" / "reasons.toml")
+
+
 class VerifiedFork:
     """A copy of the fixture fork whose candidates are verified on first use, once."""
 
