@@ -27,6 +27,7 @@ import pytest
 from engine.evidence import SIGNATURE_FILE
 from engine.signing.keys import keygen
 from tests.enginekit import cli
+from tests.verified import cheap_gates
 
 pytestmark = pytest.mark.nix
 
@@ -52,6 +53,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     cand = fork / CAND
     repro = cand.parent / "repro.sh"
     repro.write_text(repro.read_text() + f"\n# {uuid.uuid4()}\n")
+    # 2 variants and 20 fuzz executions: the forged rows are the claim here, and the wrong fix's
+    # mutation score is 0 on any budget (its mutants are never killed: the calibration row)
+    cheap_gates(fork)
     key, _, _ = keygen(base / "keys" / "signer.key")
     rc, out, err = cli("verify", str(cand), "--fork", str(fork), "-q")
     assert rc == 0, out + err  # the wrong fix passes verify; its gates fail (mutation score 0)

@@ -37,8 +37,9 @@ def cheap_gates(fork: Path) -> None:
     apply): the shipped one with 2 variants and 20 fuzz executions, for a test that reads a
     verify's claims, steps or machines, never a gate's verdict (issue 30: the full budgets run
     24 variants per surviving mutant, most of a cold verify's time). tests/test_verify.py's
-    broken inputs and tests/test_verify_isolation.py's deceptive reproducers use it. Not for a
-    test that decides, bundles or signs: a gate's verdict may differ on 2 variants."""
+    broken inputs and tests/test_verify_isolation.py's deceptive reproducers use it, and
+    tests/test_trust_boundary.py's forged rows (its wrong fix's mutation score is 0 on any
+    budget). Not for a test whose claim is a gate's verdict: it may differ on 2 variants."""
     shipped = FIXTURE.parents[2] / "policy"
     text = (shipped / "signing.toml").read_text()
     cheap = text.replace("\nbudget = 24 ", "\nbudget = 2 ").replace(
