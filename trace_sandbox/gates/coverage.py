@@ -41,7 +41,7 @@ from .lang import Lang, code_only, is_test_path, language
 
 # Appended to the harness's sitecustomize (a str.format template: braces doubled).
 PY_TRACER = """
-import atexit as _cov_atexit, threading as _cov_threading
+import atexit as _cov_atexit, json, threading as _cov_threading
 _COV, _COV_DIR = {{}}, os.path.join(os.environ.get("TMPDIR", "/tmp"), "trace-coverage")
 def _cov_global(frame, event, arg):
     fn = frame.f_code.co_filename

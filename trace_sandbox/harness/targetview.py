@@ -69,11 +69,28 @@ posix._exit(code)
 """
 
 # sitecustomize for python processes: list the package files they open (module imports) into
-# the per-invocation file the harness names in $TRACE_TARGET_LOG. Kept a str.format template
-# that defines _PKG and imports json/os/sys: the coverage gate appends its tracer to it.
-AUDIT_HOOK = """import json, os, sys
+# the per-invocation file the harness names in $TRACE_TARGET_LOG, one JSON string a line
+# (targets.py `read_opened`). Kept a str.format template that defines _PKG and imports only
+# os/sys (loaded at start-up anyway): the coverage gate appends its tracer to it. It runs in
+# every Python target process, so it imports no `json`: that import (and the `re` it loads)
+# cost about as much CPU as the rest of a small target's start-up (issue 30: a pager calibration
+# row starts ~4,700 of them); `_trace_json` writes the same JSON string by hand.
+AUDIT_HOOK = """import os, sys
 _PKG, _SEEN = {pkg!r}, set()
 _LOG = os.environ.pop("TRACE_TARGET_LOG", None)
+def _trace_json(text):
+    out = ['"']
+    for ch in text:
+        n = ord(ch)
+        if 0x20 <= n < 0x7F and ch != '"' and ch != "\\\\":
+            out.append(ch)
+        elif n > 0xFFFF:
+            n -= 0x10000
+            out.append("\\\\u%04x\\\\u%04x" % (0xD800 | n >> 10, 0xDC00 | n & 0x3FF))
+        else:
+            out.append("\\\\u%04x" % n)
+    out.append('"')
+    return "".join(out)
 def _trace_hook(event, args):
     if _LOG is None or event != "open" or not isinstance(args[0], str):
         return
@@ -82,7 +99,7 @@ def _trace_hook(event, args):
         return
     _SEEN.add(path)
     fd = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    os.write(fd, (json.dumps(path[len(_PKG) + 1:]) + "\\n").encode())
+    os.write(fd, (_trace_json(path[len(_PKG) + 1:]) + "\\n").encode())
     os.close(fd)
 sys.addaudithook(_trace_hook)
 """
