@@ -90,3 +90,22 @@ def test_the_hook_imports_nothing_a_target_would_not_load(tmp_path: Path) -> Non
     # nothing else: no json, no re (this interpreter's own site may load them; a target's
     # python, the package set's, loads neither at start-up)
     assert hooked - bare == {"sitecustomize"}, sorted(hooked - bare)
+
+
+def test_the_coverage_tracer_appended_to_the_hook_still_dumps_its_lines(tmp_path: Path) -> None:
+    """The coverage gate appends its tracer (coverage.py PY_TRACER) to this hook; it imports
+    the json it dumps with itself now that the hook does not."""
+    from trace_sandbox.gates.coverage import PY_TRACER
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "mod.py").write_text("def f(x):\n    if x:\n        return 1\n    return 2\n")
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text((AUDIT_HOOK + PY_TRACER).format(pkg=str(pkg)))
+    env = _env(hook, tmp_path / "opened.log") | {"TMPDIR": str(tmp_path)}
+    code = f"import sys; sys.path.insert(0, {str(pkg)!r}); import mod; mod.f(1)"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    (dump,) = (tmp_path / "trace-coverage").glob("py-*.json")
+    lines = json.loads(dump.read_text())["mod.py"]
+    assert {1, 2, 3} <= set(lines) and 4 not in lines  # f(1) never reaches `return 2`
