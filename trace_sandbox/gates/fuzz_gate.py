@@ -42,9 +42,10 @@ from .fuzz_python import (
     script_names,
     traceback_crash,
 )
-from .fuzz_runner import ProgramRunner, scratch_root
+from .fuzz_runner import ProgramRunner
 from .modules import load_json_object
 from .oracle import mismatches, rejections, shows_the_bug
+from .scratch import scratch_root
 from .variant_gate import (
     _store_name,
     crashes,

@@ -29,6 +29,7 @@ from types import TracebackType
 
 from .fuzz import MAP_SIZE, Outcome, features
 from .fuzz_server import ForkServer, Ran
+from .scratch import scratch_root
 from .variants import Invocation, Unit
 
 TIMEOUT = 2.0  # seconds per invocation in the loop: longer is a hang, not a crash
@@ -37,15 +38,6 @@ EXEC = "exec"
 _SUMMARY = re.compile(r"SUMMARY: (\w+Sanitizer): (\S+)")
 _FRAME0 = re.compile(r"#0 0x[0-9a-f]+\s+(?:in (\S+))?\s*(?:\(([^()\s]+?)(\+0x[0-9a-f]+)\))?")
 _FATAL = (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
-
-
-def scratch_root() -> str:
-    """Where the loop's own files go: a memory file system when there is one (/dev/shm, also
-    in Nix's sandbox), else the temporary directory."""
-    shm = "/dev/shm"
-    if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK):
-        return shm
-    return tempfile.gettempdir()
 
 
 def crash_of(stderr: str, returncode: int) -> str | None:

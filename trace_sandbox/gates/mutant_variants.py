@@ -40,6 +40,7 @@ from types import ModuleType
 from typing import Any
 
 from .modules import load_json_object
+from .scratch import runs_root
 from .variant_gate import runs_by_index
 from .variant_runs import PARALLEL, harness, launcher_server, remove, run_harness
 
@@ -200,7 +201,9 @@ def run_mutants(
     from concurrent.futures import ThreadPoolExecutor
 
     os.makedirs(out)
-    batch = Batch(out=out, runs=tempfile.mkdtemp(prefix="runs-", dir=env.get("TMPDIR", "/tmp")))
+    targets = [str(m["target"]) for m in cfg["mutants"]]
+    parent = runs_root(targets, parallel, env.get("TMPDIR", "/tmp"))  # scratch.py
+    batch = Batch(out=out, runs=tempfile.mkdtemp(prefix="runs-", dir=parent))
 
     def one(m: dict[str, Any]) -> dict[str, Any]:
         dest = os.path.join(out, str(m["index"]))

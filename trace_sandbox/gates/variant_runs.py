@@ -39,6 +39,7 @@ from types import ModuleType
 from typing import Any
 
 from .modules import load_json_object
+from .scratch import runs_root
 
 SCHEMA = "trace.variant-runs/v1"
 # Runs at a time. A harness run is mostly waiting (process start-ups, hand-offs over its socket),
@@ -112,7 +113,10 @@ def run_side(plan: str, out: str, *, parallel: int = PARALLEL) -> dict[str, Any]
 
     os.makedirs(os.path.join(out, "v"))
     indices = _indices(plan)
-    runs_dir = tempfile.mkdtemp(prefix="runs-", dir=os.environ.get("TMPDIR", "/tmp"))
+    # the runs' directories on a memory file system when it has room for them (scratch.py)
+    target = os.environ.get("target", "")  # noqa: SIM112 (a derivation attribute)
+    parent = runs_root([target], parallel, os.environ.get("TMPDIR", "/tmp"))
+    runs_dir = tempfile.mkdtemp(prefix="runs-", dir=parent)
 
     def one(n: int) -> None:
         dest = os.path.join(out, "v", str(n))
