@@ -7,12 +7,19 @@ code, message, what to do); this module only reads them. A gate step gets the ca
 `reasons` input (graphs/gates.toml), whose store path templates/lib/gate.nix puts in
 TRACE_GATE_REASONS; outside the sandbox (a checkout, the tests) it is the checkout's
 policy/reasons.toml. It is read on first use, so a step that emits no rule needs no catalogue.
+
+In a gate step TRACE_GATE_REASONS names the catalogue's rule table as JSON (`rules.json`, the
+same `[[rules]]` in the same order), made from the catalogue ONCE by a derivation every gate
+step shares (templates/lib/gate.nix, `python3 -m trace_sandbox.gates.main rules-json`): parsing
+TOML takes importing `tomllib`, which cost a gate interpreter more than the rest of its
+start-up's imports (~10-20 ms each, every rule gate of every verify). A path ending in `.toml`
+is read as the catalogue itself.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import tomllib
 from functools import cache
 from typing import NamedTuple
 
@@ -34,21 +41,42 @@ def catalogue_path() -> str:
     return os.environ.get(CATALOGUE_ENV) or CHECKOUT_CATALOGUE
 
 
-@cache
-def rules() -> dict[str, Rule]:
-    """rule -> (code, message, solution), in the catalogue's order."""
-    path = catalogue_path()
+RULE_FIELDS = ("rule", "code", "message", "solution")
+
+
+def read_rule_table(path: str) -> list[dict[str, str]]:
+    """The catalogue's `[[rules]]` (each: rule, code, message, solution), in its order, from
+    the catalogue itself (`.toml`) or from the rule table made of it (`rules.json`)."""
     try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        if path.endswith(".json"):
+            with open(path, encoding="utf-8") as f:
+                table = json.load(f)
+        else:
+            import tomllib  # only here: a gate step reads the JSON table
+
+            with open(path, "rb") as f:
+                table = tomllib.load(f).get("rules", [])
+    except (OSError, ValueError) as exc:  # TOMLDecodeError and JSONDecodeError are ValueErrors
         raise RuntimeError(
             f"the gates' rule catalogue {path} cannot be read ({exc}); a gate step that emits "
             f"rules needs the `reasons` input (graphs/gates.toml) in ${CATALOGUE_ENV}"
         ) from exc
+    return [{k: str(r[k]) for k in RULE_FIELDS} for r in table]
+
+
+def write_rule_table(catalogue: str, out: str) -> None:
+    """`rules-json CATALOGUE OUT`: the catalogue's rule table as JSON (read_rule_table)."""
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(read_rule_table(catalogue), f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+@cache
+def rules() -> dict[str, Rule]:
+    """rule -> (code, message, solution), in the catalogue's order."""
     return {
-        str(r["rule"]): Rule(str(r["code"]), str(r["message"]), str(r["solution"]))
-        for r in doc.get("rules", [])
+        r["rule"]: Rule(r["code"], r["message"], r["solution"])
+        for r in read_rule_table(catalogue_path())
     }
 
 

@@ -10,7 +10,8 @@ MUTANTS writes every mutant's series there too, in the same interpreter,
 `... variant-plan OUTDIR` writes the variants gate's plan,
 `... variant-runs PLAN OUTDIR` runs every variant of it against one build (variant_runs.py), and
 `... tests-record OUT` one side's package-test record, and
-`... base-test-patches OUTDIR` the patches without their test files' sections (testfiles.py).
+`... base-test-patches OUTDIR` the patches without their test files' sections (testfiles.py),
+`... rules-json CATALOGUE OUT` the reason catalogue's rule table as JSON (codes.py).
 
 `-S`: the gates are stdlib only, so the interpreter's site (its site-packages and their `.pth`
 files, which can run code at start-up) is never loaded into a gate. `-B`: the store is
@@ -189,6 +190,11 @@ def main(argv: list[str]) -> int:
         from .testfiles import write_base_test_patches
 
         write_base_test_patches(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
+        return 0
+    if len(argv) == 3 and argv[0] == "rules-json":
+        from .codes import write_rule_table
+
+        write_rule_table(argv[1], argv[2])
         return 0
     if len(argv) in (3, 4) and argv[0] == "patched-source":
         return patched_source(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1:])

@@ -12,6 +12,7 @@ directories to `<tmp>`, `<work>`, `$TARGET`).
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 
 SHM = "/dev/shm"
@@ -36,7 +37,8 @@ def tree_bytes(path: str) -> int:
                 st = os.lstat(os.path.join(root, name))
             except OSError:
                 continue
-            total += st.st_size
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
     return total
 
 
