@@ -9,6 +9,7 @@ time), so every derivation is new, and times three cold runs of the real verify 
   must pay;
 * `no-fuzz`: the whole verify graph without the fuzzing gate's steps (expectation, scope,
   fault-site, detector, differential, mutation, coverage, variants, regression), another salt;
+  `fuzz-plan` (the fuzzing build and its exploration) is in it: the mutation gate needs it;
 * `whole`: the whole verify graph, the fuzzing gate included, another salt.
 
 Two goals, each printed as `met` or `NO`: issue 25's `no-fuzz <= 3 x base` and issue 26's
@@ -102,7 +103,9 @@ def base_only(graph: Graph) -> Graph:
 
 
 def without_fuzzing(graph: Graph) -> Graph:
-    """Every step but the fuzzing gate's (no other step needs them)."""
+    """Every step but the fuzzing gate's own (fuzz-post, fuzz-pre, gate-fuzz). `fuzz-plan` (the
+    fuzzing build and the exploration) stays: the mutation gate's `mutant-runs` needs it (a
+    survivor replays its corpus, issue 26), so this row pays it."""
     return only(graph, tuple({graph.steps[s].base_id for s in graph.order} - set(FUZZ_STEPS)))
 
 
