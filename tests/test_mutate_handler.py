@@ -1,0 +1,65 @@
+"""The mutation gate's `handler` operator (the sqlparse campaign, CVE-2024-4340): a Python fix
+whose point is to catch an error (`except RecursionError as err: raise SQLParseError(...)`)
+had no mutant at all (mutation-not-measurable); the handler made to catch nothing is the fix
+undone, which the reproducer must kill."""
+
+from __future__ import annotations
+
+import pytest
+
+from trace_sandbox.gates.mutate import generate, line_edits
+
+UPSTREAM = """--- a/sqlparse/sql.py
++++ b/sqlparse/sql.py
+@@ -209,2 +209,5 @@
+-        for token in self.tokens:
+-            yield token
++        try:
++            for token in self.tokens:
++                yield token
++        except RecursionError as err:
++            raise SQLParseError('Maximum recursion depth exceeded') from err
+"""
+
+
+def handler_edits(line: str) -> list[str]:
+    return [e.mutated for e in line_edits(line, "python") if e.operator == "handler"]
+
+
+@pytest.mark.parametrize(
+    ("line", "mutated"),
+    [
+        ("        except RecursionError as err:", "        except () as err:"),
+        ("    except Exception:", "    except ():"),
+        ("    except (KeyError, ValueError) as e:", "    except () as e:"),
+        ("        with suppress(RecursionError):", "        with suppress():"),
+        ("    with contextlib.suppress(OSError, ValueError):", "    with contextlib.suppress():"),
+    ],
+)
+def test_a_handler_is_made_to_catch_nothing(line: str, mutated: str) -> None:
+    assert handler_edits(line) == [mutated]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "    except:",  # a bare except has nothing to empty (the scope gate judges it)
+        "    except () as e:",  # already catches nothing
+        "    suppress()",
+        "    excepted = handle(RecursionError)",  # not a handler
+        "    # except RecursionError:",  # a comment
+    ],
+)
+def test_near_misses_get_no_handler_mutant(line: str) -> None:
+    assert handler_edits(line) == []
+
+
+def test_c_has_no_handler_mutants() -> None:
+    assert [e for e in line_edits("    except (x) :", "c") if e.operator == "handler"] == []
+
+
+def test_the_upstream_fix_of_cve_2024_4340_gets_a_mutant() -> None:
+    mutants = generate([UPSTREAM])
+    assert [(m.operator, m.line, m.mutated.strip()) for m in mutants] == [
+        ("handler", 212, "except () as err:")
+    ]
