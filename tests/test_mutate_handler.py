@@ -5,8 +5,11 @@ undone, which the reproducer must kill."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from trace_sandbox.gates.lang import classify_lines
 from trace_sandbox.gates.mutate import generate, line_edits
 
 UPSTREAM = """--- a/sqlparse/sql.py
@@ -63,3 +66,30 @@ def test_the_upstream_fix_of_cve_2024_4340_gets_a_mutant() -> None:
     assert [(m.operator, m.line, m.mutated.strip()) for m in mutants] == [
         ("handler", 212, "except () as err:")
     ]
+
+
+FIX = Path(__file__).parent / "fixtures/fork/trace/outside/sqlparse-cve-2024-4340/fix.patch"
+
+
+def test_a_hunk_that_begins_inside_a_docstring_is_code_after_its_closing_quote() -> None:
+    """The upstream fix's hunk opens on flatten's docstring (its closing `\"\"\"` is context):
+    read from outside a string, every added line was string and no mutant was made."""
+    mutants = generate([FIX.read_text()])
+    assert [(m.operator, m.mutated.strip()) for m in mutants] == [
+        ("negate", "if not (token.is_group):"),
+        ("handler", "except () as err:"),
+    ]
+
+
+def test_a_hunk_that_ends_inside_a_docstring_keeps_its_code() -> None:
+    hunk = [
+        "    total = count + 1",
+        "    return total",
+        "",
+        "",
+        "def other():",
+        '    """Other things,',
+    ]
+    kinds = classify_lines(hunk, "python")
+    assert set(kinds[0]) == {"c"} and kinds[5].strip().endswith("s")
+    assert set(classify_lines(["x = 1", '"""doc"""', "y = 2"], "python")[2]) == {"c"}

@@ -96,8 +96,17 @@ def classify_text(text: str, lang: Lang, state: str = "") -> tuple[str, str]:
 
 
 def classify_lines(lines: list[str], lang: Lang, state: str = "") -> list[str]:
-    """`classify_text` of consecutive lines (a hunk's new side), one kinds string per line."""
-    kinds, _ = classify_text("\n".join(lines), lang, state)
+    """`classify_text` of consecutive lines (a hunk's new side), one kinds string per line.
+    Python, nothing declared open: a hunk whose triple quotes leave a string open at its end
+    either ends inside a docstring or begins inside one (its closing quote in the leading
+    context: CVE-2024-4340's fix of sqlparse's `flatten`, whose code after the docstring read as
+    string); the reading with fewer string characters wins."""
+    text = "\n".join(lines)
+    kinds, end = classify_text(text, lang, state)
+    if lang == "python" and not state and end:
+        inside, still_open = classify_text(text, lang, end)
+        if not still_open and inside.count("s") < kinds.count("s"):
+            kinds = inside
     out: list[str] = []
     pos = 0
     for ln in lines:
