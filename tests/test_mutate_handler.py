@@ -93,3 +93,19 @@ def test_a_hunk_that_ends_inside_a_docstring_keeps_its_code() -> None:
     kinds = classify_lines(hunk, "python")
     assert set(kinds[0]) == {"c"} and kinds[5].strip().endswith("s")
     assert set(classify_lines(["x = 1", '"""doc"""', "y = 2"], "python")[2]) == {"c"}
+
+
+def test_a_hunk_that_begins_in_a_long_docstring_before_short_code() -> None:
+    """The poc-depth candidate's second hunk: two long `:param:` lines, the closing quote, then
+    two added lines holding single-quoted strings: lines, not characters, decide."""
+    hunk = [
+        "    :param encoding: The encoding of the statement (optional).",
+        "    :returns: A tuple of :class:`~sqlparse.sql.Statement` instances.",
+        '    """',
+        "    if isinstance(sql, str) and '[' * 200 in sql:",
+        "        raise SQLParseError('Maximum recursion depth exceeded')",
+        "    return tuple(parsestream(sql, encoding))",
+    ]
+    kinds = classify_lines(hunk, "python")
+    assert "s" not in kinds[3][:30] and set(kinds[5]) == {"c"}
+    assert set(kinds[0]) == {"s"}
