@@ -425,10 +425,11 @@ def variant_judgement(run: Record, baseline: Record, oracles: Record) -> Variant
     input). A call is a BAD input when the pre-fix side shows the bug on it (`shows_the_bug`):
     the PoC's declared rejection applies (`rejections`, one of them met: mishandled
     otherwise; still_shown when the post-fix call, missing it, fails as [expect] declares the
-    bug: a Python exception the fix let through on a neighbouring input is the bug itself). A call the pre-fix side handled well (no failure, no bug) is a GOOD input: a
-    declared oracle it met pre-fix must still be met (broken), and a new failure is a
-    regression. A call the pre-fix side failed otherwise (not the declared bug: a variant that
-    is no valid input, on both sides) is judged by neither."""
+    bug: a Python exception the fix let through on a neighbouring input is the bug itself).
+    A call the pre-fix side handled well (no failure, no bug) is a GOOD input: a declared
+    oracle it met pre-fix must still be met (broken), and a new failure is a regression. A
+    call the pre-fix side failed otherwise (not the declared bug: a variant that is no valid
+    input, on both sides) is judged by neither."""
     expect, accept = oracles.get("expect") or {}, oracles.get("accept") or {}
     invs = list(run.get("invocations") or [])
     base = list(baseline.get("invocations") or [])
