@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 
 from tests.test_outside_cjsonptr import Verdicts, assert_discriminated, codes, hard_codes
-from tests.verified import copy_fork
+from tests.verified import VerifiedFork
 
 pytestmark = pytest.mark.nix
 
@@ -29,8 +29,10 @@ REAL = "sqlparse-cve-2024-4340"
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
-    return Verdicts(copy_fork(tmp_path_factory.mktemp("outside-sqlparse") / "fork"), {})
+def verdicts(verified_fork: VerifiedFork) -> Verdicts:
+    """The session's one verified copy of the fork (tests/verified.py), as
+    test_outside_cjsonptr.py's: this module adds its own candidates' verifications only."""
+    return Verdicts(verified_fork.fork, {})
 
 
 def test_the_real_fix_goes_to_a_reviewer_for_the_lines_no_tracer_saw(verdicts: Verdicts) -> None:
@@ -46,7 +48,7 @@ def test_refusing_the_poc_s_shape_still_fails_one_level_shallower(verdicts: Verd
     """`'[' * 200 in sql` refused: the variant with 199 `[` raises RecursionError post-fix as
     pre-fix, the declared failure itself (variant-still-fails, no longer variant-mishandled)."""
     wrong = verdicts.decide("sqlparse-poc-depth")
-    assert "variant-still-fails" in codes(wrong)
+    assert {"variant-still-fails", "mutation-score-below-threshold"} <= codes(wrong)
     assert_discriminated(wrong, verdicts.decide(REAL))
 
 
