@@ -385,3 +385,54 @@ def test_a_bad_input_is_the_declared_bug_on_the_pre_fix_side() -> None:
     good = _py("injected", '<p xy="v">\n')["invocations"][0]
     bad = _py("injected", '<p a b="v">\n')["invocations"][0]
     assert shows_the_bug(bad, INJECTION["expect"]) and not shows_the_bug(good, INJECTION["expect"])
+
+
+# --- the sqlparse campaign (CVE-2024-4340): a Python exception is the declared failure --------
+
+# sqlparse-cve-2024-4340's oracles: RecursionError escapes before the fix (exit 1); the fix
+# refuses the input with SQLParseError (exit 2, the application's message)
+RECURSION = {
+    "expect": {"invocation": [{"args": "poc", "exit_code": [1], "stderr": "RecursionError"}]},
+    "accept": {"invocation": [{"args": "poc", "exit_code": [2], "stderr": "refused: Maximum"}]},
+}
+DEEP = "Traceback (most recent call last):\nRecursionError: maximum recursion depth exceeded\n"
+
+
+@pytest.mark.parametrize(
+    ("post", "oracles", "status"),
+    [
+        # the PoC's depth special-cased: one level less, RecursionError escapes the fix as it
+        # did the unpatched build: the declared bug itself, not a bad input handled another way
+        (_py("poc", exit_code=1, stderr=DEEP), RECURSION, "still-fails"),
+        # refused as the PoC is
+        (
+            _py("poc", exit_code=2, stderr="sqlcheck: refused: Maximum recursion"),
+            RECURSION,
+            "survives",
+        ),
+        # another failure than the declared one: handled another way (waivable)
+        (_py("poc", exit_code=1, stderr="KeyError: 'x'\n"), RECURSION, "mishandled"),
+        # a rejection the [expect] pattern also matches is the rejection, never the bug
+        (
+            _py("poc", exit_code=1, stderr="SQLParseError: RecursionError caught\n"),
+            {
+                "expect": RECURSION["expect"],
+                "accept": {"invocation": [{"args": "poc", "exit_code": [1], "stderr": "SQLParse"}]},
+            },
+            "survives",
+        ),
+    ],
+)
+def test_a_python_exception_a_fix_lets_through_on_a_bad_input_still_fails(
+    tmp_path: Path, post: Any, oracles: Any, status: str
+) -> None:
+    pre = _py("poc", exit_code=1, stderr=DEEP)
+    record = _one_variant(tmp_path, post, pre, oracles)
+    (result,) = record["details"]["results"]
+    assert result["status"] == status, result
+    code = {"still-fails": "variant-still-fails", "mishandled": "variant-mishandled"}.get(status)
+    assert record["reasons"] == ([code] if code else [])
+    if status == "still-fails":
+        assert (
+            result["broken"] == [f"{result['broken'][0]}"] and "as pre-fix" in result["broken"][0]
+        )

@@ -59,6 +59,8 @@ def _cov_dump():
     path = os.path.join(_COV_DIR, "py-%d.json" % os.getpid())
     with open(path, "w") as fh:
         json.dump({{k: sorted(v) for k, v in _COV.items()}}, fh)
+    if sys.gettrace() is not _cov_global:  # dropped by CPython: a call at the recursion limit
+        open(os.path.join(_COV_DIR, "py-%d.lost" % os.getpid()), "w").close()
 sys.settrace(_cov_global)
 _cov_threading.settrace(_cov_global)
 _cov_atexit.register(_cov_dump)
@@ -223,6 +225,14 @@ def _branches(entry: dict[str, Any], ln: dict[str, Any]) -> None:
     have[0], have[1] = have[0] + taken, have[1] + len(arcs)
 
 
+def tracer_lost(tmp: str) -> bool:
+    """Did a traced Python process lose the line tracer before it exited? CPython drops a
+    trace function whose own call fails, and at the recursion limit the tracer's call is the one
+    that fails: every line the process ran afterwards (the `except RecursionError` handler a
+    fix adds) went unrecorded."""
+    return bool(glob.glob(os.path.join(tmp, "trace-coverage", "py-*.lost")))
+
+
 def _python(
     target: str, tmp: str, wanted: list[str], patched: str | None
 ) -> tuple[dict[str, dict[str, set[int]]], bool, dict[str, str]]:
@@ -308,6 +318,7 @@ def run(cfg: dict[str, Any]) -> int:
         "schema": "trace.coverage/v1",
         "build": "failed" if build_failed else "ok",
         "tools": tools,
+        "tracer_lost": not build_failed and tracer_lost(tmp),
         "sources": sources,
         "files": {k: _file_json(v) for k, v in sorted(files.items())},
     }

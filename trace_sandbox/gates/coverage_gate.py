@@ -126,7 +126,8 @@ def _rules(
     if not measured:
         return ["coverage.no-executable-lines"]
     if share is not None and min_score is not None and share < min_score:
-        return ["coverage.below-threshold"]
+        # lines missed after the tracer was lost are unknown, not unrun (coverage.tracer_lost)
+        return ["coverage.tracer-lost" if cov.get("tracer_lost") else "coverage.below-threshold"]
     return []
 
 

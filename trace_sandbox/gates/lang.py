@@ -96,14 +96,34 @@ def classify_text(text: str, lang: Lang, state: str = "") -> tuple[str, str]:
 
 
 def classify_lines(lines: list[str], lang: Lang, state: str = "") -> list[str]:
-    """`classify_text` of consecutive lines (a hunk's new side), one kinds string per line."""
-    kinds, _ = classify_text("\n".join(lines), lang, state)
+    """`classify_text` of consecutive lines (a hunk's new side), one kinds string per line.
+    Python, nothing declared open: a hunk whose triple quotes leave a string open at its end
+    either ends inside a docstring or begins inside one (its closing quote in the leading
+    context: CVE-2024-4340's fix of sqlparse's `flatten`, whose code after the docstring read as
+    string); the reading with fewer lines that are string only wins (a tie: from outside)."""
+    text = "\n".join(lines)
+    kinds, end = classify_text(text, lang, state)
+    if lang == "python" and not state and end:
+        inside, still_open = classify_text(text, lang, end)
+        if not still_open and _string_lines(text, inside) < _string_lines(text, kinds):
+            kinds = inside
     out: list[str] = []
     pos = 0
     for ln in lines:
         out.append(kinds[pos : pos + len(ln)])
         pos += len(ln) + 1
     return out
+
+
+def _string_lines(text: str, kinds: str) -> int:
+    """How many lines of `text` are string only (every non-blank character of kind `s`)."""
+    count = 0
+    pos = 0
+    for line in text.split("\n"):
+        marks = [k for ch, k in zip(line, kinds[pos : pos + len(line)], strict=True) if ch.strip()]
+        count += bool(marks) and all(k == "s" for k in marks)
+        pos += len(line) + 1
+    return count
 
 
 def _word_start(line: str, i: int) -> bool:

@@ -59,6 +59,7 @@ OPERATORS = (
     "delete",
     "early-return",
     "return",
+    "handler",
 )
 
 _REL = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "=="}
@@ -411,6 +412,33 @@ def _over_allocates(edit: _Edit, code: str) -> bool:
     return edit.operator == "arithmetic" and edit.description == "arithmetic '-' -> '+'"
 
 
+_HANDLER_RE = re.compile(r"^(\s*except\s+)(.+?)(\s+as\s+\w+)?\s*:\s*$")
+_SUPPRESS_RE = re.compile(r"\bsuppress\(([^()]+)\)")
+
+
+def _handler(text: str, code: str, lang: Lang) -> Iterator[_Edit]:
+    """Python: what an added handler catches replaced by nothing (`except RecursionError as
+    err:` -> `except () as err:`, `suppress(RecursionError)` -> `suppress()`). A fix whose
+    point is to catch an error (CVE-2024-4340's upstream fix) adds no operator, constant or
+    statement the other operators mutate; this mutant is the fix undone, and its reproducer
+    must kill it."""
+    if lang != "python":
+        return
+    m = _HANDLER_RE.match(code.rstrip())
+    if m and m.group(2).strip() != "()":
+        caught = text[m.start(2) : m.end(2)].strip()
+        mutated = text[: m.start(2)] + "()" + text[m.end(2) :]
+        yield _Edit(
+            "handler", m.start(2), mutated, f"except {caught} -> except () (catches nothing)"
+        )
+    for s in _SUPPRESS_RE.finditer(code):
+        caught = text[s.start(1) : s.end(1)].strip()
+        mutated = text[: s.start(1)] + text[s.end(1) :]
+        yield _Edit(
+            "handler", s.start(1), mutated, f"suppress({caught}) -> suppress() (suppresses nothing)"
+        )
+
+
 def line_edits(
     text: str, lang: Lang, kinds: str | None = None, before: list[str] | None = None
 ) -> list[_Edit]:
@@ -431,6 +459,7 @@ def line_edits(
         _delete(text, code, lang),
         _early_return(text, code, lang, before or []),
         _return(text, code, lang),
+        _handler(text, code, lang),
     ]
     seen = {text}
     out: list[_Edit] = []

@@ -416,6 +416,7 @@ class VariantJudgement:
     def __init__(self) -> None:
         self.broken: list[str] = []  # a good input: an oracle the pre-fix side met, broken
         self.mishandled: list[str] = []  # a bad input: not handled as the PoC's rejection
+        self.still_shown: list[str] = []  # a bad input: the declared failure, still there
         self.regressed: list[str] = []  # a good input: a new failure
 
 
@@ -423,10 +424,12 @@ def variant_judgement(run: Record, baseline: Record, oracles: Record) -> Variant
     """How a variant's post-fix `run` fails, per call, against its pre-fix `baseline` (THE SAME
     input). A call is a BAD input when the pre-fix side shows the bug on it (`shows_the_bug`):
     the PoC's declared rejection applies (`rejections`, one of them met: mishandled
-    otherwise). A call the pre-fix side handled well (no failure, no bug) is a GOOD input: a
-    declared oracle it met pre-fix must still be met (broken), and a new failure is a
-    regression. A call the pre-fix side failed otherwise (not the declared bug: a variant that
-    is no valid input, on both sides) is judged by neither."""
+    otherwise; still_shown when the post-fix call, missing it, fails as [expect] declares the
+    bug: a Python exception the fix let through on a neighbouring input is the bug itself).
+    A call the pre-fix side handled well (no failure, no bug) is a GOOD input: a declared
+    oracle it met pre-fix must still be met (broken), and a new failure is a regression. A
+    call the pre-fix side failed otherwise (not the declared bug: a variant that is no valid
+    input, on both sides) is judged by neither."""
     expect, accept = oracles.get("expect") or {}, oracles.get("accept") or {}
     invs = list(run.get("invocations") or [])
     base = list(baseline.get("invocations") or [])
@@ -444,7 +447,11 @@ def variant_judgement(run: Record, baseline: Record, oracles: Record) -> Variant
             continue
         i, b = invs[n], base[m]
         if shows_the_bug(b, expect):
-            out.mishandled += _rejection_problems(i, accept)
+            problems = _rejection_problems(i, accept)
+            if problems and invocation_failed(i) and shows_the_bug(i, expect):
+                out.still_shown.append(f"{describe_invocation(i)} (the declared bug, as pre-fix)")
+            else:
+                out.mishandled += problems
         elif not invocation_failed(b):
             # a failure the call's own oracle declares acceptable besides success (exit 0 or
             # 2) is no regression; the PoC's rejection (exit 1, without 0) never excuses one

@@ -363,6 +363,8 @@ def _status(post_rec: Record, pre_rec: Record, expect: Record, seen: Any) -> str
         return "still-fails"
     if post_crash:
         return "other-crash"
+    if seen.still_shown:
+        return "still-fails"  # no signal, no sanitizer: the declared failure (an exception)
     if seen.broken:
         return "breaks-oracle"
     if seen.mishandled:
@@ -375,6 +377,7 @@ def _result(n: int, meta: Record, post_rec: Record, pre_rec: Record, declared: R
     seen = variant_judgement(post_rec, pre_rec, declared)
     status = _status(post_rec, pre_rec, declared["expect"], seen)
     broken = {"breaks-oracle": seen.broken, "mishandled": seen.mishandled}
+    broken["still-fails"] = seen.still_shown
     return (
         {"index": n}
         | {k: meta[k] for k in ("id", "operator", "unit", "description", "files")}
