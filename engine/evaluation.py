@@ -91,6 +91,10 @@ class Preevaluated(NamedTuple):
     keys: dict[str, str]
     evaluated: Evaluated
 
+    def of(self, p: Plan, dirty: list[str]) -> Evaluated | None:
+        """The evaluation, when it is of exactly these dirty steps with these keys."""
+        return self.evaluated if self.keys == {s: p.steps[s].key for s in dirty} else None
+
 
 def evaluate(
     graph: Graph,

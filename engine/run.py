@@ -191,8 +191,8 @@ def _run(
         for sid in dirty:
             report(sid, "queued")
         job = _Job(graph, p, dirty, nix, index, known_drvs(p, cached), run, clock, report)
-        same = evaluated is not None and evaluated.keys == {s: p.steps[s].key for s in dirty}
-        built = _build_evaluated(job, evaluated.evaluated) if same and evaluated else _build(job)
+        pre = evaluated.of(p, dirty) if evaluated and len(dirty) <= REALISE_CHUNK else None
+        built = _build(job) if pre is None else _build_evaluated(job, pre)  # past it: chunks
         results.update(_collect(graph, p, dirty, built, nix, report))
         clock.mark("collect")
         checked = _check(graph, dirty, results, built, nix, report)

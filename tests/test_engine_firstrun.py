@@ -6,6 +6,7 @@ evaluation gave with `nix-store --realise` instead of evaluating them again in a
 from __future__ import annotations
 
 import json
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -94,3 +95,22 @@ def test_an_evaluation_of_other_keys_is_not_built_from(
     assert again.ok and calls == {"instantiate": 0, "build": 1, "realise": 0}
     assert pre.evaluated.file.is_file()  # not built from: the caller's to drop
     drop_expression(pre.evaluated.file)
+
+
+def test_a_first_run_past_the_chunk_size_realises_in_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past engine.run.REALISE_CHUNK dirty steps a run instantiates, then realises a chunk at a
+    time (one Nix process for thousands of steps slows down): a first run too."""
+    import engine.run
+
+    monkeypatch.setattr(engine.run, "REALISE_CHUNK", 3)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    graph = _project(tmp_path)
+    calls = _count_nix(monkeypatch)
+    rc, out, err = cli("run", str(graph), "--root", str(graph.parent), "-q")
+    assert rc == 0 and "6 steps: 6 built" in out, err
+    assert calls == {"instantiate": 2, "build": 0, "realise": 2}
+    assert list(temporary.iterdir()) == []  # the first evaluation's file is dropped
