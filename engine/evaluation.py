@@ -83,6 +83,19 @@ class Evaluated(NamedTuple):
     seconds: tuple[float, float]  # (render, instantiate)
 
 
+class Preevaluated(NamedTuple):
+    """A first run's graph, evaluated before its state directory was made
+    (`evaluate_before_state`): each dirty step's key, in the plan's order, and its `.drv`
+    (`evaluated.drvs`, same order); the Nix file is still in its temporary folder."""
+
+    keys: dict[str, str]
+    evaluated: Evaluated
+
+    def of(self, p: Plan, dirty: list[str]) -> Evaluated | None:
+        """The evaluation, when it is of exactly these dirty steps with these keys."""
+        return self.evaluated if self.keys == {s: p.steps[s].key for s in dirty} else None
+
+
 def evaluate(
     graph: Graph,
     p: Plan,
@@ -91,9 +104,11 @@ def evaluate(
     state_dir: Path | None,
     index: Index | None = None,
     known: Mapping[str, tuple[str, str]] | None = None,
+    keep_temporary: bool = False,
 ) -> Evaluated:
     """Render the dirty steps into one file and instantiate it (one .drv per step); the file
-    is kept in STATE/build once it evaluated (`state_dir` None: not kept).
+    is kept in STATE/build once it evaluated (`state_dir` None: not kept, unless
+    `keep_temporary`: then left in its temporary folder, for the caller to keep or drop).
 
     With `known` (clean steps' recorded derivations), only the frontier is rendered; should that
     evaluation fail, a from-scratch one decides. An evaluation error is bad input (exit 2) blamed
@@ -107,7 +122,8 @@ def evaluate(
     seconds = (t1 - t0, time.perf_counter() - t1)
     if rc == 0 and len(drvs) == len(dirty):
         if state_dir is None:
-            drop_expression(expr_file)
+            if not keep_temporary:
+                drop_expression(expr_file)
             return Evaluated(expr_file, drvs, len(expr.rendered), seconds)
         kept = keep_expression(expr_file, state_dir, index)
         return Evaluated(kept, drvs, len(expr.rendered), seconds)
@@ -138,19 +154,23 @@ def evaluate(
     raise blame.blame(graph, dirty, err, expr.owner, starts, expr_file, evaluator)
 
 
-def evaluate_before_state(graph: Graph, state: Path) -> None:
+def evaluate_before_state(graph: Graph, state: Path, *, reuse: bool = False) -> Preevaluated | None:
     """A run that is to make the state directory `state` evaluates its graph first (every step
     is dirty then: nothing is cached), so a graph that does not evaluate is refused (exit 2)
     before the directory exists; once it exists, the run evaluates under the index's lock,
     which writes nothing before the graph evaluated. One more nix-instantiate, on first runs
-    only."""
+    only. `reuse`: the evaluation is returned (its Nix file left in its temporary folder) for
+    the run to build from (engine.run.run_graph `evaluated=`) instead of evaluating again; the
+    caller drops its file when the run does not (`drop_expression`)."""
     if os.path.lexists(state):
-        return
+        return None
     from engine.loader import check_path
     from engine.nix import Nix
 
     check_path(state, "state directory", key="--state-dir")
     with IndexView.open(state) as empty:
         p, _ = plan(graph, empty)
-    if p.dirty:  # nothing kept: whether the directory can be made, the index says next
-        evaluate(graph, p, p.dirty, Nix(graph.nix), None)
+    if not p.dirty:  # nothing kept: whether the directory can be made, the index says next
+        return None
+    ev = evaluate(graph, p, p.dirty, Nix(graph.nix), None, keep_temporary=reuse)
+    return Preevaluated({s: p.steps[s].key for s in p.dirty}, ev) if reuse else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import select
 import stat
@@ -54,7 +55,11 @@ MAX_DIRS = 20_000  # more directories than this: not watched (the caller polls)
 SETTLE = 0.1  # seconds to wait for the close of a file seen being written
 
 
+@functools.cache
 def libc() -> ctypes.CDLL | None:
+    """The C library, found once per process: `find_library` runs `ldconfig -p` in a child
+    process (milliseconds), which `trace watch` would otherwise pay in every round, between
+    the edit and the build."""
     name = ctypes.util.find_library("c")
     try:
         return ctypes.CDLL(name, use_errno=True) if name else None

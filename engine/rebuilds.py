@@ -5,7 +5,7 @@ Called by engine/run.py after a run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Literal, Protocol
 
 TYPE_CHECKING = False
@@ -18,9 +18,13 @@ class Rebuilt(Protocol):
     """What a rebuild reads and sets of a step's result (engine.run.StepResult)."""
 
     @property
+    def id(self) -> str: ...
+    @property
     def status(self) -> str: ...
     @property
     def drv(self) -> str | None: ...
+    @property
+    def out(self) -> str | None: ...
 
     deterministic: bool | None
     checked_on: str | None
@@ -81,3 +85,22 @@ def recheck(
         r.checked_on = rep.built_on.get(drv, r.checked_on)
         report(sid, "rebuilt" if r.rebuilt == "same" else f"rebuild {r.rebuilt}")
     return rep
+
+
+def findings(results: Iterable[Rebuilt]) -> list[str]:
+    """What `--rebuild` found (engine.run.RunResult.rebuild_findings), one line per rebuilt
+    step that did not match the store."""
+    lines = []
+    for r in results:
+        if r.rebuilt == "differs":
+            lines.append(
+                f"REBUILT DIFFERENTLY {r.id}: its rebuild differs from {r.out}, which the "
+                "store keeps (Nix never replaces a valid output): the step is not "
+                "deterministic, or what it saw changed without changing its derivation"
+            )
+        elif r.rebuilt == "failed":
+            lines.append(
+                f"REBUILD FAILED {r.id}: rebuilding it failed now, though {r.out} was built "
+                "before: what it needs changed outside its derivation (a host tool?)"
+            )
+    return lines

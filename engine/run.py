@@ -33,6 +33,7 @@ from engine.vanished import hold
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # engine.nix is imported only when something builds
+    from engine.evaluation import Evaluated, Preevaluated
     from engine.nix import Nix, RealiseReport
 
 # One Nix process that evaluates and builds thousands of steps slows down step by step (it holds
@@ -91,21 +92,10 @@ class RunResult:
         return all(s.status not in ("failed", "skipped") for s in self.steps.values())
 
     def rebuild_findings(self) -> list[str]:
-        """What `--rebuild` found, one line per rebuilt step that did not match the store."""
-        lines = []
-        for r in self.steps.values():
-            if r.rebuilt == "differs":
-                lines.append(
-                    f"REBUILT DIFFERENTLY {r.id}: its rebuild differs from {r.out}, which the "
-                    "store keeps (Nix never replaces a valid output): the step is not "
-                    "deterministic, or what it saw changed without changing its derivation"
-                )
-            elif r.rebuilt == "failed":
-                lines.append(
-                    f"REBUILD FAILED {r.id}: rebuilding it failed now, though {r.out} was built "
-                    "before: what it needs changed outside its derivation (a host tool?)"
-                )
-        return lines
+        """What `--rebuild` found: a line per rebuilt step that did not match the store."""
+        from engine.rebuilds import findings
+
+        return findings(self.steps.values())
 
     @property
     def rebuilt_differently(self) -> list[str]:
@@ -151,6 +141,7 @@ def run_graph(
     known_keys: Mapping[str, str] | None = None,
     rebuild: Collection[str] = (),
     planned: Planned | None = None,
+    evaluated: Preevaluated | None = None,
 ) -> RunResult:
     """Build every dirty step of the graph; answer clean steps from the index.
 
@@ -158,16 +149,17 @@ def run_graph(
     `rebuild`: step ids rebuilt with `--check` after the run, cached or not (`rebuild_steps`).
     `planned`: the plan of this graph against this index and the cached results of its clean
     steps, made by the caller (`trace watch`'s resident graph, engine/resident.py), instead of
-    `engine.plan.plan`.
+    `engine.plan.plan`. `evaluated`: what evaluate_before_state evaluated, built from (not
+    evaluated again) when it is this plan's dirty steps and keys; else the caller drops it.
     """
     from engine.machine import load_machine
 
     load_machine()  # a bad machine config is refused before anything is written
     report = reporter or _default_reporter(progress)
     if isinstance(state, Index):
-        return _run(graph, state, jobs, report, known_keys, rebuild, planned)
+        return _run(graph, state, jobs, report, known_keys, rebuild, planned, evaluated)
     with Index(state, wait=wait) as index:
-        return _run(graph, index, jobs, report, known_keys, rebuild, planned)
+        return _run(graph, index, jobs, report, known_keys, rebuild, planned, evaluated)
 
 
 def _run(
@@ -178,6 +170,7 @@ def _run(
     known_keys: Mapping[str, str] | None = None,
     rebuild: Collection[str] = (),
     planned: Planned | None = None,
+    evaluated: Preevaluated | None = None,
 ) -> RunResult:
     """Plan; answer the clean steps from the index; build the dirty ones (`_build`), read their
     results (`_collect`), `--check` the check kinds (`_check`) and the `rebuild` steps
@@ -197,7 +190,9 @@ def _run(
         nix = Nix(graph.nix, jobs)
         for sid in dirty:
             report(sid, "queued")
-        built = _build(_Job(graph, p, dirty, nix, index, known_drvs(p, cached), run, clock, report))
+        job = _Job(graph, p, dirty, nix, index, known_drvs(p, cached), run, clock, report)
+        pre = evaluated.of(p, dirty) if evaluated and len(dirty) <= REALISE_CHUNK else None
+        built = _build(job) if pre is None else _build_evaluated(job, pre)  # past it: chunks
         results.update(_collect(graph, p, dirty, built, nix, report))
         clock.mark("collect")
         checked = _check(graph, dirty, results, built, nix, report)
@@ -274,8 +269,6 @@ class _Job:
 def _build(job: _Job) -> _Built:
     """Render the dirty frontier and build it with ONE nix-build (engine/nix.py Nix.build); past
     REALISE_CHUNK dirty steps, or when that evaluation failed, `_instantiate_and_realise`."""
-    from engine.nix import output_of
-
     dirty, run, clock = job.dirty, job.run, job.clock
     if len(dirty) > REALISE_CHUNK:
         return _instantiate_and_realise(job)
@@ -308,13 +301,34 @@ def _build(job: _Job) -> _Built:
         built.report.built |= rep.built  # what nix-build did build before it failed
         built.report.built_on = {**rep.built_on, **built.report.built_on}
         return built
+    return _held(job, drv_of, rep, "build")
+
+
+def _held(job: _Job, drv_of: dict[str, str], rep: RealiseReport, phase: str) -> _Built:
+    """Root what Nix built at once: another Nix process may delete it (engine/vanished.py)."""
+    from engine.nix import output_of
+
     out_of = {s: output_of(d) for s, d in drv_of.items()}
-    # held at once: another Nix process may delete what no root holds (engine/vanished.py)
-    keys = {s: job.plan.steps[s].key for s in dirty}
+    keys = {s: job.plan.steps[s].key for s in job.dirty}
     invalid, calls = hold(job.nix, job.index, keys, drv_of, out_of, rep)
-    run.nix_calls += calls
-    clock.mark("build")
+    job.run.nix_calls += calls
+    job.clock.mark(phase)
     return _Built(drv_of, out_of, rep, invalid)
+
+
+def _build_evaluated(job: _Job, ev: Evaluated) -> _Built:
+    """`nix-store --realise` of the dirty steps' `.drv` files from their evaluation before the
+    state directory (`ev`, in order), not evaluated again; then as `_build` after nix-build."""
+    job.run.evaluated, job.run.rendered = True, ev.rendered
+    job.clock.laps.update(render=ev.seconds[0], instantiate=ev.seconds[1])
+    job.clock.mark(None)
+    drv_of = dict(zip(job.dirty, ev.drvs, strict=True))
+    on_event = _step_events({d: s for s, d in drv_of.items()}, job.report)
+    rep, job.run.nix_calls = job.nix.realise(ev.drvs, on_event=on_event), job.run.nix_calls + 1
+    keep_expression(ev.file, job.index.state_dir, job.index)
+    if rep.nix_failed:
+        raise rep.nix_error("nix-store --realise")
+    return _held(job, drv_of, rep, "realise")
 
 
 def _step_events(step_of: Mapping[str, str], report: Reporter) -> Callable[[str, str], None]:

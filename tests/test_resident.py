@@ -301,6 +301,33 @@ def test_inotify_wakes_on_an_edit_and_says_lost_on_an_overflow(tmp_path: Path) -
         os.close(w)
 
 
+def test_the_c_library_is_looked_up_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """find_library runs `ldconfig -p` in a child process: `trace watch` makes a Changes every
+    round, between the edit and the build, and must not pay that each time."""
+    import ctypes.util
+
+    from engine import inotify
+
+    found: list[str] = []
+    real = ctypes.util.find_library
+
+    def counting(name: str) -> str | None:
+        found.append(name)
+        return real(name)
+
+    monkeypatch.setattr(ctypes.util, "find_library", counting)
+    inotify.libc.cache_clear()
+    f = tmp_path / "in.txt"
+    f.write_text("one\n")
+    for _ in range(3):
+        changes = Changes([(f, ())])
+        assert changes.ok
+        changes.close()
+    assert found == ["c"]
+
+
 class _Lost:
     ok = True
 

@@ -256,3 +256,38 @@ def test_trace_watch_resident_rounds_are_never_stale(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "trace watch: stopped" in err, err
+
+
+def test_the_next_resident_is_made_after_the_round_is_reported(tmp_path: Path) -> None:
+    """`trace watch` prints a round's result before it makes the resident graph the next round
+    starts from (Resident.make or absorb: off the path from an edit to its result); the next
+    round makes it first, and a resident that cannot be made is a full plan."""
+    import argparse
+
+    from engine.cli.watch import _Rounds
+
+    class Fake:
+        def update(self, why: list[str], hasher: Any) -> str:
+            return f"updated after {why}"
+
+    args = argparse.Namespace(state_dir=tmp_path, root=tmp_path, graph=tmp_path / "g.toml")
+    rounds = _Rounds(args)
+    made: list[str] = []
+
+    def make() -> Fake:
+        made.append("made")
+        return Fake()
+
+    rounds.pending = make
+    assert rounds.resident is None and made == []  # not yet: the round is being reported
+    assert rounds._update(["g.toml"], None) == "updated after ['g.toml']"
+    assert made == ["made"] and rounds.pending is None
+    rounds.settle()  # nothing pending: nothing made again
+    assert made == ["made"]
+
+    def broken() -> Any:
+        raise OSError("gone")
+
+    rounds.pending = broken
+    assert rounds._update(["g.toml"], None) is None  # a full plan
+    assert rounds.resident is None

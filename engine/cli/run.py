@@ -53,7 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from engine import fastpath, loadcache
     from engine.cache import Index
-    from engine.evaluation import evaluate_before_state
+    from engine.evaluation import drop_expression, evaluate_before_state
     from engine.hashing import StatCache
     from engine.progress import Progress
     from engine.rebuilds import rebuild_steps
@@ -77,39 +77,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         before: list[fastpath.Entry] | None = fastpath.stamp(graph.reads)
     except OSError:
         before = None
-    evaluate_before_state(graph, state)
-    with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
-        with Progress(enabled=not args.quiet and not args.json) as progress:
-            reporter = progress if clock is None else clock.wrapping(progress)
-            result = run_graph(
-                graph,
-                index,
-                jobs=args.jobs,
-                reporter=reporter,
-                known_keys=known_keys,
-                rebuild=rebuild,
-            )
-        db = index.writable()  # the graph evaluated: no longer bad input
-        hasher.flush(db)
-        if hit is None or hit.split is not None:  # loaded, or an edited step brought up to date
-            keys = {sid: r.key for sid, r in result.steps.items()}
-            split = None if hit is None else hit.split
-            loadcache.store(db, state, cache_key, graph, keys, split)
-        key = fastpath.name(args.graph, root(args))
-        if result.ok and not rebuild:  # a --rebuild's findings are this run's, never stamped
-            outs = {sid: r.out for sid, r in result.steps.items() if r.out}
-            fastpath.record(
-                db,
-                key,
-                graph.reads,
-                outs,
-                since_ns,
-                before=before,
-                warnings=warnings(result),
-                sandbox=(graph.nix.extra_sandbox_paths, graph.nix.sandbox_identity),
-            )
-        else:
-            fastpath.forget(db, key)
+    # a first run builds from this evaluation (run_graph `evaluated`), not evaluating twice
+    pre = evaluate_before_state(graph, state, reuse=True)
+    try:
+        with nothing_written_on_bad_input(state), Index(state, wait=args.wait) as index:
+            with Progress(enabled=not args.quiet and not args.json) as progress:
+                reporter = progress if clock is None else clock.wrapping(progress)
+                result = run_graph(
+                    graph,
+                    index,
+                    jobs=args.jobs,
+                    reporter=reporter,
+                    known_keys=known_keys,
+                    rebuild=rebuild,
+                    evaluated=pre,
+                )
+            _remember(args, index, hasher, graph, hit, cache_key, result, rebuild, since_ns, before)
+    finally:
+        if pre is not None:  # kept in STATE/build when built from
+            drop_expression(pre.evaluated.file)
     otel_export(args, clock, result, f"trace run {args.graph}")
     if args.timings:
         laps = {"load": loaded, **result.timings}
@@ -118,6 +104,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     for line in rebuild_lines(result):  # also under --json: stdout is the JSON
         print(line, file=sys.stderr)
     return 0 if result.ok and not result.rebuilt_differently else 1
+
+
+def _remember(
+    args: argparse.Namespace,
+    index: Any,
+    hasher: Any,
+    graph: Any,
+    hit: Any,
+    cache_key: str,
+    result: Any,
+    rebuild: list[str],
+    since_ns: int,
+    before: Any,
+) -> None:
+    """After the run, under the lock: the stat cache, the load cache entry (a full load, or an
+    edited step brought up to date) and the no-op fast path's stamp (or its removal)."""
+    from engine import fastpath, loadcache
+
+    state = index.state_dir
+    db = index.writable()  # the graph evaluated: no longer bad input
+    hasher.flush(db)
+    if hit is None or hit.split is not None:  # loaded, or an edited step brought up to date
+        keys = {sid: r.key for sid, r in result.steps.items()}
+        split = None if hit is None else hit.split
+        loadcache.store(db, state, cache_key, graph, keys, split)
+    key = fastpath.name(args.graph, root(args))
+    if result.ok and not rebuild:  # a --rebuild's findings are this run's, never stamped
+        outs = {sid: r.out for sid, r in result.steps.items() if r.out}
+        fastpath.record(
+            db,
+            key,
+            graph.reads,
+            outs,
+            since_ns,
+            before=before,
+            warnings=warnings(result),
+            sandbox=(graph.nix.extra_sandbox_paths, graph.nix.sandbox_identity),
+        )
+    else:
+        fastpath.forget(db, key)
 
 
 def _print_result(args: argparse.Namespace, result: Any) -> None:

@@ -45,6 +45,8 @@ class _Rounds:
         self.args = args
         self.state = state_dir(args)
         self.resident: Any = None  # engine.resident.Resident once a round succeeded
+        # what makes the next resident from the last round, run once it was reported (`settle`)
+        self.pending: Callable[[], Any] | None = None
         self.first = True
         self.keeper: Any = None  # an idle connection to the index (`_keep_open`)
         self.how = ""  # the last round's: 'resident' (from memory) or 'full plan'
@@ -59,13 +61,13 @@ class _Rounds:
             self.how = "full plan" if nxt is None else "resident"
             result = self._full(loaded, hasher) if nxt is None else self._resident(nxt, loaded)
         except TraceError as exc:
-            self.resident = None
+            self.resident = self.pending = None
             if self.first:
                 raise
             print(f"trace: error: {exc.render()}", file=sys.stderr)
             return _Failed()
         except BaseException:
-            self.resident = None
+            self.resident = self.pending = None
             raise
         self.first = False
         self._keep_open()
@@ -87,6 +89,17 @@ class _Rounds:
         db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # opens the WAL, ends
         self.keeper = db
 
+    def settle(self) -> None:
+        """The resident graph after the last round (its results taken in, or made from a full
+        load): work left until the round was reported, so it is not between an edit and its
+        result; done before the next round looks at the resident."""
+        if self.pending is not None:
+            make, self.pending = self.pending, None
+            try:
+                self.resident = make()
+            except Exception:  # the next round is a full plan, which is always right
+                self.resident = None
+
     def close(self) -> None:
         if self.keeper is not None:
             self.keeper.close()  # the last connection: checkpoints and removes the WAL
@@ -95,6 +108,7 @@ class _Rounds:
     def _update(self, why: list[str], hasher: Any) -> Any:
         """The resident graph after `why`, or None: a full plan (also on any surprise: the full
         plan is always right, the resident only faster)."""
+        self.settle()
         if self.resident is None:
             return None
         try:
@@ -120,7 +134,7 @@ class _Rounds:
             if known is None:
                 keys = {sid: r.key for sid, r in result.steps.items()}
                 loadcache.store(index.writable(), state, key, graph, keys)
-        self.resident = Resident.make(graph, result)
+        self.pending = lambda: Resident.make(graph, result)
         return result
 
     def _resident(self, nxt: Any, loaded: Callable[[Reads], None]) -> Any:
@@ -131,7 +145,7 @@ class _Rounds:
         loaded(nxt.graph.reads)
         with Index(self.state, wait=self.args.wait) as index:
             result = run_graph(nxt.graph, index, jobs=self.args.jobs, planned=nxt.plan(index))
-        self.resident = nxt.absorb(result)
+        self.pending = lambda: nxt.absorb(result)
         return result
 
 
@@ -155,6 +169,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     def report(r: Round) -> None:
         print("\n".join(lines(r, rounds.how)), flush=True)
+        rounds.settle()  # after the round's result is out
 
     from engine.cli import Terminated
 
