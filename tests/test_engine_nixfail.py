@@ -38,6 +38,16 @@ REAL_NIX_BUILD = subprocess.run(
 NO_SPACE = 'echo "error: writing to file: No space left on device" >&2; exit 1'
 
 
+def primed_project(tmp: Path, steps_toml: str) -> Path:
+    """A project whose state directory exists (a first run built another step): a first run
+    builds from its own evaluation with nix-store --realise, a later one with nix-build."""
+    first = make_project(
+        tmp, f'[steps.a]\nkind = "text"\nparams = {{ message = "{uuid.uuid4()}" }}\n'
+    )
+    assert main(["run", str(first), "--root", str(tmp), "-q"]) == 0
+    return make_project(tmp, steps_toml)
+
+
 @pytest.mark.nix
 @pytest.mark.parametrize("when", ["after-evaluating", "before-evaluating"])
 def test_nix_failing_for_its_own_reasons_is_exit_4_with_its_stderr(
@@ -49,7 +59,7 @@ def test_nix_failing_for_its_own_reasons_is_exit_4_with_its_stderr(
     """after-evaluating: the one nix-build evaluated every step, then Nix failed; before: it
     failed before evaluating (so trace evaluates with nix-instantiate, which works, and builds
     with nix-store --realise, which fails the same way)."""
-    graph = make_project(
+    graph = primed_project(
         tmp_path / "p", f'[steps.a]\nkind = "text"\nparams = {{ message = "{uuid.uuid4()}" }}\n'
     )
     shims = tmp_path / "shims"
@@ -74,7 +84,7 @@ def test_nix_failing_for_its_own_reasons_is_exit_4_with_its_stderr(
 
 @pytest.mark.nix
 def test_nix_killed_mid_build_is_exit_4_not_step_failures(tmp_path: Path) -> None:
-    graph = make_project(
+    graph = primed_project(
         tmp_path,
         f'[steps.slow]\nkind = "text"\nparams = {{ message = "{uuid.uuid4()}", sleep = 30 }}\n',
     )
