@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .diff import FileDiff
+from .lang import definition_patterns
 
 C_MAIN = re.compile(r"^(?:[A-Za-z_][\w\s\*]*[\s\*])?main\s*\([^;]*$")
 PY_MAIN = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""")
@@ -80,8 +81,7 @@ def advisory_names(advisory: str | None) -> tuple[list[str], list[str]]:
 
 
 def _defines(lines: list[str], name: str) -> bool:
-    c = re.compile(rf"^[A-Za-z_].*\b{re.escape(name)}\s*\([^;]*$")
-    py = re.compile(rf"^\s*(?:async\s+)?def\s+{re.escape(name)}\b")
+    py, c = definition_patterns(re.escape(name))
     return any(c.match(t) or py.match(t) for t in lines)
 
 

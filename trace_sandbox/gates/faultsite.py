@@ -36,6 +36,7 @@ from typing import Any
 from .applied import applied_policy, bound
 from .diff import FileDiff, Hunk, parse_series
 from .entry import driver_check, located
+from .lang import definition_patterns
 from .oracle import invocation_failed
 
 DEFAULT_FRAMES = 5
@@ -182,8 +183,7 @@ def source_lines(root: str | None, path: str) -> list[str] | None:
 def extent(lines: list[str], function: str, line: int) -> tuple[int, int] | None:
     """(first, last) 1-based lines of `function`, which contains `line`, in the source."""
     name = re.escape(base_function(function))
-    py = re.compile(rf"^(\s*)(?:async\s+)?def\s+{name}\b")
-    c = re.compile(rf"^[A-Za-z_].*\b{name}\s*\([^;]*$")
+    py, c = definition_patterns(name)
     for start in range(min(line, len(lines)), 0, -1):
         text = lines[start - 1]
         m = py.match(text)

@@ -9,6 +9,7 @@ triple-quoted string) is only seen where it starts.
 from __future__ import annotations
 
 import posixpath
+import re
 from typing import Literal
 
 Lang = Literal["c", "python", "shell", "other"]
@@ -175,3 +176,11 @@ def is_test_path(path: str) -> bool:
         return True
     base = posixpath.splitext(parts[-1])[0].lower()
     return base.startswith("test_") or base.endswith(("_test", "_tests")) or base == "conftest"
+
+
+def definition_patterns(name: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(Python, C): a line that begins the definition of function `name` (a regex, escaped by
+    the caller); the Python pattern's group 1 is the definition's indent."""
+    py = re.compile(rf"^(\s*)(?:async\s+)?def\s+{name}\b")
+    c = re.compile(rf"^[A-Za-z_].*\b{name}\s*\([^;]*$")
+    return py, c
