@@ -30,6 +30,7 @@ from engine.evidence.statement import PAYLOAD_TYPE
 from engine.signing.keymode import sign_with_key
 from engine.signing.keys import keygen, load_private_key
 from tests.sigstore_fake import TEST_ISSUER, shared
+from tests.verified import VerifiedFork
 
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"
 
@@ -338,21 +339,26 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
 
 
 def test_a_forged_result_file_is_refused_and_the_builds_deny(
-    world: World, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    world: World,
+    verified_fork: VerifiedFork,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     """The audit: a failing candidate's result with a passing candidate's claims and gates,
     `trace bundle --result forged.json --key K` signed it (ALLOW). Verdicts now come from the
-    cached builds; the file is only cross-checked."""
-    other = world.fork / "trace/candidates/cparse-other-failure/candidate.toml"
-    assert main(["verify", str(other), "--fork", str(world.fork), "-q"]) == 1
-    state = world.fork / ".trace" / "verify"
-    failing = json.loads((state / "TRACE-2026-0001-cparse-other-failure.json").read_text())
-    passing = json.loads((state / f"{PAGER_ID}.json").read_text())
+    cached builds; the file is only cross-checked. The failing candidate is the one the
+    session's verified fork verified (tests/verified.py: the calibration table and test_verify
+    read the same verify); the passing claims are this module's pager verify's."""
+    assert verified_fork.verify("cparse-other-failure") == 1
+    other = verified_fork.candidate("cparse-other-failure")
+    failing = verified_fork.result_doc("cparse-other-failure")
+    assert failing["candidate"] == "TRACE-2026-0001-cparse-other-failure"
+    passing = json.loads((world.fork / ".trace" / "verify" / f"{PAGER_ID}.json").read_text())
     assert failing["passed"] is False
     forged = failing | {k: passing[k] for k in ("passed", "reasons", "claims", "expectation")}
     forged["gates"] = passing["gates"]
     (tmp_path / "forged.json").write_text(json.dumps(forged))
-    common = ["--fork", str(world.fork), "--key", str(world.key)]
+    common = ["--fork", str(verified_fork.fork), "--key", str(world.key)]
     rc, _, err = _cli(
         capsys,
         "bundle",
@@ -366,14 +372,14 @@ def test_a_forged_result_file_is_refused_and_the_builds_deny(
     assert rc == 2 and "the result file does not match the builds" in err, err
     assert "differs at: claims.0" in err
     assert not (tmp_path / "forged").exists()
-    rc, out, _ = _cli(capsys, "decide", str(other), "--fork", str(world.fork))
+    rc, out, _ = _cli(capsys, "decide", str(other), "--fork", str(verified_fork.fork))
     assert rc == 1 and out.startswith("DENY") and "pre-fix-wrong-failure" in out
     rc, _, err = _cli(
         capsys,
         "decide",
         str(other),
         "--fork",
-        str(world.fork),
+        str(verified_fork.fork),
         "--result",
         str(tmp_path / "forged.json"),
     )
