@@ -121,3 +121,25 @@ def test_a_fix_in_the_driver_instead_of_the_library_is_denied(verdicts: Verdicts
     wrong = verdicts.decide("cjsonptr-harness-filter")
     assert "fix-only-in-driver" in codes(wrong)
     assert_discriminated(wrong, verdicts.decide(REAL))
+
+
+def test_a_driver_filter_beside_an_ineffective_library_check_is_denied(verdicts: Verdicts) -> None:
+    """The driver filter of harness-filter plus a check in decode_array_index_from_pointer that
+    `1A` passes (it starts with a digit): the patch changes the entry program AND the library,
+    so fix-only-in-driver does not apply; its library side (built without pointer.c's section)
+    still prints row 27 for `/rows/1A`: library-side-still-fails."""
+    wrong = verdicts.decide("cjsonptr-driver-and-check")
+    assert "library-side-still-fails" in codes(wrong)
+    assert "fix-only-in-driver" not in codes(wrong)
+    assert_discriminated(wrong, verdicts.decide(REAL))
+
+
+def test_the_real_fix_beside_a_harmless_driver_change_is_not_denied_by_its_library_side(
+    verdicts: Verdicts,
+) -> None:
+    """The upstream fix plus a usage message in the driver: the library side is the upstream fix
+    alone, which no longer misbehaves on the PoC; its verdict is the real fix's."""
+    mixed = verdicts.decide("cjsonptr-library-and-message")
+    assert "library-side-still-fails" not in codes(mixed)
+    real = verdicts.decide(REAL)
+    assert (mixed["decision"], codes(mixed)) == (real["decision"], codes(real))

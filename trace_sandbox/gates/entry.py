@@ -16,9 +16,12 @@ for every other caller: the entry program is part of the instrument, unless the 
 * the patch touches only entry files and the bug is located outside them: the library side (the
   post-fix tree with the entry files' hunks reverted) is the unpatched tree, which misbehaved on
   the PoC (the expectation gate's pre-fix claim): `fix-only-in-driver`, not waivable;
-* the patch touches an entry file and other files: the library side is a tree no step builds;
-  the record says so (`library_side: "not built"`) and claims nothing. A file whose hunks change
-  only comments and whitespace is no other file (the library side is the unpatched tree).
+* the patch touches an entry file and other files (mixed): the library side is the package
+  built with the entry files' sections left out (the `library-side` step, library_side.py) and
+  the reproducer run against it (`library-side-run`); when it still misbehaves as [expect] says,
+  `library-side-still-fails`, not waivable (details.library_side: "still fails"); when it no
+  longer does, or does not build, no claim. A file whose hunks change only comments and
+  whitespace is no other file (the library side is the unpatched tree).
 
 Stdlib only: runs in the sandbox with the fault-site gate.
 """
@@ -42,6 +45,8 @@ NAMED_FILE = re.compile(r"(?<![\w/.-])([\w][\w./-]*\.(?:c|cc|cpp|cxx|h|hh|hpp|hx
 IDENT = re.compile(r"\b([A-Za-z_]\w{2,})\b(\s*\(\))?")
 SameFile = Callable[[str, str], bool]
 Lines = Callable[[str], "list[str] | None"]
+# the library side's measurement: (reasons, state, summary) (library_side.verdict)
+Library = Callable[[], tuple[list[str], str, str]]
 
 
 def defines_entry(path: str, lines: Iterable[str]) -> bool:
@@ -141,9 +146,10 @@ def driver_check(
     locate: Callable[[], dict[str, list[str]]],
     source: Lines,
     same_file: SameFile,
+    library: Library | None = None,
 ) -> tuple[list[str], dict[str, Any]]:
     """(reasons, details): `fix-only-in-driver` when the patch changes only entry files and the
-    bug is located outside them."""
+    bug is located outside them; with other files, `library`'s verdict on the library side."""
     entries = entry_files(files, source)
     details: dict[str, Any] = {"entries": entries}
     if not entries:
@@ -161,12 +167,13 @@ def driver_check(
         return [], details
     others = [fd.path for fd in files if fd.path not in entries and not cosmetic(fd)]
     if others:
-        details["library_side"] = "not built"
-        details["summary"] = (
-            f"the patch changes the entry file {entries[0]} and {len(others)} other file(s); "
-            "the library side (the entry files' hunks reverted) is not built: no claim"
+        reasons, details["library_side"], why = (
+            library() if library else ([], "not built", "the library side is not built: no claim")
         )
-        return [], details
+        details["summary"] = (
+            f"the patch changes the entry file {entries[0]} and {len(others)} other file(s): {why}"
+        )
+        return reasons, details
     details["library_side"] = "the unpatched tree (pre-fix-run)"
     details["summary"] = (
         f"the patch changes only the entry program ({', '.join(entries)}) while the bug is "

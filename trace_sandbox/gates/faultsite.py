@@ -37,6 +37,7 @@ from .applied import applied_policy, bound
 from .diff import FileDiff, Hunk, parse_series
 from .entry import driver_check, located
 from .lang import definition_patterns
+from .library_side import verdict
 from .oracle import invocation_failed
 
 DEFAULT_FRAMES = 5
@@ -231,7 +232,9 @@ def _where(f: dict[str, Any]) -> str:
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg: patches, pre (the pre-fix run steps' store paths), policy (K = thresholds.frames),
     src (the unpatched package's source, optional), advisory (the candidate's OSV file,
-    optional: where the bug is, for the driver check)."""
+    optional: where the bug is, for the driver check), library_build and library (the
+    library-side step and its run steps, optional) with oracles (the candidate's [expect]):
+    the driver check's library side (library_side.py)."""
     policy = applied_policy(cfg)
     k = bound(policy, "frames") or DEFAULT_FRAMES
     records = []
@@ -250,12 +253,22 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         lambda: located(stack_files, cfg.get("advisory"), tree()),
         lambda path: source_lines(tree(), path),
         same_file,
+        (lambda: _library(cfg)) if cfg.get("library_build") else None,
     )
     site = _site(found, files, tree() if found else None, k, details)
     if driver:
         details["summary"] = details["driver"]["summary"] + "; " + details["summary"]
         return _record(False, True, driver + site, details)
     return _record(not site, bool(found), site, details)
+
+
+def _library(cfg: dict[str, Any]) -> tuple[list[str], str, str]:
+    """The library side's verdict from the library-side build and its run records."""
+    from .expectation import load
+
+    oracles = cfg.get("oracles") or {}
+    oracles = json.loads(oracles) if isinstance(oracles, str) else oracles
+    return verdict(str(cfg["library_build"]), load(list(cfg.get("library") or []), "pre"), oracles)
 
 
 def _site(

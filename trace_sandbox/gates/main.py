@@ -11,6 +11,7 @@ MUTANTS writes every mutant's series there too, in the same interpreter,
 `... variant-runs PLAN OUTDIR` runs every variant of it against one build (variant_runs.py), and
 `... tests-record OUT` one side's package-test record, and
 `... base-test-patches OUTDIR` the patches without their test files' sections (testfiles.py),
+`... library-patches OUTDIR` the patches without their entry files' sections (library_side.py),
 `... rules-json CATALOGUE OUT` the reason catalogue's rule table as JSON (codes.py).
 
 `-S`: the gates are stdlib only, so the interpreter's site (its site-packages and their `.pth`
@@ -190,6 +191,11 @@ def main(argv: list[str]) -> int:
         from .testfiles import write_base_test_patches
 
         write_base_test_patches(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
+        return 0
+    if len(argv) == 2 and argv[0] == "library-patches":
+        from .library_side import write_library_patches
+
+        write_library_patches(json.loads(os.environ["TRACE_GATE_CONFIG"]), argv[1])
         return 0
     if len(argv) == 3 and argv[0] == "rules-json":
         from .codes import write_rule_table

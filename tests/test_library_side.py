@@ -1,0 +1,153 @@
+"""The driver check's library side (issue 25, trace_sandbox/gates/library_side.py), pure logic on
+the outside campaign's real files: the patch split by file sections (the entry files' left out),
+whether it is mixed (an entry file and a non-cosmetic other file), and the fault-site gate's
+verdict on the library side's run, judged with the candidate's own [expect]. No build: the run
+records are written by hand (cjson-pointer's output for `/rows/12` and `/rows/1A`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import tomli
+
+from engine.candidate import load_candidate
+from tests.test_verify_gate import inv, rec
+from trace_sandbox.gates import faultsite
+from trace_sandbox.gates.diff import parse
+from trace_sandbox.gates.library_side import (
+    PLAN,
+    UNMIXED,
+    library_series,
+    verdict,
+    write_library_patches,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+FORK = REPO / "tests" / "fixtures" / "fork"
+OUTSIDE = FORK / "trace" / "outside"
+CJSON = FORK / "pkgs" / "cjsonptr" / "src"
+WRONG = OUTSIDE / "cjsonptr-driver-and-check"
+RIGHT = OUTSIDE / "cjsonptr-library-and-message"
+BUGGY = '/rows/12 = "r12"\n/rows/1A = "r27"\n'
+FIXED = (OUTSIDE / "cjsonptr-cve-2025-57052" / "want.txt").read_text()
+
+
+def oracles() -> dict[str, Any]:
+    return load_candidate(WRONG / "candidate.toml").oracles()
+
+
+def run_dir(tmp_path: Path, name: str, stdout: str) -> Path:
+    """A library-side run's record: cjson-pointer doc.json poc.txt printing `stdout`."""
+    d = tmp_path / name
+    d.mkdir()
+    i = inv(target="bin/cjson-pointer", args=["doc.json", "poc.txt"], stdout=stdout)
+    (d / "outcome.json").write_text(json.dumps(rec(invocations=[i])))
+    return d
+
+
+def split(tmp_path: Path, patch: Path) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path / "split"
+    out.mkdir()
+    write_library_patches({"patches": [str(patch)], "tree": str(CJSON)}, str(out))
+    return out, json.loads((out / PLAN).read_text())
+
+
+def test_a_mixed_patch_keeps_its_library_sections_only(tmp_path: Path) -> None:
+    out, plan = split(tmp_path, WRONG / "fix.patch")
+    assert (plan["entries"], plan["others"]) == (["pointer.c"], ["cJSON_Utils.c"])
+    assert plan["mixed"] is True
+    assert not (out / UNMIXED).exists()
+    kept = parse((out / "0.patch").read_text()).files
+    assert [f.path for f in kept] == ["cJSON_Utils.c"]
+    assert "malformed" not in (out / "0.patch").read_text()
+    assert "starts with a digit" in (out / "0.patch").read_text()
+
+
+def test_the_entry_file_is_known_from_the_unpatched_tree(tmp_path: Path) -> None:
+    """The correct mixed fix's pointer.c hunk shows no `main` (its context starts below it):
+    the unpatched pointer.c does."""
+    assert "int main" not in (RIGHT / "fix.patch").read_text()
+    _, plan = split(tmp_path, RIGHT / "fix.patch")
+    assert (plan["entries"], plan["mixed"]) == (["pointer.c"], True)
+    assert plan["dropped"] == [{"patch": 0, "file": "pointer.c"}]
+
+
+def test_patches_that_are_not_mixed_build_nothing(tmp_path: Path) -> None:
+    comment = tmp_path / "comment.patch"
+    comment.write_text(
+        "--- a/cJSON_Utils.c\n+++ b/cJSON_Utils.c\n@@ -284,3 +284,4 @@\n \n"
+        "+    /* RFC 6901: digits only */\n"
+        "     for (position = 0; (pointer[position] >= '0') && (pointer[0] <= '9'); position++)\n"
+        "     {\n"
+    )
+    driver = OUTSIDE / "cjsonptr-harness-filter" / "fix.patch"
+    for n, patches in enumerate(
+        [[OUTSIDE / "cjsonptr-cve-2025-57052" / "fix.patch"], [driver], [driver, comment]]
+    ):
+        out = tmp_path / str(n)
+        out.mkdir()
+        write_library_patches({"patches": [str(p) for p in patches], "tree": str(CJSON)}, str(out))
+        assert (out / UNMIXED).exists(), patches
+        assert json.loads((out / PLAN).read_text())["mixed"] is False
+
+
+def test_a_series_is_split_per_patch() -> None:
+    texts = [(WRONG / "fix.patch").read_text(), (RIGHT / "fix.patch").read_text()]
+    kept, dropped = library_series(texts, ["pointer.c"])
+    assert [[f.path for f in parse(t).files] for t in kept] == [["cJSON_Utils.c"]] * 2
+    assert [(s.patch, s.diff.path) for s in dropped] == [(0, "pointer.c"), (1, "pointer.c")]
+    assert library_series(texts, []) == ([t[t.index("--- a/") :] for t in texts], [])
+
+
+def test_the_verdict_on_the_library_side(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    build.mkdir()
+    still = [json.loads((run_dir(tmp_path, "still", BUGGY) / "outcome.json").read_text())]
+    fixed = [json.loads((run_dir(tmp_path, "fixed", FIXED) / "outcome.json").read_text())]
+    reasons, state, _ = verdict(str(build), still, oracles())
+    assert (reasons, state) == (["library-side-still-fails"], "still fails")
+    assert verdict(str(build), fixed, oracles())[:2] == ([], "fixed")
+    assert verdict(None, still, oracles())[:2] == ([], "not built")
+    (build / ".trace-build-failed").write_text("2\n")
+    assert verdict(str(build), still, oracles())[:2] == ([], "did not build")
+    (build / ".trace-build-failed").unlink()
+    (build / "reused").write_text("/nix/store/...-cjsonptr\n")
+    assert verdict(str(build), still, oracles())[:2] == ([], "not built")
+
+
+def _gate(tmp_path: Path, patch: Path, stdout: str) -> Any:
+    pre = run_dir(tmp_path, "pre", BUGGY)
+    build = tmp_path / "library-build"
+    build.mkdir()
+    cfg: dict[str, Any] = {
+        "patches": [str(patch)],
+        "pre": [str(pre)],
+        "policy": {"name": "p", "version": "1", "thresholds": {"frames": 5}},
+        "src": str(CJSON),
+        "advisory": str(WRONG / "advisory.json"),
+        "library_build": str(build),
+        "library": [str(run_dir(tmp_path, "library", stdout))],
+        "oracles": json.dumps(oracles()),
+    }
+    return faultsite.evaluate(cfg)
+
+
+def test_the_fault_site_gate_denies_a_library_side_that_still_fails(tmp_path: Path) -> None:
+    r = _gate(tmp_path, WRONG / "fix.patch", BUGGY)
+    assert (r["passed"], r["reasons"]) == (False, ["library-side-still-fails"])
+    assert r["details"]["driver"]["library_side"] == "still fails"
+    assert "the fix is in the driver" in r["details"]["summary"]
+
+
+def test_the_fault_site_gate_passes_a_library_side_that_is_fixed(tmp_path: Path) -> None:
+    r = _gate(tmp_path, RIGHT / "fix.patch", FIXED)
+    assert r["reasons"] == []
+    assert r["details"]["driver"]["library_side"] == "fixed"
+
+
+def test_the_code_is_declared_not_waivable() -> None:
+    catalogue = tomli.loads((REPO / "policy" / "reasons.toml").read_text())
+    (entry,) = [r for r in catalogue["reasons"] if r["code"] == "library-side-still-fails"]
+    assert entry["waivable"] is False

@@ -1,0 +1,125 @@
+"""The driver check's library side (issue 25): a patch that changes an entry file AND other files.
+
+A wrong fix can filter the PoC in the driver (the program the reproducer runs, entry.py) and put
+a plausible but ineffective change in the library beside it: every input trace runs goes through
+the driver, so the behavioural gates see the real fix. The library side is the package built
+with the patch's entry files' sections left out (the "library-only" series): the
+`library-side` step builds it (templates/gates/library-build.nix.j2) and the `library-side-run`
+step runs the reproducer against it with the verify harness; the fault-site gate judges that run
+with the expectation gate's pre-fix claim (the candidate's [expect]): when the library side
+alone still misbehaves as [expect] says, the fix is in the driver: `library-side-still-fails`
+(not waivable).
+
+* mixed: the patch changes an entry file and at least one other file that is not cosmetic
+  (entry.cosmetic); only then is the library side built. Otherwise the filter writes
+  OUT/unmixed and the library-side step reuses the pre-fix build (a copy: nothing is compiled);
+* the split reads each patch's file sections with the regression gate's own splitter
+  (testfiles.sections, the patch parser of diff.py): a section is kept or left out whole.
+
+Stdlib only: runs in the sandbox (`... main library-patches OUTDIR`; `verdict` in the fault-site
+gate).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from .diff import FileDiff
+from .entry import cosmetic, entry_files
+from .expectation import judge_side
+from .testfiles import Section, _source_tree, sections
+
+# Written by the filter when the patch is not mixed: the library-side step copies the pre-fix
+# build instead of building anything, and the fault-site gate does not read its run.
+UNMIXED = "unmixed"
+PLAN = "library.json"
+Lines = Callable[[str], "list[str] | None"]
+
+
+def mixed(files: list[FileDiff], source: Lines) -> tuple[list[str], list[str]]:
+    """(entry files, other non-cosmetic files) of the patch: mixed when both are non-empty."""
+    entries = entry_files(files, source)
+    others = [fd.path for fd in files if fd.path not in entries and not cosmetic(fd)]
+    return entries, others
+
+
+def library_series(texts: list[str], entries: list[str]) -> tuple[list[str], list[Section]]:
+    """Each patch without the entry files' sections (text before a first file dropped), and the
+    sections left out."""
+    kept: list[str] = []
+    dropped: list[Section] = []
+    for i, text in enumerate(texts):
+        parts = sections(text, i)
+        kept.append("".join(s.text for s in parts if s.diff.path not in entries))
+        dropped += [s for s in parts if s.diff.path in entries]
+    return kept, dropped
+
+
+def _tree_lines(root: str) -> Lines:
+    def lines(path: str) -> list[str] | None:
+        full = os.path.join(root, path)
+        if not root or not os.path.isfile(full):
+            return None
+        with open(full, encoding="utf-8", errors="surrogateescape") as fh:
+            return fh.read().splitlines()
+
+    return lines
+
+
+def write_library_patches(cfg: dict[str, Any], out: str) -> None:
+    """cfg: patches (paths, in order), tree (the unpatched `src`). Writes OUT/N.patch (patch N
+    without its entry files' sections), OUT/library.json (entries, others, mixed, dropped) and
+    OUT/unmixed when the patch is not mixed (the library side is not built)."""
+    texts = []
+    for p in cfg["patches"]:
+        with open(str(p), encoding="utf-8", errors="surrogateescape") as fh:
+            texts.append(fh.read())
+    parts = [s for i, t in enumerate(texts) for s in sections(t, i)]
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = _source_tree(str(cfg.get("tree") or ""), scratch)
+        entries, others = mixed([s.diff for s in parts], _tree_lines(tree))
+    kept, dropped = library_series(texts, entries)
+    is_mixed = bool(entries and others)
+    if not is_mixed:
+        with open(os.path.join(out, UNMIXED), "w", encoding="utf-8") as fh:
+            fh.write("the patch is not mixed (entry files and other files): nothing to build\n")
+    for i, text in enumerate(kept):
+        path = os.path.join(out, f"{i}.patch")
+        with open(path, "w", encoding="utf-8", errors="surrogateescape") as fh:
+            fh.write(text)
+    doc = {
+        "entries": entries,
+        "others": others,
+        "mixed": is_mixed,
+        "dropped": [{"patch": s.patch, "file": s.diff.path} for s in dropped],
+    }
+    with open(os.path.join(out, PLAN), "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=2, sort_keys=True)
+
+
+def verdict(
+    build: str | None, records: list[dict[str, Any]], oracles: dict[str, Any]
+) -> tuple[list[str], str, str]:
+    """(reasons, library_side state, summary) of the library side's build and reproducer runs,
+    judged with the expectation gate's pre-fix claim under the candidate's [expect]."""
+    if build is None:
+        return [], "not built", "the library side is not built (no library-side step): no claim"
+    if os.path.exists(os.path.join(build, "reused")):  # the pre-fix build, copied
+        return [], "not built", "the library-side step found the patch not mixed: no claim"
+    if os.path.exists(os.path.join(build, ".trace-build-failed")):
+        why = "the library side (the entry files' changes left out) does not build: no claim"
+        return [], "did not build", why
+    row = judge_side("pre", records, oracles)
+    if row["holds"]:
+        return (
+            ["library-side-still-fails"],
+            "still fails",
+            "the library side (the package with the entry files' changes left out) still "
+            f"misbehaves on the PoC as [expect] says ({row['detail']}): the fix is in the driver",
+        )
+    why = f"{row['reason']}: {row['detail']}"
+    return [], "fixed", f"the library side alone no longer misbehaves on the PoC ({why})"
