@@ -151,3 +151,24 @@ def test_the_code_is_declared_not_waivable() -> None:
     catalogue = tomli.loads((REPO / "policy" / "reasons.toml").read_text())
     (entry,) = [r for r in catalogue["reasons"] if r["code"] == "library-side-still-fails"]
     assert entry["waivable"] is False
+
+
+def test_a_bug_the_advisory_locates_in_the_entry_file_is_exempt(tmp_path: Path) -> None:
+    """cparse-blind-asan-param changes cparse.c (which defines main) and the Makefile: mixed,
+    but its advisory locates the bug in cparse.c itself (a single-file program), which the
+    driver check exempts: nothing is built."""
+    cand = FORK / "trace" / "candidates" / "cparse-blind-asan-param"
+    out = tmp_path / "split"
+    out.mkdir()
+    cfg = {
+        "patches": [str(cand / "fix.patch")],
+        "tree": str(FORK / "pkgs" / "cparse" / "src"),
+        "advisory": str(cand / "advisory.json"),
+    }
+    write_library_patches(cfg, str(out))
+    plan = json.loads((out / PLAN).read_text())
+    assert (plan["entries"], plan["others"]) == (["cparse.c"], ["Makefile"])
+    assert (plan["exempt"], plan["mixed"]) == (["cparse.c"], False)
+    assert (out / UNMIXED).exists()
+    write_library_patches({**cfg, "advisory": None}, str(tmp_path))  # without the advisory
+    assert json.loads((tmp_path / PLAN).read_text())["mixed"] is True

@@ -130,6 +130,8 @@ def test_a_driver_filter_beside_an_ineffective_library_check_is_denied(verdicts:
     still prints row 27 for `/rows/1A`: library-side-still-fails."""
     wrong = verdicts.decide("cjsonptr-driver-and-check")
     assert "library-side-still-fails" in codes(wrong)
+    driver = fault_site(verdicts, "CVE-2025-57052-cjsonptr-driver-and-check")
+    assert driver["details"]["driver"]["library_side"] == "still fails"
     assert "fix-only-in-driver" not in codes(wrong)
     assert_discriminated(wrong, verdicts.decide(REAL))
 
@@ -137,9 +139,21 @@ def test_a_driver_filter_beside_an_ineffective_library_check_is_denied(verdicts:
 def test_the_real_fix_beside_a_harmless_driver_change_is_not_denied_by_its_library_side(
     verdicts: Verdicts,
 ) -> None:
-    """The upstream fix plus a usage message in the driver: the library side is the upstream fix
-    alone, which no longer misbehaves on the PoC; its verdict is the real fix's."""
+    """The upstream fix plus a usage message in the driver: the library side (the upstream fix
+    alone) was built and run and no longer misbehaves on the PoC, so the fault-site gate passes.
+    Its verdict is the real fix's plus the coverage gate's waivable coverage-below-threshold:
+    the reproducer never runs the usage message's lines (true, and a reviewer's call)."""
     mixed = verdicts.decide("cjsonptr-library-and-message")
-    assert "library-side-still-fails" not in codes(mixed)
+    driver = fault_site(verdicts, "CVE-2025-57052-cjsonptr-library-and-message")
+    assert (driver["passed"], driver["reasons"]) == (True, [])
+    assert driver["details"]["driver"]["library_side"] == "fixed"
+    assert not codes(mixed) & hard_codes()
     real = verdicts.decide(REAL)
-    assert (mixed["decision"], codes(mixed)) == (real["decision"], codes(real))
+    assert codes(mixed) == codes(real) | {"coverage-below-threshold"}
+
+
+def fault_site(verdicts: Verdicts, candidate_id: str) -> dict[str, Any]:
+    """The fault-site gate's record of a verified candidate (its verify result)."""
+    doc = json.loads((verdicts.fork / ".trace" / "verify" / f"{candidate_id}.json").read_text())
+    record: dict[str, Any] = doc["gates"]["fault-site"]
+    return record

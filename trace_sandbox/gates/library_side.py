@@ -13,6 +13,8 @@ alone still misbehaves as [expect] says, the fix is in the driver: `library-side
 * mixed: the patch changes an entry file and at least one other file that is not cosmetic
   (entry.cosmetic); only then is the library side built. Otherwise the filter writes
   OUT/unmixed and the library-side step reuses the pre-fix build (a copy: nothing is compiled);
+* exempt: the advisory locates the bug in an entry file (a single-file program whose own code is
+  at fault: the driver check claims nothing there, so nothing is built either);
 * the split reads each patch's file sections with the regression gate's own splitter
   (testfiles.sections, the patch parser of diff.py): a section is kept or left out whole.
 
@@ -29,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .diff import FileDiff
-from .entry import cosmetic, entry_files
+from .entry import cosmetic, entry_files, located
 from .expectation import judge_side
 from .testfiles import Section, _source_tree, sections
 
@@ -45,6 +47,16 @@ def mixed(files: list[FileDiff], source: Lines) -> tuple[list[str], list[str]]:
     entries = entry_files(files, source)
     others = [fd.path for fd in files if fd.path not in entries and not cosmetic(fd)]
     return entries, others
+
+
+def exempt(entries: list[str], advisory: str | None, tree: str | None) -> list[str]:
+    """The files the advisory locates the bug in (its files, the files defining a function it
+    names) that are entry files: the driver check's exemption, known before any run."""
+    from .faultsite import same_file
+
+    where = located([], advisory, tree or None)
+    bug = {f for k in ("advisory_files", "defining_files") for f in where[k]}
+    return sorted(b for b in bug if any(same_file(b, e) for e in entries))
 
 
 def library_series(texts: list[str], entries: list[str]) -> tuple[list[str], list[Section]]:
@@ -71,9 +83,10 @@ def _tree_lines(root: str) -> Lines:
 
 
 def write_library_patches(cfg: dict[str, Any], out: str) -> None:
-    """cfg: patches (paths, in order), tree (the unpatched `src`). Writes OUT/N.patch (patch N
-    without its entry files' sections), OUT/library.json (entries, others, mixed, dropped) and
-    OUT/unmixed when the patch is not mixed (the library side is not built)."""
+    """cfg: patches (paths, in order), tree (the unpatched `src`), advisory (the OSV file,
+    optional). Writes OUT/N.patch (patch N without its entry files' sections),
+    OUT/library.json (entries, others, exempt, mixed, dropped) and OUT/unmixed when the patch is
+    not mixed or is exempt (the library side is not built)."""
     texts = []
     for p in cfg["patches"]:
         with open(str(p), encoding="utf-8", errors="surrogateescape") as fh:
@@ -82,11 +95,12 @@ def write_library_patches(cfg: dict[str, Any], out: str) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         tree = _source_tree(str(cfg.get("tree") or ""), scratch)
         entries, others = mixed([s.diff for s in parts], _tree_lines(tree))
+        inside = exempt(entries, cfg.get("advisory"), tree) if entries and others else []
     kept, dropped = library_series(texts, entries)
-    is_mixed = bool(entries and others)
+    is_mixed = bool(entries and others and not inside)
     if not is_mixed:
         with open(os.path.join(out, UNMIXED), "w", encoding="utf-8") as fh:
-            fh.write("the patch is not mixed (entry files and other files): nothing to build\n")
+            fh.write("not mixed (entry and other files) or exempt: nothing to build\n")
     for i, text in enumerate(kept):
         path = os.path.join(out, f"{i}.patch")
         with open(path, "w", encoding="utf-8", errors="surrogateescape") as fh:
@@ -94,6 +108,7 @@ def write_library_patches(cfg: dict[str, Any], out: str) -> None:
     doc = {
         "entries": entries,
         "others": others,
+        "exempt": inside,
         "mixed": is_mixed,
         "dropped": [{"patch": s.patch, "file": s.diff.path} for s in dropped],
     }
