@@ -141,19 +141,42 @@ def test_the_real_fix_beside_a_harmless_driver_change_is_not_denied_by_its_libra
 ) -> None:
     """The upstream fix plus a usage message in the driver: the library side (the upstream fix
     alone) was built and run and no longer misbehaves on the PoC, so the fault-site gate passes.
-    Its verdict is the real fix's plus the coverage gate's waivable coverage-below-threshold:
-    the reproducer never runs the usage message's lines (true, and a reviewer's call)."""
+    Its one reason is the coverage gate's waivable coverage-below-threshold: the reproducer
+    never runs the usage message's lines (true, and a reviewer's call), so it is no harder a
+    deny than the real fix's review."""
     mixed = verdicts.decide("cjsonptr-library-and-message")
     driver = fault_site(verdicts, "CVE-2025-57052-cjsonptr-library-and-message")
     assert (driver["passed"], driver["reasons"]) == (True, [])
     assert driver["details"]["driver"]["library_side"] == "fixed"
     assert not codes(mixed) & hard_codes()
-    real = verdicts.decide(REAL)
-    assert codes(mixed) == codes(real) | {"coverage-below-threshold"}
+    assert codes(mixed) == {"coverage-below-threshold"}
+
+
+def verify_result(verdicts: Verdicts, candidate_id: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(
+        (verdicts.fork / ".trace" / "verify" / f"{candidate_id}.json").read_text()
+    )
+    return doc
 
 
 def fault_site(verdicts: Verdicts, candidate_id: str) -> dict[str, Any]:
     """The fault-site gate's record of a verified candidate (its verify result)."""
-    doc = json.loads((verdicts.fork / ".trace" / "verify" / f"{candidate_id}.json").read_text())
-    record: dict[str, Any] = doc["gates"]["fault-site"]
+    record: dict[str, Any] = verify_result(verdicts, candidate_id)["gates"]["fault-site"]
     return record
+
+
+def test_only_a_mixed_patch_builds_its_library_side(verdicts: Verdicts) -> None:
+    """The library-side step of a patch that is not mixed (the real fix: the library only; the
+    driver filter: the entry file only) copies the pre-fix build (`reused`: nothing compiled);
+    a mixed patch's is its own build."""
+    for name, cid, built in (
+        (REAL, "CVE-2025-57052-cjsonptr", False),
+        ("cjsonptr-harness-filter", "CVE-2025-57052-cjsonptr-harness-filter", False),
+        ("cjsonptr-driver-and-check", "CVE-2025-57052-cjsonptr-driver-and-check", True),
+    ):
+        verdicts.decide(name)
+        steps = verify_result(verdicts, cid)["steps"]
+        out = Path(steps["library-side"]["out"])
+        assert (out / "reused").exists() is not built, name
+        if not built:
+            assert (out / "reused").read_text().strip() == steps["pre-fix"]["out"]
