@@ -218,6 +218,9 @@ def test_a_changed_reproducer_reruns_the_mutants_and_not_the_builds(tmp_path: Pa
     # the fuzzing gate (issue 26) starts from the PoC's runs and the variants: it explores
     # again (its coverage build, a derivation inside fuzz-plan, does not read them: cached)
     variants += ["fuzz-plan", "fuzz-post", "fuzz-pre", "gate-fuzz"]
+    # the driver check's library side (issue 25): a patch that is not mixed copies the pre-fix
+    # build (cached: it does not read the reproducer); its one reproducer run runs again
+    variants += ["library-side-run@1"]
     assert rebuilt == sorted(
         [
             "coverage-run",
