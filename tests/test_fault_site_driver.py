@@ -85,7 +85,8 @@ def test_a_bug_located_nowhere_is_no_claim(tmp_path: Path) -> None:
 
 
 def test_a_driver_check_beside_the_library_fix_is_not_claimed(tmp_path: Path) -> None:
-    """Entry file and library both changed: the library side is not built, no claim."""
+    """Entry file and library both changed, and no library-side step given (library_build):
+    the library side is not built, no claim (tests/test_library_side.py: with one)."""
     both = [
         OUTSIDE / "cjsonptr-cve-2025-57052" / "fix.patch",
         OUTSIDE / "cjsonptr-harness-filter" / "fix.patch",
