@@ -103,24 +103,39 @@ Wake = Literal["changed", "lost", "timeout"]
 
 
 class Changes:
-    """Watch the directories of `reads` for edits from construction until `close()`.
-    `ok` is False when inotify is not there or a watch could not be added (then: poll)."""
+    """Watch the directories of `reads` for edits from construction until `close()`; `watch`
+    adds the directories of a later round's reads. One descriptor for the whole `trace watch`:
+    closing an inotify descriptor waits for the kernel's RCU grace period (~20 ms wall, measured
+    in a round between the edit and the build), and its queue keeps the events of a round's
+    build for the next wait. `ok` is False when inotify is not there or a watch could not be
+    added (then: poll); after a loss, the next `watch` starts a new descriptor."""
 
-    def __init__(self, reads: Iterable[tuple[Path, Sequence[str]]]) -> None:
+    def __init__(self, reads: Iterable[tuple[Path, Sequence[str]]] = ()) -> None:
         self.ok = False
         self._fd = -1
+        self._dirs: set[str] = set()
+        self.watch(reads)
+
+    def watch(self, reads: Iterable[tuple[Path, Sequence[str]]]) -> None:
+        """Also watch the directories of `reads` (those watched already keep their watch and
+        their queued events)."""
+        if not self.ok:  # never started, failed or lost: start afresh
+            self.close()
         lib = libc()
         if lib is None:
             return
-        self._fd = lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if self._fd < 0:
-            return
-        dirs = directories(reads)
-        if len(dirs) > MAX_DIRS:
+            self._fd = lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+            if self._fd < 0:
+                return
+        self.ok = False
+        dirs = directories(reads) - self._dirs
+        if len(dirs) + len(self._dirs) > MAX_DIRS:
             return
         for d in sorted(dirs):
             if lib.inotify_add_watch(self._fd, os.fsencode(d), EDITS) < 0:
                 return
+            self._dirs.add(d)
         self.ok = True
 
     def _read(self, timeout: float) -> list[Event] | None:
@@ -144,6 +159,7 @@ class Changes:
         while True:
             for wd, mask, name in events:
                 if mask & LOST:
+                    self.ok = False  # a watch is gone or events were dropped: start afresh
                     return "lost"
                 if mask & IN_MODIFY:
                     writing.add((wd, name))
@@ -155,6 +171,8 @@ class Changes:
             events = self._read(left) or []
 
     def close(self) -> None:
+        self.ok = False
+        self._dirs = set()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

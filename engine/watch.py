@@ -104,10 +104,13 @@ def rebuilt(result: Any) -> list[tuple[str, str, list[str]]]:
 
 
 class Waiter(Protocol):
-    """What wakes the loop early (engine/inotify.py Changes): `wait` returns 'changed', 'lost'
-    (events were lost: a full plan) or 'timeout'; `ok` False: it cannot, so the loop polls."""
+    """What wakes the loop early (engine/inotify.py Changes), one for the whole watch: `watch`
+    adds a round's reads, `wait` returns 'changed', 'lost' (events were lost: a full plan) or
+    'timeout'; `ok` False: it cannot, so the loop polls."""
 
     ok: bool
+
+    def watch(self, reads: Reads) -> None: ...
 
     def wait(self, timeout: float) -> str: ...
 
@@ -115,33 +118,33 @@ class Waiter(Protocol):
 
 
 LOST = "(inotify lost events or a watched directory: full plan)"
-Taken = tuple[Reads, "Waiter | None", "Snapshot | None"]
 
 
-def _taker(
-    taken: list[Taken], began: int, changes: Callable[[Reads], Waiter] | None
-) -> Callable[[Reads], None]:
-    """What a round calls with its reads, after loading: the waiter is made first, then the
-    snapshot, so an edit after the snapshot always wakes it."""
+class _Watcher:
+    """The loop's waiter: made once, on the first round's reads; each round adds its reads."""
 
-    def take(reads: Reads) -> None:
-        waiter = None if changes is None else changes(reads)
-        taken.append((reads, waiter, snapshot(reads, since_ns=began)))
+    def __init__(self, changes: Callable[[Reads], Waiter] | None) -> None:
+        self.changes = changes
+        self.waiter: Waiter | None = None
 
-    return take
+    def take(self, reads: Reads, began: int) -> Snapshot | None:
+        """Watch `reads`, then their snapshot (in that order: an edit after the snapshot always
+        wakes the waiter). `began`: when the round's load began; what was modified since is
+        racy."""
+        if self.changes is not None:
+            if self.waiter is None:
+                self.waiter = self.changes(reads)
+            else:
+                self.waiter.watch(reads)
+        return snapshot(reads, since_ns=began)
 
-
-def _next_change(
-    reads: Reads,
-    before: Snapshot | None,
-    waiter: Waiter | None,
-    interval: float,
-    sleep: Callable[[float], None],
-) -> list[str]:
-    """Wait for a change of what the last round read: woken by `waiter` (or every `interval`
-    seconds, also with a waiter), decided by the full stat signature and digests. A waiter's
-    loss is a full plan, whatever the signature says."""
-    try:
+    def next_change(
+        self, reads: Reads, before: Snapshot | None, interval: float, sleep: Callable[[float], None]
+    ) -> list[str]:
+        """Wait for a change of what the last round read: woken by the waiter (or every
+        `interval` seconds, also with a waiter), decided by the full stat signature and digests.
+        A waiter's loss is a full plan, whatever the signature says."""
+        waiter = self.waiter
         while True:
             lost = False
             if before is None or not before.racy:
@@ -154,9 +157,11 @@ def _next_change(
                 return [LOST, *why]
             if why:
                 return why
-    finally:
-        if waiter is not None:
-            waiter.close()
+
+    def close(self) -> None:
+        if self.waiter is not None:
+            self.waiter.close()
+            self.waiter = None
 
 
 def watch(
@@ -172,29 +177,33 @@ def watch(
     gets a function to call with the graph's reads right after loading, before building (the
     snapshot is taken there), and why this round runs (the changed paths, or a sentence when
     the change cannot be accounted for: then it must run a full plan). `changes`: makes the
-    waiter for a round's reads (None: poll every `interval`). `rounds`: stop after that many
-    runs (None: until interrupted). A round that loaded nothing (it failed) keeps watching
-    what the round before it read. Returns how many runs were made."""
+    waiter, once, for the first round's reads (None: poll every `interval`). `rounds`: stop
+    after that many runs (None: until interrupted). A round that loaded nothing (it failed)
+    keeps watching what the round before it read. Returns how many runs were made."""
     why = ["first run"]
     made = 0
     reads: Reads = ()
-    while rounds is None or made < rounds:
-        taken: list[Taken] = []
-        began = time.time_ns()
-        result = load_and_run(_taker(taken, began, changes), why)
-        made += 1
-        report(Round(why, rebuilt(result), bool(result.ok)))
-        if rounds is not None and made >= rounds:
-            for _, waiter, _ in taken:
-                if waiter is not None:
-                    waiter.close()
-            break
-        if taken:
-            reads, waiter, before = taken[-1]
-        else:
-            waiter = None if changes is None else changes(reads)
-            before = snapshot(reads, since_ns=began)
-        why = _next_change(reads, before, waiter, interval, sleep)
+    w = _Watcher(changes)
+    try:
+        while rounds is None or made < rounds:
+            taken: list[tuple[Reads, Snapshot | None]] = []
+            began = time.time_ns()
+
+            def take(r: Reads, began: int = began, taken: list[Any] = taken) -> None:
+                taken.append((r, w.take(r, began)))
+
+            result = load_and_run(take, why)
+            made += 1
+            report(Round(why, rebuilt(result), bool(result.ok)))
+            if rounds is not None and made >= rounds:
+                break
+            if taken:
+                reads, before = taken[-1]
+            else:
+                before = w.take(reads, began)
+            why = w.next_change(reads, before, interval, sleep)
+    finally:
+        w.close()
     return made
 
 

@@ -249,6 +249,14 @@ def test_trace_watch_resident_rounds_are_never_stale(tmp_path: Path) -> None:
         pkgs = tmp_path / "pkgs" / "default.nix"
         pkgs.write_text(pkgs.read_text() + "\n# edited\n")
         out = round_()
+        while "package set changed" not in out:
+            # cp -p sets the times after the copy's close: when that lands after the round it
+            # woke has begun (racy) or snapshotted (a change), the watch runs once more (a full
+            # plan, everything cached), before or with the package set's edit
+            assert out.startswith(f"watch: {tmp_path / 'data' / 'in.txt'}"), out
+            assert out.splitlines()[0].endswith("[full plan]"), out
+            assert "nothing to rebuild: every step cached" in out, out
+            out = round_()
         # a comment: new keys, the same derivations (reused: Nix has them)
         assert all(f"reused {s} (package set changed" in out for s in "abc"), out
         _fresh_run_builds_nothing(tmp_path)
