@@ -111,6 +111,11 @@ def _finalize(value: Any) -> str:
     return to_nix(value)
 
 
+# What the compiled code of a template depends on besides its text (engine/templatecache.py):
+# change it with the options below.
+ENV_OPTIONS = "finalize=to_nix;undefined=strict;keep_trailing_newline;trim_blocks;lstrip_blocks"
+
+
 def make_environment() -> jinja2.Environment:
     import jinja2
 
@@ -148,10 +153,26 @@ def compile_template(text: str, name: str) -> jinja2.Template:
     """
     tmpl = _COMPILED.get(text)
     if tmpl is None:
-        tmpl = environment().from_string(text)
+        tmpl = _from_cache(text, name)
         tmpl.name = name
         _COMPILED[text] = tmpl
     return tmpl
+
+
+def _from_cache(text: str, name: str) -> jinja2.Template:
+    """The template from its code compiled by an earlier process (engine/templatecache.py), or
+    compiled now (and kept for the next)."""
+    import jinja2
+
+    from engine import templatecache
+
+    env = environment()
+    key = templatecache.name(text, name, jinja2.__version__, ENV_OPTIONS)
+    code = templatecache.load(key)
+    if code is None:
+        code = env.compile(text)  # what from_string compiles; raises TemplateSyntaxError
+        templatecache.store(key, code)
+    return env.template_class.from_code(env, code, env.make_globals(None))
 
 
 def render(text: str, name: str, context: Mapping[str, Any]) -> str:

@@ -75,6 +75,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.nix",
             "engine.templatelint",
             "engine.render",
+            "engine.templatecache",
             "engine.cache",
             "engine.spec",
             "engine.advisory",
