@@ -80,6 +80,7 @@ def store(key: str, code: CodeType) -> None:
         return
     payload = marshal.dumps(code)
     try:
+        where.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(where / key, _mac(secret, key, payload).encode() + payload)
     except OSError:
         return
