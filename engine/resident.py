@@ -343,7 +343,7 @@ class Resident:
             steps[step.id] = step
         for s in self.graph.steps.values():  # lines moved by the edit: the other steps' too
             line = headers.get(f"steps.{s.base_id}")
-            if s.source == path and s.id not in steps and s.line != line:
+            if s.line != line and s.id not in steps and s.source == path:  # Path == last: costly
                 steps[s.id] = dataclasses.replace(s, line=line)
         return new, f.digest, r.digested()
 
