@@ -22,6 +22,7 @@ from typing import Any
 from engine.errors import NixError
 from engine.graphtypes import NixConfig
 from engine.machine import Machine, load_machine
+from engine.storelock import store_lock, store_of
 
 _BUILDING = re.compile(r"^building '(/nix/store/[^']+\.drv)'(?: on '([^']+)')?")
 _COPYING = re.compile(r"^copying path '(/nix/store/[^']+)' from '([^']+)'")
@@ -385,14 +386,16 @@ class Nix:
         """Run `nix-store ARGS` (or `program`), following its stderr for builds, failures and
         substitutions, and (given `tag`) the .drv paths Nix.build's expression traces."""
         report = RealiseReport(returncode=0)
-        proc = self._cmd(program).popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
-        try:
-            return self._follow(proc, report, check, on_event, tag, on_traced)
-        except BaseException:  # SIGINT, SIGTERM (engine.cli), a bug: Nix does not outlive trace
-            stop(proc)
-            raise
+        cmd = self._cmd(program)
+        # one realise or build per store among the user's trace processes (engine/storelock.py:
+        # two Nix calls of overlapping derivations can deadlock on their output locks)
+        with store_lock(store_of(args)):
+            proc = cmd.popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                return self._follow(proc, report, check, on_event, tag, on_traced)
+            except BaseException:  # SIGINT, SIGTERM (engine.cli), a bug: Nix does not outlive trace
+                stop(proc)
+                raise
 
     def _follow(
         self,

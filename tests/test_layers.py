@@ -100,6 +100,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.fastpath",
             "engine.hostpaths",
             "engine.readonly",
+            "engine.storelock",
         ),
     ),
 )

@@ -1,0 +1,250 @@
+"""One Nix realise or build per store among a user's trace processes (engine/storelock.py): a
+second acquirer waits while the first holds the lock, says why after NOTICE_AFTER seconds, ends
+cleanly on Ctrl-C while waiting, and proceeds once the lock is released; Nix.realise and
+Nix.build take it, Nix.instantiate does not; and two real `trace run`s of graphs sharing
+derivations, started at once, both finish. Every wait has a deadline."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine import storelock
+from engine.graphtypes import NixConfig
+from engine.nix import Nix
+from tests.enginekit import make_project
+
+ROOT = Path(__file__).resolve().parent.parent
+DEADLINE = 60.0  # seconds: generous for a loaded machine; every wait below is bounded by it
+
+# A process that takes the lock of store "s", prints `held <monotonic time>`, keeps it until its
+# stdin closes, then prints `released`. Ctrl-C while it waits: prints `interrupted`, exits 130.
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from engine.storelock import store_lock
+    try:
+        with store_lock("s"):
+            print("held", time.monotonic(), flush=True)
+            sys.stdin.read()
+        print("released", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(130)
+    """
+)
+
+
+@pytest.fixture()
+def lock_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    monkeypatch.setenv("TRACE_STORE_LOCK_DIR", str(tmp_path / "locks"))
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def start_holder(env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLDER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def read_line(proc: subprocess.Popen[str], timeout: float = DEADLINE) -> str:
+    """The next stdout line of `proc`, or fail after `timeout` seconds."""
+    assert proc.stdout is not None
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    reader.join(timeout)
+    assert got, f"no line from the process within {timeout} s"
+    return got[0]
+
+
+@pytest.fixture()
+def holder(lock_env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    proc = start_holder(lock_env)
+    assert read_line(proc).startswith("held")
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(DEADLINE)
+
+
+def test_the_second_acquirer_waits_says_why_and_proceeds_after_release(
+    holder: subprocess.Popen[str], lock_env: dict[str, str]
+) -> None:
+    waiter = start_holder(lock_env)
+    try:
+        # still waiting well past the notice: it must not hold while the first does
+        time.sleep(storelock.NOTICE_AFTER + 1.5)
+        assert waiter.poll() is None
+        assert holder.stdin is not None
+        released_at = time.monotonic()
+        holder.stdin.close()
+        assert read_line(holder) == "released\n"
+        line = read_line(waiter)
+        assert line.startswith("held") and float(line.split()[1]) >= released_at
+        assert waiter.stdin is not None
+        waiter.stdin.close()
+        assert read_line(waiter) == "released\n"
+        assert waiter.wait(DEADLINE) == 0
+        assert waiter.stderr is not None
+        err = waiter.stderr.read()
+        assert "waiting for another trace process's Nix build on this store" in err
+        assert str(storelock.lock_path("s")) in err
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+
+
+def test_a_free_lock_is_taken_at_once_and_silently(lock_env: dict[str, str]) -> None:
+    said: list[str] = []
+    started = time.monotonic()
+    with storelock.store_lock("s", notify=said.append):
+        pass
+    with storelock.store_lock("s", notify=said.append):  # released on leaving: again at once
+        pass
+    assert said == [] and time.monotonic() - started < storelock.NOTICE_AFTER
+
+
+def test_a_short_wait_says_nothing(lock_env: dict[str, str]) -> None:
+    """Released before NOTICE_AFTER: taken without a message (the notice is for real waits)."""
+    fd = hold_elsewhere("s")
+    threading.Timer(0.3, os.close, (fd,)).start()
+    said: list[str] = []
+    with storelock.store_lock("s", notify=said.append):
+        pass
+    assert said == []
+
+
+def hold_elsewhere(store: str) -> int:
+    """Lock `store` on another open file (flock conflicts between open files as between
+    processes); the caller closes the returned fd to release it."""
+    storelock.lock_dir().mkdir(parents=True, exist_ok=True)
+    fd = os.open(storelock.lock_path(store), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_ctrl_c_while_waiting_ends_cleanly(
+    holder: subprocess.Popen[str], lock_env: dict[str, str]
+) -> None:
+    waiter = start_holder(lock_env)
+    try:
+        time.sleep(storelock.NOTICE_AFTER + 1.0)  # in the blocking flock by now
+        assert waiter.poll() is None
+        waiter.send_signal(signal.SIGINT)
+        assert read_line(waiter) == "interrupted\n"
+        assert waiter.wait(DEADLINE) == 130
+        assert holder.poll() is None  # the holder keeps its lock
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+
+
+def test_stores_are_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NIX_REMOTE", raising=False)
+    monkeypatch.delenv("NIX_STORE_DIR", raising=False)
+    local = storelock.store_of(["--realise", "/nix/store/x.drv"])
+    assert local == "default:/nix/store"
+    monkeypatch.setenv("NIX_REMOTE", "daemon")  # the same store through its daemon
+    assert storelock.store_of(["--realise"]) == local
+    assert storelock.store_of(["--store", "ssh://b", "--realise"]) == "ssh://b"
+    assert storelock.store_of(["--option", "store", "local?root=/r"]) == "local?root=/r"
+    monkeypatch.setenv("NIX_STORE_DIR", "/other/store")
+    assert storelock.store_of([]) != local
+    assert storelock.lock_path("ssh://b") != storelock.lock_path(local)
+
+
+def test_the_lock_file_is_per_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("TRACE_STORE_LOCK_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert storelock.lock_path("x").parent == tmp_path / "trace"
+
+
+def fake_nix(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """nix-store, nix-build and nix-instantiate that log their start time and succeed."""
+    folder.mkdir()
+    log = folder / "started"
+    for name in ("nix-store", "nix-build", "nix-instantiate"):
+        (folder / name).write_text(f'#!/bin/sh\necho "{name}" >> {log}\n')
+        (folder / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    monkeypatch.delenv("NIX_REMOTE", raising=False)
+    return log
+
+
+def test_nix_realise_and_build_wait_for_the_lock_instantiate_does_not(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    lock_env: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log = fake_nix(tmp_path / "bin", monkeypatch)
+    nix = Nix(NixConfig())
+    expr = tmp_path / "e.nix"
+    expr.write_text("[]")
+    fd = hold_elsewhere(storelock.store_of([]))
+    try:
+        assert nix.instantiate(expr)[0] == 0  # evaluation: not serialised
+        calls = [lambda: nix.realise(["/nix/store/a.drv"]), lambda: nix.build(expr)]
+        workers = [threading.Thread(target=c, daemon=True) for c in calls]
+        for w in workers:
+            w.start()
+        time.sleep(storelock.NOTICE_AFTER + 1.0)
+        assert log.read_text() == "nix-instantiate\n"  # neither Nix build started
+        waiting = "waiting for another trace process's Nix build on this store"
+        assert capsys.readouterr().err.count(waiting) == 2
+    finally:
+        os.close(fd)
+    for w in workers:
+        w.join(DEADLINE)
+        assert not w.is_alive()
+    assert sorted(log.read_text().split()) == ["nix-build", "nix-instantiate", "nix-store"]
+
+
+@pytest.mark.nix
+def test_two_trace_runs_of_shared_derivations_both_finish(tmp_path: Path) -> None:
+    """Two real `trace run`s started at once on two projects whose graphs render the same new
+    derivations (a layered graph: shared upstream steps) both finish, with the same outputs."""
+    salt = uuid.uuid4().hex
+    steps = "\n".join(
+        f'[steps.s{i}]\nkind = "text"\nparams = {{ message = "{salt} {i}" }}\n'
+        + (f'needs = ["s{i - 1}", "s{i - 2}"]\n' if i >= 2 else "")
+        for i in range(12)
+    )
+    graphs = [make_project(tmp_path / f"p{k}", steps) for k in (1, 2)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", "run", str(g), "--root", str(g.parent), "-q"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        for g in graphs
+    ]
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outs
