@@ -7,6 +7,7 @@ derivations, started at once, both finish. Every wait has a deadline."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -232,7 +233,17 @@ def test_two_trace_runs_of_shared_derivations_both_finish(tmp_path: Path) -> Non
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "run", str(g), "--root", str(g.parent), "-q"],
+            [
+                sys.executable,
+                "-m",
+                "engine.cli",
+                "run",
+                str(g),
+                "--root",
+                str(g.parent),
+                "-q",
+                "--json",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -248,3 +259,5 @@ def test_two_trace_runs_of_shared_derivations_both_finish(tmp_path: Path) -> Non
             if p.poll() is None:
                 p.kill()
     assert [p.returncode for p in procs] == [0, 0], outs
+    drvs = [{k: v["drv"] for k, v in json.loads(out)["steps"].items()} for out, _ in outs]
+    assert drvs[0] == drvs[1] and len(drvs[0]) == 12  # the same derivations, both runs
