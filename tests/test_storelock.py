@@ -261,3 +261,47 @@ def test_two_trace_runs_of_shared_derivations_both_finish(tmp_path: Path) -> Non
     assert [p.returncode for p in procs] == [0, 0], outs
     drvs = [{k: v["drv"] for k, v in json.loads(out)["steps"].items()} for out, _ in outs]
     assert drvs[0] == drvs[1] and len(drvs[0]) == 12  # the same derivations, both runs
+
+
+@pytest.mark.nix
+def test_trace_run_waiting_for_the_lock_says_why_and_ends_cleanly_on_sigterm(
+    lock_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real `trace run` whose build finds the store's lock held prints the waiting line and,
+    terminated while it waits, exits 143 through the engine's own handling (engine/cli).
+    SIGTERM, not SIGINT: a shell that starts the suite in the background makes its children
+    ignore SIGINT; the waiting flock is interrupted the same way by both."""
+    graph = make_project(
+        tmp_path / "p", f'[steps.a]\nkind = "text"\nparams = {{ message = "{uuid.uuid4()}" }}\n'
+    )
+    monkeypatch.delenv("NIX_REMOTE", raising=False)
+    held = hold_elsewhere(storelock.store_of([]))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "run", str(graph), "--root", str(graph.parent), "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**lock_env, "NIX_REMOTE": ""},
+        cwd=ROOT,
+    )
+    try:
+        assert run.stderr is not None
+        got: list[str] = []
+
+        def follow() -> None:
+            for line in run.stderr:  # type: ignore[union-attr]
+                got.append(line)
+                if "waiting for another trace process" in line:
+                    return
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        reader.join(DEADLINE)
+        assert got and "waiting for another trace process's Nix build" in got[-1], got
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(DEADLINE) == 143
+        assert "trace: terminated" in run.stderr.read()
+    finally:
+        os.close(held)
+        if run.poll() is None:
+            run.kill()
