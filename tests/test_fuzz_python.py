@@ -133,21 +133,58 @@ def test_each_input_runs_on_fresh_module_state(tmp_path: Path) -> None:
     assert "counter" not in sys.modules and run.mode() == "in-process"
 
 
-def test_a_run_past_the_timeout_is_a_hang_and_the_interpreter_is_put_back(
+def test_a_run_past_its_steps_is_a_hang_and_the_interpreter_is_put_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fuzz_python, "TIMEOUT", 0.2)
+    """A hang is a count of traced events (STEPS), not a time: the same input is a hang on a
+    fast and a slow machine (stop 37's CI failure: the fuzz plan of a slow PoC differed)."""
+    monkeypatch.setattr(fuzz_python, "STEPS", 20_000)
     work = tmp_path / "work"
     work.mkdir()
-    (work / "spin.py").write_text("import sys\nwhile sys.stdin.read(1) == 'x':\n    pass\n")
-    invs = [Invocation("spin.py", "python", ("spin.py",), stdin=b"y")]
-    run = PythonRunner(str(work), invs, {}, [Unit("stdin", "stdin:0", b"y")], str(work), [])
-    argv, cwd = list(sys.argv), Path.cwd()
-    assert not run(0, b"y").hung
-    (work / "spin.py").write_text("while True:\n    pass\n")
-    run.place.codes.clear()
-    assert run(0, b"y").hung
+    (work / "spin.py").write_text(
+        "import sys\nsys.setrecursionlimit(90)\nfor i in range(int(sys.stdin.read())):\n    pass\n"
+    )
+    invs = [Invocation("spin.py", "python", ("spin.py",), stdin=b"9000")]
+    run = PythonRunner(str(work), invs, {}, [Unit("stdin", "stdin:0", b"9000")], str(work), [])
+    argv, cwd, limit = list(sys.argv), Path.cwd(), sys.getrecursionlimit()
+    assert not run(0, b"9000").hung  # ~9,000 line events
+    assert run(0, b"11000").hung  # ~11,000 > 20,000 / 2: two events a loop
+    assert [run(0, b"10500").hung for _ in range(3)] == [True] * 3  # the same, every time
     assert sys.argv == argv and Path.cwd() == cwd and sys.gettrace() is None
+    assert sys.getrecursionlimit() == limit  # the target lowered it; put back
+
+
+def test_a_run_stuck_where_no_event_comes_is_stopped_by_the_wall_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fuzz_python, "WALL_LIMIT", 0.2)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "block.py").write_text("import time\ntime.sleep(5)\n")
+    invs = [Invocation("block.py", "python", ("block.py",))]
+    run = PythonRunner(str(work), invs, {}, [Unit("stdin", "stdin:0", b"")], str(work), [])
+    assert run(0, b"").hung
+
+
+def test_the_alarm_firing_while_a_crash_is_judged_is_no_crash_of_the_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The alarm is off before the exception is looked at: an exception slow to print (a deep
+    traceback on a slow machine) can no longer take the alarm out of the runner itself."""
+    monkeypatch.setattr(fuzz_python, "WALL_LIMIT", 0.3)
+    work = tmp_path / "work"
+    work.mkdir()
+    # the exception type's name is slow to read: it stands in for a slow machine working through
+    # a deep traceback (crash_signature reads the type's name and every frame)
+    (work / "slow.py").write_text(
+        "import time\nclass Meta(type):\n    @property\n    def __name__(cls):\n"
+        "        time.sleep(0.6)\n        return 'Slow'\n"
+        "class Slow(Exception, metaclass=Meta):\n    pass\nraise Slow()\n"
+    )
+    invs = [Invocation("slow.py", "python", ("slow.py",))]
+    run = PythonRunner(str(work), invs, {}, [Unit("stdin", "stdin:0", b"")], str(work), [])
+    out = run(0, b"")
+    assert out.crash is not None and out.crash.startswith("Python: Slow") and not out.hung
 
 
 def test_in_process_and_per_process_runs_explore_the_same_inputs(tmp_path: Path) -> None:

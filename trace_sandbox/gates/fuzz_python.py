@@ -13,11 +13,15 @@ By default every execution runs in this interpreter (`in-process`): a fresh `run
 script or module with its own argv, working directory, stdin (the unit's bytes or the recorded
 stdin) and captured stdout and stderr; the modules the run imported from the package or the work
 directory are dropped afterwards (the next run imports them afresh: module-level state does not
-leak between inputs; what a run changes elsewhere, it keeps), and a run longer than TIMEOUT is
-stopped (SIGALRM) and counted a hang. An invocation the runner cannot run so (python options it
-does not know, such as `-X` or `-O`), or a runner made with `in_process=False`, runs each
-execution in a fresh `python3` of its own (`per-process`: the same code in the child, its
-outcome sent back as JSON), at an interpreter start per invocation.
+leak between inputs; what a run changes elsewhere, it keeps, but the recursion limit and the
+interpreter's streams are put back), and a run is a *hang* when it goes past STEPS traced events
+(a line run in the package's files, a function called anywhere): a count, not a time, so the
+same input is a hang on every machine and the exploration (its corpus, its crashes) is the same
+on a fast and a slow builder. WALL_LIMIT seconds (SIGALRM) stop a run stuck where no event
+comes (a blocking call, C code): the only hang measured by the clock. An invocation the runner
+cannot run so (python options it does not know, such as `-X` or `-O`), or a runner made with
+`in_process=False`, runs each execution in a fresh `python3` of its own (`per-process`: the same
+code in the child, its outcome sent back as JSON), at an interpreter start per invocation.
 
 A *crash* is what a Python target does where a C one dies of a signal: an exception escapes
 the entry script (a traceback, exit 1), other than SystemExit (a clean exit, whatever its
@@ -48,7 +52,11 @@ from .fuzz import BUCKETS, Outcome
 from .fuzz_runner import write_unless_held
 from .variants import Invocation, Unit
 
-TIMEOUT = 2.0  # seconds per invocation, as the C loop's
+# traced events past which a run is a hang: ~12x the sqlparse PoC nested to its recursion limit
+# (80,000 events; a million take ~1.3 s traced on an idle machine of ours)
+STEPS = 1_000_000
+WALL_LIMIT = 60.0  # seconds: a run that stops producing events (blocked, in C code) is stopped
+PLAIN_TIMEOUT = 2.0  # seconds per untraced run (run_plain, the fallback no tracer counts)
 IN_PROCESS = "in-process"
 PER_PROCESS = "per-process"
 CRASH_PREFIX = "Python: "
@@ -115,6 +123,10 @@ def script_names(invocations: list[Invocation]) -> set[str]:
     return out
 
 
+class _Hang(BaseException):
+    """Raised in the target by the tracer (past STEPS events) or the alarm (WALL_LIMIT)."""
+
+
 # --- coverage --------------------------------------------------------------------------------
 
 
@@ -122,10 +134,13 @@ class ArcTracer:
     """sys.settrace over the files under `roots` only: (file, line before, line now) counts.
     `mine` (filename -> under the roots) may be shared between tracers: it never changes."""
 
-    def __init__(self, roots: tuple[str, ...], mine: dict[str, bool] | None = None) -> None:
+    def __init__(
+        self, roots: tuple[str, ...], mine: dict[str, bool] | None = None, steps: int = 0
+    ) -> None:
         self.roots = roots
         self.mine = {} if mine is None else mine
         self.counts: dict[Arc, int] = {}
+        self.left = [steps or STEPS]  # events before the run is a hang (_Hang)
 
     def _ours(self, filename: str) -> bool:
         known = self.mine.get(filename)
@@ -134,6 +149,10 @@ class ArcTracer:
         return known
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
+        left = self.left
+        left[0] -= 1
+        if left[0] < 0:
+            raise _Hang
         filename = frame.f_code.co_filename
         if event != "call" or not self._ours(filename):
             return None
@@ -143,6 +162,9 @@ class ArcTracer:
         def local(frame: FrameType, event: str, arg: Any) -> Any:
             nonlocal last
             if event == "line":
+                left[0] -= 1
+                if left[0] < 0:
+                    raise _Hang
                 arc = (filename, last, frame.f_lineno)
                 counts[arc] = counts.get(arc, 0) + 1
                 last = frame.f_lineno
@@ -171,10 +193,6 @@ class ArcMap:
 
 
 # --- one invocation, in this interpreter -----------------------------------------------------
-
-
-class _Hang(BaseException):
-    """Raised in the target by the alarm: it ran longer than TIMEOUT."""
 
 
 def _on_alarm(signum: int, frame: FrameType | None) -> None:
@@ -230,7 +248,7 @@ def _process_state(entry: Entry, place: Place, stdin: bytes) -> Iterator[Ran]:
     everything put back afterwards, the modules the run imported from the work directory or
     the package dropped (the next run imports them afresh: no module state leaks)."""
     saved = (sys.argv, sys.stdin, sys.stdout, sys.stderr, list(sys.path), os.getcwd())
-    flags = (sys.dont_write_bytecode, sys.pycache_prefix)
+    flags = (sys.dont_write_bytecode, sys.pycache_prefix, sys.getrecursionlimit())
     before = set(sys.modules)
     out, err = io.BytesIO(), io.BytesIO()
     ran = Ran()
@@ -249,7 +267,8 @@ def _process_state(entry: Entry, place: Place, stdin: bytes) -> Iterator[Ran]:
             stream.flush()
         ran.stdout, ran.stderr = out.getvalue(), err.getvalue()
         sys.argv, sys.stdin, sys.stdout, sys.stderr, sys.path[:], cwd = saved
-        sys.dont_write_bytecode, sys.pycache_prefix = flags
+        sys.dont_write_bytecode, sys.pycache_prefix, limit = flags
+        sys.setrecursionlimit(limit)  # a target may lower it (sqlparse's PoC application does)
         os.chdir(cwd)
         _drop_modules(before, place.dropped)
 
@@ -286,26 +305,40 @@ def run_in_process(entry: Entry, place: Place, stdin: bytes) -> Ran:
     tracer = ArcTracer(place.roots, place.mine)
     old = signal.signal(signal.SIGALRM, _on_alarm)
     with _process_state(entry, place, stdin) as ran:
-        sys.settrace(tracer)
-        signal.setitimer(signal.ITIMER_REAL, TIMEOUT)
-        try:
-            _start(entry, place)
-        except SystemExit as exc:
-            ran.exit_code = _exit_code(exc, sys.stderr)
-        except _Hang:
+        ended = _traced(entry, place, tracer)
+        signal.signal(signal.SIGALRM, old)
+        if isinstance(ended, SystemExit):
+            ran.exit_code = _exit_code(ended, sys.stderr)
+        elif isinstance(ended, _Hang):
             ran.hung = True
-        except KeyboardInterrupt:
+        elif isinstance(ended, KeyboardInterrupt):
             ran.exit_code = 130
-        except BaseException as exc:  # any escaping exception is the crash
+        elif ended is not None:  # any other escaping exception is the crash
             ran.exit_code = 1
-            ran.crash = crash_signature(exc, place.roots)
-            traceback.print_exception(exc, file=sys.stderr)
+            ran.crash = crash_signature(ended, place.roots)
+            traceback.print_exception(ended, file=sys.stderr)
+        ran.arcs = tracer.counts
+    return ran
+
+
+def _traced(entry: Entry, place: Place, tracer: ArcTracer) -> BaseException | None:
+    """The entry run under the tracer and the alarm, both off again before anything else runs:
+    how it ended is judged afterwards (printing a deep traceback is no part of the run, and an
+    alarm that fires while the tracer and timer are being turned off is still the run's hang)."""
+    ended: BaseException | None = None
+    try:
+        try:
+            sys.settrace(tracer)
+            signal.setitimer(signal.ITIMER_REAL, WALL_LIMIT)
+            _start(entry, place)
+        except BaseException as exc:
+            ended = exc
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             sys.settrace(None)
-            signal.signal(signal.SIGALRM, old)
-        ran.arcs = tracer.counts
-    return ran
+    except _Hang as exc:
+        ended = exc
+    return ended
 
 
 # --- one invocation, in a python3 of its own -------------------------------------------------
@@ -348,7 +381,7 @@ def run_per_process(
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=here, PYTHONDONTWRITEBYTECODE="1")
     cmd = [sys.executable, "-m", "trace_sandbox.gates.fuzz_python", spec_path]
     try:
-        p = subprocess.run(cmd, env=env, capture_output=True, timeout=TIMEOUT * 2, check=False)
+        p = subprocess.run(cmd, env=env, capture_output=True, timeout=WALL_LIMIT * 2, check=False)
     except subprocess.TimeoutExpired:
         return Ran(hung=True)
     try:
@@ -373,7 +406,7 @@ def run_plain(inv: Invocation, work: str, paths: list[str], stdin: bytes, scratc
             cwd=work,
             env=env,
             capture_output=True,
-            timeout=TIMEOUT,
+            timeout=PLAIN_TIMEOUT,
             check=False,
         )
     except subprocess.TimeoutExpired:
