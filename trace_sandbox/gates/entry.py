@@ -141,6 +141,14 @@ def cosmetic(fd: FileDiff) -> bool:
     return True
 
 
+def entry_and_other_files(files: list[FileDiff], source: Lines) -> tuple[list[str], list[str]]:
+    """(entry files, other files whose changes are not cosmetic) of the patch: both non-empty is
+    a mixed patch, whose library side is built (library_side.py)."""
+    entries = entry_files(files, source)
+    others = [fd.path for fd in files if fd.path not in entries and not cosmetic(fd)]
+    return entries, others
+
+
 def driver_check(
     files: list[FileDiff],
     locate: Callable[[], dict[str, list[str]]],
@@ -150,7 +158,7 @@ def driver_check(
 ) -> tuple[list[str], dict[str, Any]]:
     """(reasons, details): `fix-only-in-driver` when the patch changes only entry files and the
     bug is located outside them; with other files, `library`'s verdict on the library side."""
-    entries = entry_files(files, source)
+    entries, others = entry_and_other_files(files, source)
     details: dict[str, Any] = {"entries": entries}
     if not entries:
         details["summary"] = "the patch changes no program's entry file"
@@ -165,7 +173,6 @@ def driver_check(
     if inside:
         details["summary"] = f"the bug is located in the entry file itself ({inside[0]})"
         return [], details
-    others = [fd.path for fd in files if fd.path not in entries and not cosmetic(fd)]
     if others:
         reasons, details["library_side"], why = (
             library() if library else ([], "not built", "the library side is not built: no claim")

@@ -11,7 +11,7 @@ alone still misbehaves as [expect] says, the fix is in the driver: `library-side
 (not waivable).
 
 * mixed: the patch changes an entry file and at least one other file that is not cosmetic
-  (entry.cosmetic); only then is the library side built. Otherwise the filter writes
+  (entry.entry_and_other_files); only then is the library side built. Otherwise the filter writes
   OUT/unmixed and the library-side step reuses the pre-fix build (a copy: nothing is compiled);
 * exempt: the advisory locates the bug in an entry file (a single-file program whose own code is
   at fault: the driver check claims nothing there, so nothing is built either);
@@ -30,23 +30,15 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from .diff import FileDiff
-from .entry import cosmetic, entry_files, located
+from .entry import entry_and_other_files, located
 from .expectation import judge_side
-from .testfiles import Section, _source_tree, sections
+from .testfiles import Section, sections, source_tree
 
 # Written by the filter when the patch is not mixed: the library-side step copies the pre-fix
 # build instead of building anything, and the fault-site gate does not read its run.
 UNMIXED = "unmixed"
 PLAN = "library.json"
 Lines = Callable[[str], "list[str] | None"]
-
-
-def mixed(files: list[FileDiff], source: Lines) -> tuple[list[str], list[str]]:
-    """(entry files, other non-cosmetic files) of the patch: mixed when both are non-empty."""
-    entries = entry_files(files, source)
-    others = [fd.path for fd in files if fd.path not in entries and not cosmetic(fd)]
-    return entries, others
 
 
 def exempt(entries: list[str], advisory: str | None, tree: str | None) -> list[str]:
@@ -93,8 +85,8 @@ def write_library_patches(cfg: dict[str, Any], out: str) -> None:
             texts.append(fh.read())
     parts = [s for i, t in enumerate(texts) for s in sections(t, i)]
     with tempfile.TemporaryDirectory() as scratch:
-        tree = _source_tree(str(cfg.get("tree") or ""), scratch)
-        entries, others = mixed([s.diff for s in parts], _tree_lines(tree))
+        tree = source_tree(str(cfg.get("tree") or ""), scratch)
+        entries, others = entry_and_other_files([s.diff for s in parts], _tree_lines(tree))
         inside = exempt(entries, cfg.get("advisory"), tree) if entries and others else []
     kept, dropped = library_series(texts, entries)
     is_mixed = bool(entries and others and not inside)

@@ -196,7 +196,7 @@ def weakenings(dropped: list[Section]) -> list[dict[str, object]]:
     return out
 
 
-def _source_tree(tree: str, scratch: str) -> str:
+def source_tree(tree: str, scratch: str) -> str:
     """The unpacked source: `tree` itself, or a tarball's single top directory under scratch."""
     if not tree or os.path.isdir(tree):
         return tree
@@ -244,7 +244,7 @@ def write_base_test_patches(cfg: dict[str, object], out: str) -> None:
         with open(p, encoding="utf-8", errors="surrogateescape") as fh:
             texts.append(fh.read())
     with tempfile.TemporaryDirectory() as scratch:
-        named = named_paths(scripts, _source_tree(str(cfg.get("tree") or ""), scratch))
+        named = named_paths(scripts, source_tree(str(cfg.get("tree") or ""), scratch))
     kept, dropped = filter_series(texts, named)
     if kept == texts:  # byte for byte: the base-tests build is the patched-tests build
         with open(os.path.join(out, IDENTICAL), "w", encoding="utf-8") as fh:
