@@ -219,6 +219,29 @@ def test_nix_realise_and_build_wait_for_the_lock_instantiate_does_not(
     assert sorted(log.read_text().split()) == ["nix-build", "nix-instantiate", "nix-store"]
 
 
+def test_fetching_claims_waits_for_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lock_env: dict[str, str]
+) -> None:
+    """The determinism claims' download-only realise (engine/remote/attest.py) takes Nix's
+    output locks as a build does: it waits for the store's lock like Nix.realise."""
+    from engine.remote import attest
+
+    log = fake_nix(tmp_path / "bin", monkeypatch)
+    fd = hold_elsewhere(storelock.store_of([]))
+    try:
+        fetch = threading.Thread(
+            target=attest.fetch_missing, args=(["/nix/store/x-trace-check-a"], []), daemon=True
+        )
+        fetch.start()
+        time.sleep(storelock.NOTICE_AFTER + 1.0)
+        assert not log.exists()  # nix-store has not started
+    finally:
+        os.close(fd)
+    fetch.join(DEADLINE)
+    assert not fetch.is_alive()
+    assert log.read_text() == "nix-store\n"
+
+
 @pytest.mark.nix
 def test_two_trace_runs_of_shared_derivations_both_finish(tmp_path: Path) -> None:
     """Two real `trace run`s started at once on two projects whose graphs render the same new

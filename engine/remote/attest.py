@@ -19,7 +19,7 @@ What that trusts: the holder of a trusted cache key, who could already supply an
 `outcome.json` included, can also assert that an output was reproduced. No claim is ever made
 for a check that failed, so a nondeterministic step is never taken from a cache as deterministic.
 
-Lower layer: imports engine.errors and engine.nix only.
+Lower layer: imports engine.errors, engine.nix and engine.storelock only.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from engine.errors import NixError
 from engine.nix import NIX_COMMAND, Nix, RealiseReport, batches, printable
+from engine.storelock import store_lock, store_of
 
 SCHEMA = "trace.check/v1"
 CLAIM_PREFIX = "claim:"  # a step's checked_on when its check was a claim taken: claim:<path>
@@ -185,6 +186,16 @@ def nix_trusted_keys() -> list[str]:
     return [str(k) for k in value]
 
 
+def fetch_missing(paths: Sequence[str], fetch: Sequence[str]) -> None:
+    """Substitute `paths` (claims) with the nix-store options `fetch`; what no cache has (or a
+    cache that hangs) stays missing. A substitution takes Nix's output locks as a build does, so
+    it holds the user's store lock as every realise trace starts (engine/storelock.py)."""
+    for batch in batches(paths):
+        args = ["nix-store", "--realise", *batch, "--keep-going", *fetch]
+        with store_lock(store_of(args)), contextlib.suppress(subprocess.TimeoutExpired):
+            subprocess.run(args, capture_output=True, timeout=_DEADLINE, stdin=subprocess.DEVNULL)
+
+
 def accepted(pairs: dict[str, str], trusted: Sequence[str], fetch: Sequence[str]) -> dict[str, str]:
     """drv -> claim path for the {drv: out} whose claim this machine has or can substitute,
     signed by a key in `trusted`. `fetch`: the nix-store options to substitute with."""
@@ -193,15 +204,7 @@ def accepted(pairs: dict[str, str], trusted: Sequence[str], fetch: Sequence[str]
         return {}
     want = expected(pairs)
     paths = [p for p, _ in want.values()]
-    missing = [p for p in paths if not os.path.exists(p)]
-    for batch in batches(missing):  # what no cache has (or a cache that hangs) stays missing
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            subprocess.run(
-                ["nix-store", "--realise", *batch, "--keep-going", *fetch],
-                capture_output=True,
-                timeout=_DEADLINE,
-                stdin=subprocess.DEVNULL,
-            )
+    fetch_missing([p for p in paths if not os.path.exists(p)], fetch)
     infos = path_infos(paths)
     ok: dict[str, str] = {}
     for drv, (path, text) in want.items():
