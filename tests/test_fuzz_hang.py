@@ -25,6 +25,7 @@ import pytest
 from trace_sandbox.gates import fuzz_runner
 from trace_sandbox.gates.corpus_replay import Replayer, behaviour
 from trace_sandbox.gates.fuzz import Outcome
+from trace_sandbox.gates.fuzz_python import run_plain
 from trace_sandbox.gates.fuzz_runner import ProgramRunner
 from trace_sandbox.gates.fuzz_server import ended
 from trace_sandbox.gates.variants import Invocation, units_of
@@ -168,6 +169,20 @@ def test_the_corpus_replay_judges_a_hang_by_the_same_limits(spin: Path, tmp_path
     report = b"SUMMARY: UndefinedBehaviorSanitizer: undefined-behavior x.c:1:1"
     assert behaviour(-24, b"", report, str(spin)) == {"class": "hang"}
     assert behaviour(-11, b"", report, str(spin))["class"] == "crash"
+
+
+@pytest.mark.usefixtures("tight")
+def test_the_python_fallback_without_a_tracer_judges_a_hang_by_cpu_time(tmp_path: Path) -> None:
+    """A Python invocation with options only the interpreter parses runs untraced (run_plain):
+    no events to count, so its hang was 2 s of wall time; it is the CPU limit now."""
+    (tmp_path / "prog.py").write_text(
+        "import sys, time\nif sys.stdin.read() == 'L':\n    while True: pass\ntime.sleep(2.2)\n"
+    )
+    inv = Invocation("prog.py", "python", ("-X", "dev", "prog.py"))
+    spun = run_plain(inv, str(tmp_path), [], b"L", str(tmp_path))
+    slept = run_plain(inv, str(tmp_path), [], b"Z", str(tmp_path))
+    assert spun.hung and spun.crash is None
+    assert not slept.hung and slept.exit_code == 0 and slept.crash is None
 
 
 @contextmanager

@@ -40,7 +40,7 @@ from typing import Any
 # the fuzzing loop's limits, read at each run: a hang is CPU_LIMIT seconds of the invocation's
 # own CPU time (or WALL_LIMIT seconds blocked), never a time a loaded machine makes longer
 from . import fuzz_runner
-from .fuzz_server import LIMIT_SIGNALS, limit
+from .fuzz_server import by_limit, limit
 
 SCHEMA = "trace.fuzz-corpus/v1"
 MAX_REPLAY = 256  # corpus entries replayed per survivor (each runs both builds)
@@ -109,7 +109,7 @@ def behaviour(rc: int | None, stdout: bytes, stderr: bytes, root: str) -> dict[s
     """How one direct invocation ended: `crash` (a sanitizer report's kind, or a fatal
     signal), `hang` (stopped by the clock: `rc` None, or ended by the CPU limit's signal,
     whatever it printed), or `ok`/`rejects` with its exit code and output digests."""
-    if rc is None or (rc < 0 and -rc in LIMIT_SIGNALS):
+    if rc is None or by_limit(rc):
         return {"class": "hang"}
     m = _CRASH.search(stderr.decode("utf-8", "replace"))
     if m:

@@ -46,10 +46,15 @@ class Ran:
     hung: bool = False
 
 
+def by_limit(code: int) -> bool:
+    """Whether a return code (-signal, as subprocess reports it) is a death by the CPU limit."""
+    return code < 0 and -code in LIMIT_SIGNALS
+
+
 def ended(code: int, stopped: bool = False) -> Ran:
     """A run's outcome from its return code: a hang when the wall backstop stopped it
     (`stopped`) or a limit's signal ended it."""
-    return Ran(code, hung=stopped or (code < 0 and -code in LIMIT_SIGNALS))
+    return Ran(code, hung=stopped or by_limit(code))
 
 
 def limit(pid: int, cpu: int) -> None:
