@@ -199,7 +199,7 @@ def test_a_server_killed_mid_run_falls_back_to_exec_with_the_same_results(
 def test_a_hang_is_killed_and_the_server_serves_on(
     toy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fuzz_runner, "TIMEOUT", 0.5)
+    monkeypatch.setattr(fuzz_runner, "WALL_LIMIT", 0.5)  # 'H' waits in pause(): no CPU used
     invs, files = SHAPES["stdin"]
     with _runner(toy, tmp_path, invs, files) as run:
         assert run(0, b"H").hung

@@ -37,9 +37,13 @@ import subprocess
 import tempfile
 from typing import Any
 
+# the fuzzing loop's limits, read at each run: a hang is CPU_LIMIT seconds of the invocation's
+# own CPU time (or WALL_LIMIT seconds blocked), never a time a loaded machine makes longer
+from . import fuzz_runner
+from .fuzz_server import by_limit, limit
+
 SCHEMA = "trace.fuzz-corpus/v1"
 MAX_REPLAY = 256  # corpus entries replayed per survivor (each runs both builds)
-TIMEOUT = 2.0  # seconds per invocation, as in the fuzzing loop: longer is a hang
 PLACEHOLDER = "<target>"
 ENV_ASAN = "detect_leaks=0:symbolize=0:abort_on_error=0"
 _CRASH = re.compile(r"SUMMARY: (\w+Sanitizer): (\S+)")
@@ -103,12 +107,13 @@ def _digest(text: bytes, root: str) -> str:
 
 def behaviour(rc: int | None, stdout: bytes, stderr: bytes, root: str) -> dict[str, Any]:
     """How one direct invocation ended: `crash` (a sanitizer report's kind, or a fatal
-    signal), `hang`, or `ok`/`rejects` with its exit code and output digests."""
+    signal), `hang` (stopped by the clock: `rc` None, or ended by the CPU limit's signal,
+    whatever it printed), or `ok`/`rejects` with its exit code and output digests."""
+    if rc is None or by_limit(rc):
+        return {"class": "hang"}
     m = _CRASH.search(stderr.decode("utf-8", "replace"))
     if m:
         return {"class": "crash", "crash": f"{m.group(1)}: {m.group(2)}"}
-    if rc is None:
-        return {"class": "hang"}
     if rc in _FATAL:
         return {"class": "crash", "crash": _FATAL[rc]}
     return {
@@ -186,15 +191,17 @@ class Replayer:
             self.reused += 1
             return self.seen[key]
         self.ran += 1
+        cpu = fuzz_runner.CPU_LIMIT
         try:
             p = subprocess.run(
                 argv,
                 input=feed,
                 cwd=self.work,
                 env=env,
-                timeout=TIMEOUT,
+                timeout=fuzz_runner.WALL_LIMIT,
                 capture_output=True,
                 check=False,
+                preexec_fn=lambda: limit(0, cpu),
             )
             seen = behaviour(p.returncode, p.stdout, p.stderr, root)
         except subprocess.TimeoutExpired:

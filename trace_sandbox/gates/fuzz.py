@@ -29,7 +29,7 @@ from ..ddmin import minimise as minimise
 MAP_SIZE = 1 << 16
 MAX_INPUT = 1 << 14  # a mutated input never grows past this
 MAX_CRASHES = 4  # distinct crash signatures kept (each costs a minimisation)
-MAX_HANGS = 8  # inputs that time out before exploration stops (each costs the timeout)
+MAX_HANGS = 8  # hangs before exploration stops (each costs its CPU limit, or the wall backstop)
 INTERESTING = (0, 1, 0x7F, 0x80, 0xFF, ord("%"), ord("\\"), ord("\n"), ord("0"), ord("A"))
 HEX = b"0123456789abcdefABCDEF"
 

@@ -48,15 +48,16 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from . import fuzz_runner
 from .fuzz import BUCKETS, Outcome
 from .fuzz_runner import write_unless_held
+from .fuzz_server import by_limit, limit
 from .variants import Invocation, Unit
 
 # traced events past which a run is a hang: ~12x the sqlparse PoC nested to its recursion limit
 # (80,000 events; a million take ~1.3 s traced on an idle machine of ours)
 STEPS = 1_000_000
 WALL_LIMIT = 60.0  # seconds: a run that stops producing events (blocked, in C code) is stopped
-PLAIN_TIMEOUT = 2.0  # seconds per untraced run (run_plain, the fallback no tracer counts)
 IN_PROCESS = "in-process"
 PER_PROCESS = "per-process"
 CRASH_PREFIX = "Python: "
@@ -396,9 +397,11 @@ def run_per_process(
 
 def run_plain(inv: Invocation, work: str, paths: list[str], stdin: bytes, scratch: str) -> Ran:
     """`python3 ARGS` as recorded (no tracer: no coverage); a traceback on its stderr is the
-    crash (its last line's exception type)."""
+    crash (its last line's exception type). No events counted: a hang is its CPU time (issue 25:
+    RLIMIT_CPU, the C loop's fuzz_runner.CPU_LIMIT), the clock only for a run blocked."""
     args = [a.replace("<work>", work) for a in inv.args]
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=os.pathsep.join(paths))
+    cpu = fuzz_runner.CPU_LIMIT
     try:
         p = subprocess.run(
             [sys.executable, *args],
@@ -406,11 +409,14 @@ def run_plain(inv: Invocation, work: str, paths: list[str], stdin: bytes, scratc
             cwd=work,
             env=env,
             capture_output=True,
-            timeout=PLAIN_TIMEOUT,
+            timeout=WALL_LIMIT,
             check=False,
+            preexec_fn=lambda: limit(0, cpu),
         )
     except subprocess.TimeoutExpired:
         return Ran(hung=True)
+    if by_limit(p.returncode):  # SIGXCPU, or SIGKILL at the hard limit
+        return Ran(p.returncode, hung=True)
     crash = traceback_crash(p.stderr.decode("utf-8", "replace")) or _signal_crash(p.returncode)
     return Ran(p.returncode, crash, stdout=p.stdout, stderr=p.stderr)
 

@@ -7,8 +7,10 @@ invocation runs through its executable's fork server (fuzz_server.py: a fork of 
 stopped before main), or by exec when that executable has none (`fallback` says why, per
 target). Both ways see the same thing: the same arguments, directory, environment, stdin from
 a file, stdout discarded, stderr read for the sanitizer's report, and the same map (the
-runtime adds what the constructors counted before the fork), so an exploration's inputs,
-corpus and crashes do not depend on the way.
+runtime adds what the constructors counted before the fork), and the same limits: a run past
+CPU_LIMIT seconds of its own CPU time, or WALL_LIMIT seconds blocked, is a hang (fuzz_server.py:
+`limit`, `ended`), so an exploration's inputs, corpus, crashes and hangs depend neither on the
+way nor on how loaded the machine is.
 
 An input that gives a unit its own value back (the PoC's seeds: every unit's original) is the
 PoC's own execution: it runs once, and every later such input is its outcome (`reused`), not a
@@ -28,11 +30,14 @@ import tempfile
 from types import TracebackType
 
 from .fuzz import MAP_SIZE, Outcome, features
-from .fuzz_server import ForkServer, Ran
+from .fuzz_server import ForkServer, Ran, ended, limit
 from .scratch import scratch_root
 from .variants import Invocation, Unit
 
-TIMEOUT = 2.0  # seconds per invocation in the loop: longer is a hang, not a crash
+# A hang is measured in the run's own CPU time, not the clock (issue 25: a 2 s wall timeout
+# made other inputs hangs on a loaded machine, and the fuzz plan differed between builders):
+CPU_LIMIT = 2  # seconds of CPU time per invocation (RLIMIT_CPU): longer is a hang, not a crash
+WALL_LIMIT = 60.0  # seconds of the clock: the backstop for a run blocked without using CPU
 FORK_SERVER = "fork-server"
 EXEC = "exec"
 _SUMMARY = re.compile(r"SUMMARY: (\w+Sanitizer): (\S+)")
@@ -201,7 +206,7 @@ class ProgramRunner:
     def _run(self, argv: list[str]) -> Ran:
         server = self._server(argv[0])
         if server is not None:
-            ran = server.run(argv, self.work, self.stdin, "", self.stderr, TIMEOUT)
+            ran = server.run(argv, self.work, self.stdin, "", self.stderr, CPU_LIMIT, WALL_LIMIT)
             if ran is not None:
                 self.runs[FORK_SERVER] += 1
                 return ran
@@ -215,6 +220,7 @@ class ProgramRunner:
         return self._exec(argv)
 
     def _exec(self, argv: list[str]) -> Ran:
+        cpu = CPU_LIMIT
         with open(self.stdin, "rb") as fin, open(self.stderr, "wb") as ferr:
             try:
                 p = subprocess.run(
@@ -222,14 +228,15 @@ class ProgramRunner:
                     stdin=fin,
                     cwd=self.work,
                     env=self.env,
-                    timeout=TIMEOUT,
+                    timeout=WALL_LIMIT,
                     stdout=subprocess.DEVNULL,
                     stderr=ferr,
                     check=False,
+                    preexec_fn=lambda: limit(0, cpu),  # before the exec: a script's children too
                 )
             except subprocess.TimeoutExpired:
-                return Ran(-signal.SIGKILL, hung=True)
-        return Ran(p.returncode)
+                return ended(-signal.SIGKILL, stopped=True)
+        return ended(p.returncode)
 
     def _features(self) -> int:
         return features(self.map[:])

@@ -6,6 +6,13 @@ for each request, forks itself at that point (everything before main done: dynam
 the sanitizer's start-up) and runs main with the request's arguments, directory and standard
 streams. A run costs a fork instead of an exec.
 
+Each run is limited by its own CPU time, not the clock (`limit`): RLIMIT_CPU sends SIGXCPU after
+`cpu` seconds of the run's CPU time and SIGKILL a second later (a program that catches or blocks
+SIGXCPU), so an input that loops is a hang after the same work on an idle and on a loaded
+machine. Only a run that blocks without using CPU (sleep, a read on a pipe) is stopped by the
+clock: `wall` seconds, a long backstop. The exec way (fuzz_runner.py) sets the same limit and
+reads a death by it the same way (`ended`).
+
 A program that is not such an executable (a script, a build without the runtime, a runtime
 from before the server) never says hello: `start` returns None with the reason, and the
 caller runs that target by exec (`why` is recorded in the fuzz plan). A server that dies
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import select
 import signal
 import struct
@@ -24,6 +32,8 @@ from dataclasses import dataclass
 
 HELLO = 0x31534654  # "TFS1", little-endian as written by the runtime
 START_TIMEOUT = 10.0  # seconds for the hello: a loaded machine starts an ASan binary slowly
+# the deaths the limits cause: a hang, never a crash (ASan does not handle SIGXCPU)
+LIMIT_SIGNALS = (signal.SIGXCPU, signal.SIGKILL)
 _U32 = struct.Struct("=I")
 _I32 = struct.Struct("=i")
 
@@ -34,6 +44,26 @@ class Ran:
 
     returncode: int
     hung: bool = False
+
+
+def by_limit(code: int) -> bool:
+    """Whether a return code (-signal, as subprocess reports it) is a death by the CPU limit."""
+    return code < 0 and -code in LIMIT_SIGNALS
+
+
+def ended(code: int, stopped: bool = False) -> Ran:
+    """A run's outcome from its return code: a hang when the wall backstop stopped it
+    (`stopped`) or a limit's signal ended it."""
+    return Ran(code, hung=stopped or by_limit(code))
+
+
+def limit(pid: int, cpu: int) -> None:
+    """Limit process `pid` (0: this one, as in a child before its exec) to `cpu` seconds of its
+    own CPU time: SIGXCPU then, SIGKILL a second later; no core file (SIGXCPU's default action
+    would dump one into the work directory). A process that has ended already needs none."""
+    with contextlib.suppress(ProcessLookupError):
+        resource.prlimit(pid, resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
 
 
 def _read(fd: int, n: int, timeout: float | None) -> bytes | None:
@@ -93,9 +123,10 @@ class ForkServer:
         return server, None
 
     def run(
-        self, argv: list[str], cwd: str, stdin: str, stdout: str, stderr: str, timeout: float
+        self, argv: list[str], cwd: str, stdin: str, stdout: str, stderr: str, cpu: int, wall: float
     ) -> Ran | None:
-        """One run of main; None when the server is gone (the caller runs it by exec)."""
+        """One run of main, limited to `cpu` seconds of its CPU time and `wall` seconds of the
+        clock (see above); None when the server is gone (the caller runs it by exec)."""
         strings = [cwd, stdin, stdout, stderr, *argv]
         payload = b"".join(os.fsencode(s) + b"\0" for s in strings)
         try:
@@ -106,15 +137,16 @@ class ForkServer:
         if pid_raw is None or _I32.unpack(pid_raw)[0] <= 0:
             return None
         pid = _I32.unpack(pid_raw)[0]
-        raw = _read(self.status, 4, timeout)
-        hung = raw is None
-        if hung:
+        limit(pid, cpu)  # the child's CPU time counts from its fork: none is missed
+        raw = _read(self.status, 4, wall)
+        stopped = raw is None
+        if stopped:
             with contextlib.suppress(ProcessLookupError):  # it may have ended just now
                 os.kill(pid, signal.SIGKILL)  # not reaped yet: the server waits for it
             raw = _read(self.status, 4, START_TIMEOUT)
         if raw is None:
             return None
-        return Ran(returncode(_I32.unpack(raw)[0]), hung=hung)
+        return ended(returncode(_I32.unpack(raw)[0]), stopped)
 
     def close(self) -> None:
         for fd in (self.ctl, self.status):
