@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import tomli
 
 from engine.candidate import load_candidate
@@ -17,6 +18,7 @@ from tests.test_verify_gate import inv, rec
 from trace_sandbox.gates import faultsite
 from trace_sandbox.gates.diff import parse
 from trace_sandbox.gates.library_side import (
+    NOT_RUN,
     PLAN,
     UNMIXED,
     library_series,
@@ -101,20 +103,55 @@ def test_a_series_is_split_per_patch() -> None:
     assert library_series(texts, []) == ([t[t.index("--- a/") :] for t in texts], [])
 
 
+def plan_dir(tmp_path: Path, patch: Path) -> Path:
+    """The library-plan step's output for one patch (the filter run by hand)."""
+    out = tmp_path / f"plan-{patch.parent.name}"
+    out.mkdir()
+    write_library_patches({"patches": [str(patch)], "tree": str(CJSON)}, str(out))
+    return out
+
+
 def test_the_verdict_on_the_library_side(tmp_path: Path) -> None:
     build = tmp_path / "build"
     build.mkdir()
+    plan = str(plan_dir(tmp_path, WRONG / "fix.patch"))  # mixed
     still = [json.loads((run_dir(tmp_path, "still", BUGGY) / "outcome.json").read_text())]
     fixed = [json.loads((run_dir(tmp_path, "fixed", FIXED) / "outcome.json").read_text())]
-    reasons, state, _ = verdict(str(build), still, oracles())
+    reasons, state, _ = verdict(plan, str(build), still, oracles())
     assert (reasons, state) == (["library-side-still-fails"], "still fails")
-    assert verdict(str(build), fixed, oracles())[:2] == ([], "fixed")
-    assert verdict(None, still, oracles())[:2] == ([], "not built")
+    assert verdict(plan, str(build), fixed, oracles())[:2] == ([], "fixed")
+    assert verdict(plan, None, still, oracles())[:2] == ([], "not built")
+    assert verdict(None, str(build), still, oracles())[:2] == ([], "not built")
     (build / ".trace-build-failed").write_text("2\n")
-    assert verdict(str(build), still, oracles())[:2] == ([], "did not build")
+    assert verdict(plan, str(build), still, oracles())[:2] == ([], "did not build")
     (build / ".trace-build-failed").unlink()
+    unmixed = str(plan_dir(tmp_path, OUTSIDE / "cjsonptr-cve-2025-57052" / "fix.patch"))
+    assert verdict(unmixed, str(build), still, oracles())[:2] == ([], "not built")
+
+
+def test_a_mixed_patch_s_build_cannot_say_it_was_reused(tmp_path: Path) -> None:
+    """`reused` in the build's output is a file the package's own install could write: only the
+    plan (trace's filter, the patches as data) says whether the library side was built. A mixed
+    patch whose library half installs `$out/reused` is judged all the same."""
+    build = tmp_path / "build"
+    build.mkdir()
     (build / "reused").write_text("/nix/store/...-cjsonptr\n")
-    assert verdict(str(build), still, oracles())[:2] == ([], "not built")
+    plan = str(plan_dir(tmp_path, WRONG / "fix.patch"))
+    still = [json.loads((run_dir(tmp_path, "still", BUGGY) / "outcome.json").read_text())]
+    assert verdict(plan, str(build), still, oracles())[:2] == (
+        ["library-side-still-fails"],
+        "still fails",
+    )
+
+
+def test_a_mixed_patch_s_run_that_did_not_run_is_an_error_not_no_claim(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    build.mkdir()
+    plan = str(plan_dir(tmp_path, WRONG / "fix.patch"))
+    not_run = {"schema": NOT_RUN, "run": 1, "not_run": "library-plan/unmixed exists"}
+    for records in ([not_run], []):
+        with pytest.raises(ValueError, match="the plan says mixed"):
+            verdict(plan, str(build), records, oracles())
 
 
 def _gate(tmp_path: Path, patch: Path, stdout: str) -> Any:
@@ -122,6 +159,7 @@ def _gate(tmp_path: Path, patch: Path, stdout: str) -> Any:
     build = tmp_path / "library-build"
     build.mkdir()
     cfg: dict[str, Any] = {
+        "library_plan": str(plan_dir(tmp_path, patch)),
         "patches": [str(patch)],
         "pre": [str(pre)],
         "policy": {"name": "p", "version": "1", "thresholds": {"frames": 5}},

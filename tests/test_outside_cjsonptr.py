@@ -167,8 +167,9 @@ def fault_site(verdicts: Verdicts, candidate_id: str) -> dict[str, Any]:
 
 def test_only_a_mixed_patch_builds_its_library_side(verdicts: Verdicts) -> None:
     """The library-side step of a patch that is not mixed (the real fix: the library only; the
-    driver filter: the entry file only) copies the pre-fix build (`reused`: nothing compiled);
-    a mixed patch's is its own build."""
+    driver filter: the entry file only) copies the pre-fix build (`reused`: nothing compiled)
+    and its run starts no reproducer (a not-run record); a mixed patch's is its own build, run
+    by the harness."""
     for name, cid, built in (
         (REAL, "CVE-2025-57052-cjsonptr", False),
         ("cjsonptr-harness-filter", "CVE-2025-57052-cjsonptr-harness-filter", False),
@@ -180,3 +181,5 @@ def test_only_a_mixed_patch_builds_its_library_side(verdicts: Verdicts) -> None:
         assert (out / "reused").exists() is not built, name
         if not built:
             assert (out / "reused").read_text().strip() == steps["pre-fix"]["out"]
+        ran = json.loads((Path(steps["library-side-run@1"]["out"]) / "outcome.json").read_text())
+        assert ran["schema"] == ("trace.run/v1" if built else "trace.not-run/v1"), name

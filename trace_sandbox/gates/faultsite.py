@@ -232,9 +232,9 @@ def _where(f: dict[str, Any]) -> str:
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg: patches, pre (the pre-fix run steps' store paths), policy (K = thresholds.frames),
     src (the unpatched package's source, optional), advisory (the candidate's OSV file,
-    optional: where the bug is, for the driver check), library_build and library (the
-    library-side step and its run steps, optional) with oracles (the candidate's [expect]):
-    the driver check's library side (library_side.py)."""
+    optional: where the bug is, for the driver check), library_plan, library_build and library
+    (the library-side plan, build and run steps, optional) with oracles (the candidate's
+    [expect]): the driver check's library side (library_side.py)."""
     policy = applied_policy(cfg)
     k = bound(policy, "frames") or DEFAULT_FRAMES
     records = []
@@ -263,12 +263,14 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _library(cfg: dict[str, Any]) -> tuple[list[str], str, str]:
-    """The library side's verdict from the library-side build and its run records."""
+    """The library side's verdict from its plan, its build and its run records."""
     from .expectation import load
 
     oracles = cfg.get("oracles") or {}
     oracles = json.loads(oracles) if isinstance(oracles, str) else oracles
-    return verdict(str(cfg["library_build"]), load(list(cfg.get("library") or []), "pre"), oracles)
+    plan = cfg.get("library_plan")
+    records = load(list(cfg.get("library") or []), "pre")
+    return verdict(str(plan) if plan else None, str(cfg["library_build"]), records, oracles)
 
 
 def _site(

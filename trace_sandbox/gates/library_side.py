@@ -4,15 +4,17 @@ A wrong fix can filter the PoC in the driver (the program the reproducer runs, e
 a plausible but ineffective change in the library beside it: every input trace runs goes through
 the driver, so the behavioural gates see the real fix. The library side is the package built
 with the patch's entry files' sections left out (the "library-only" series): the
-`library-side` step builds it (templates/gates/library-build.nix.j2) and the `library-side-run`
-step runs the reproducer against it with the verify harness; the fault-site gate judges that run
+`library-plan` step splits the series (templates/gates/library-plan.nix.j2), the `library-side`
+step builds it (library-build.nix.j2) and the `library-side-run` step runs the reproducer
+against it with the verify harness; the fault-site gate judges that run
 with the expectation gate's pre-fix claim (the candidate's [expect]): when the library side
 alone still misbehaves as [expect] says, the fix is in the driver: `library-side-still-fails`
 (not waivable).
 
 * mixed: the patch changes an entry file and at least one other file that is not cosmetic
-  (entry.entry_and_other_files); only then is the library side built. Otherwise the filter writes
-  OUT/unmixed and the library-side step reuses the pre-fix build (a copy: nothing is compiled);
+  (entry.entry_and_other_files); only then is the library side built and run. Otherwise the
+  filter writes OUT/unmixed: the library-side step reuses the pre-fix build (a copy: nothing is
+  compiled) and the run step writes a not-run record (no reproducer started);
 * exempt: the advisory locates the bug in an entry file (a single-file program whose own code is
   at fault: the driver check claims nothing there, so nothing is built either);
 * the split reads each patch's file sections with the regression gate's own splitter
@@ -34,9 +36,12 @@ from .entry import entry_and_other_files, located
 from .expectation import judge_side
 from .testfiles import Section, sections, source_tree
 
-# Written by the filter when the patch is not mixed: the library-side step copies the pre-fix
-# build instead of building anything, and the fault-site gate does not read its run.
+# Written by the filter (the library-plan step) when the patch is not mixed: the library-side
+# step copies the pre-fix build instead of building anything, its run writes a NOT_RUN record
+# instead of starting the reproducer (templates/lib/harness.nix `skip`), and the fault-site gate
+# claims nothing.
 UNMIXED = "unmixed"
+NOT_RUN = "trace.not-run/v1"
 PLAN = "library.json"
 Lines = Callable[[str], "list[str] | None"]
 
@@ -109,17 +114,26 @@ def write_library_patches(cfg: dict[str, Any], out: str) -> None:
 
 
 def verdict(
-    build: str | None, records: list[dict[str, Any]], oracles: dict[str, Any]
+    plan: str | None, build: str | None, records: list[dict[str, Any]], oracles: dict[str, Any]
 ) -> tuple[list[str], str, str]:
-    """(reasons, library_side state, summary) of the library side's build and reproducer runs,
-    judged with the expectation gate's pre-fix claim under the candidate's [expect]."""
-    if build is None:
-        return [], "not built", "the library side is not built (no library-side step): no claim"
-    if os.path.exists(os.path.join(build, "reused")):  # the pre-fix build, copied
-        return [], "not built", "the library-side step found the patch not mixed: no claim"
+    """(reasons, library_side state, summary) of the library side: its plan (the library-plan
+    step's output, written by trace's code alone: `unmixed` there is the one sign that nothing
+    was built or run; a marker in the build's output could be the package's own), its build and
+    its reproducer runs, judged with the expectation gate's pre-fix claim under [expect]."""
+    if plan is None or build is None:
+        return [], "not built", "the library side is not built (no library-side steps): no claim"
+    if os.path.exists(os.path.join(plan, UNMIXED)):
+        return [], "not built", "the library-side plan found the patch not mixed: no claim"
     if os.path.exists(os.path.join(build, ".trace-build-failed")):
         why = "the library side (the entry files' changes left out) does not build: no claim"
         return [], "did not build", why
+    if not records or any(r.get("schema") == NOT_RUN for r in records):
+        # the run skips on the plan's `unmixed` only, checked above: a mixed patch's run that did
+        # not run is a broken pipeline, never "no claim"
+        raise ValueError(
+            f"{plan}: the plan says mixed but the library-side run did not run "
+            "(check the library-side-run step's skip_if in graphs/gates.toml)"
+        )
     row = judge_side("pre", records, oracles)
     if row["holds"]:
         return (
