@@ -50,6 +50,8 @@ def _flock(fd: int, wait: float) -> bool:
 
 @dataclass(kw_only=True)
 class CachedResult:
+    """A result in the index: a step key, its `.drv` and output, its outcome and who built it."""
+
     key: str
     step_id: str
     drv: str

@@ -59,6 +59,8 @@ def _sandbox_bindings() -> list[str]:
 
 @dataclass
 class Expression:
+    """The Nix expression of a build: its text, and which step each line of it belongs to."""
+
     text: str
     owner: dict[int, str]  # line -> the step whose rendered template it belongs to
     rendered: list[str] = field(default_factory=list)  # steps rendered from their template

@@ -5,7 +5,6 @@ a graph is engine/graph.py.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,6 +47,8 @@ def find_line(text: str, dotted: list[str]) -> int | None:
 
 
 def closest(name: str, options: list[str]) -> str | None:
+    import difflib  # only for an error's hint: not on every run's import path
+
     match = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
     return match[0] if match else None
 

@@ -41,6 +41,8 @@ class NixConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class Kind:
+    """A kind: its template (path, text, digest), its params, whether its steps are checked."""
+
     name: str
     template_path: Path
     template_text: str
@@ -53,6 +55,8 @@ class Kind:
 
 @dataclass(frozen=True, kw_only=True)
 class InputRef:
+    """An input file or tree: its path, as written (`rel`), and the digest loading took of it."""
+
     path: Path
     rel: str
     digest: str
@@ -60,6 +64,8 @@ class InputRef:
 
 @dataclass(frozen=True, kw_only=True)
 class Step:
+    """A step, resolved: its needs, inputs and params (`path_params`: paths as keys see them)."""
+
     id: str
     base_id: str
     kind: str
@@ -76,6 +82,8 @@ class Step:
 
 @dataclass(frozen=True, kw_only=True)
 class Graph:
+    """A loaded graph: its kinds, its steps in build order, its `[nix]` settings, what it read."""
+
     root: Path
     entry: Path
     files: tuple[Path, ...]

@@ -36,7 +36,7 @@ import os
 import pickle
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +170,8 @@ class Hit:
     graph: Graph
     keys: dict[str, str]
     split: Mapping[Path, Any] | None = None
+    # `_unique_trees(graph)`, when the lookup made it (an edited entry): what `store` keeps
+    trees: list[Tree] | None = None
 
 
 def lookup(
@@ -227,8 +229,10 @@ def lookup_entry(state: Path, root: Path, key: str, hasher: StatCache) -> Hit | 
         ):
             return None
         hit = Hit(graph, keys) if not changed else _edited(graph, keys, split, changed, hasher)
+        if hit is not None and changed:  # its trees are made once: checked now, stored later
+            hit = replace(hit, trees=_unique_trees(hit.graph))
         if hit is not None and _still_valid(
-            hit.graph, trees if not changed else _unique_trees(hit.graph), hasher
+            hit.graph, trees if hit.trees is None else hit.trees, hasher
         ):
             return hit
     except Exception:  # unreadable, moved, not UTF-8, a class that changed: load again
@@ -253,15 +257,17 @@ def store(
     graph: Graph,
     keys: Mapping[str, str],
     split: Mapping[Path, Any] | None = None,
+    trees: list[Tree] | None = None,
 ) -> None:
     """Remember a graph that loaded and planned; nothing when no secret can be had. `split`:
-    its pipeline files' sections (`Hit.split`), else made here from the files (a full load)."""
+    its pipeline files' sections (`Hit.split`), else made here from the files (a full load).
+    `trees`: `_unique_trees(graph)` when the caller has it (`Hit.trees` of this very graph)."""
     from engine.resident import split_of
 
     secret = _secret([graph.root, state], create=True)
     if secret is None:
         return
-    entry = (graph, dict(keys), _unique_trees(graph))
+    entry = (graph, dict(keys), _unique_trees(graph) if trees is None else trees)
     inner = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
     sections = pickle.dumps(
         dict(split) if split is not None else split_of(graph), protocol=pickle.HIGHEST_PROTOCOL

@@ -17,7 +17,6 @@ guard -> pydantic, each failure an input error naming the file, the line, the ke
 
 from __future__ import annotations
 
-import difflib
 import errno
 import hashlib
 import json
@@ -346,6 +345,8 @@ def find_line(text: str, loc: tuple[str | int, ...] | list[str | int]) -> int | 
 
 
 def closest(name: str, options: list[str]) -> str | None:
+    import difflib  # only for an error's hint: not on every run's import path
+
     found = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
     return found[0] if found else None
 

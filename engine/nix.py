@@ -93,6 +93,8 @@ def printable(text: str) -> str:
 
 @dataclass
 class RealiseReport:
+    """What one Nix build call did: what it built, what failed, and its exit status."""
+
     returncode: int
     built: set[str] = field(default_factory=set)
     failed: set[str] = field(default_factory=set)

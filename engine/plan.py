@@ -21,6 +21,8 @@ from engine.hashing import digest_bytes, key_digest
 
 @dataclass(kw_only=True)
 class StepPlan:
+    """A step's key and, when dirty, why (its components: what the key was computed from)."""
+
     id: str
     key: str
     dirty: bool
@@ -31,6 +33,8 @@ class StepPlan:
 
 @dataclass(kw_only=True)
 class Plan:
+    """Every step of a graph planned, in build order."""
+
     graph: str
     steps: dict[str, StepPlan]
     order: list[str]

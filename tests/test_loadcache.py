@@ -118,6 +118,35 @@ def test_an_edited_step_table_is_brought_up_to_date_and_stored(tmp_path: Path) -
     assert lookup(graph, state) is None  # a kind's table: a full load
 
 
+def test_an_entry_stored_from_an_edit_still_sees_its_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edited entry's trees are made once, by the lookup (`Hit.trees`), and stored with the
+    updated graph (`trace plan` and `trace run` store alike): they are that graph's
+    (`_unique_trees`), so an input changed after the stored edit is still a miss."""
+    graph, state = project(tmp_path)
+    plan_json(graph, state)
+    graph.write_text(graph.read_text().replace('message = "step 7 "', 'message = "seven"'))
+    key = loadcache.name(graph, graph.parent, None, None)
+    hit = loadcache.lookup_entry(state, graph.parent, key, StatCache.read_only(state / "state.db"))
+    assert hit is not None and hit.split is not None
+    assert hit.trees and hit.trees == loadcache._unique_trees(hit.graph)
+    stored: list[Any] = []
+    real_store = loadcache.store
+
+    def spy(*args: Any) -> None:
+        stored.append(args)
+        real_store(*args)
+
+    monkeypatch.setattr(loadcache, "store", spy)
+    plan_json(graph, state)
+    assert len(stored) == 1 and stored[0][-1] == hit.trees  # the lookup's, not made again
+    again = lookup(graph, state)
+    assert again is not None and again[0].steps["s7"].params["message"] == "seven"
+    (graph.parent / "data" / "in0.txt").write_text("other input\n")
+    assert lookup(graph, state) is None
+
+
 def test_a_changed_input_or_template_is_a_miss(tmp_path: Path) -> None:
     graph, state = project(tmp_path)
     plan_json(graph, state)

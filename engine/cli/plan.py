@@ -59,7 +59,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if hit is None or hit.split is not None:  # loaded, or an edited step brought up to date
             keys = {s: sp.key for s, sp in p.steps.items()}
             split = None if hit is None else hit.split
-            loadcache.store(index.writable(), state, cache_key, graph, keys, split)
+            trees = None if hit is None or hit.graph is not graph else hit.trees
+            loadcache.store(index.writable(), state, cache_key, graph, keys, split, trees)
     if args.json:
         print(
             json.dumps(

@@ -128,7 +128,8 @@ def _remember(
     if hit is None or hit.split is not None:  # loaded, or an edited step brought up to date
         keys = {sid: r.key for sid, r in result.steps.items()}
         split = None if hit is None else hit.split
-        loadcache.store(db, state, cache_key, graph, keys, split)
+        trees = None if hit is None or hit.graph is not graph else hit.trees
+        loadcache.store(db, state, cache_key, graph, keys, split, trees)
     key = fastpath.name(args.graph, root(args))
     if result.ok and not rebuild:  # a --rebuild's findings are this run's, never stamped
         outs = {sid: r.out for sid, r in result.steps.items() if r.out}
