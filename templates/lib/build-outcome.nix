@@ -1,6 +1,8 @@
 # A build whose failure is an outcome, not an error: runs the derivation's own builder (a POSIX
 # shell in nixpkgs' stdenv and in the fixture fork) with its own arguments; when it fails, every
-# output is replaced by an empty directory and $out/.trace-build-failed holds the exit status.
+# output is replaced by an empty directory and $out/.trace-build-failed holds the exit status;
+# when it passes, a .trace-build-failed the package's own install put at the top of $out is
+# removed (readers take the marker as the wrapper's word: a package must not be able to forge it).
 # (nixpkgs' testers.testBuildFailure does the same for builds that must fail.)
 # keepLog = true (the regression gate's test builds): the builder's log is kept too, and every
 # output is replaced whether it passed or failed: $out/log and $out/status.
@@ -23,7 +25,17 @@ let
   out = placeholder "out";
   run = if keepLog
     then ''"${a.builder}" "$@" > "$NIX_BUILD_TOP/.trace-build.log" 2>&1''
-    else ''"${a.builder}" "$@" && exit 0'';
+    else ''"${a.builder}" "$@" && { ${unforge} exit 0; }'';
+  # A build that passed never carries the failure marker: a package whose own install wrote
+  # $out/.trace-build-failed (a patch's forgery: the library side or a mutant would read "did not
+  # build") has it removed, and the build log says so. Only this wrapper writes the marker, and
+  # only after the outputs were emptied.
+  unforge = ''
+    if [ -e "${out}/.trace-build-failed" ] || [ -L "${out}/.trace-build-failed" ]; then
+      echo "trace: the build installed \$out/.trace-build-failed, a name trace keeps for a failed build's outcome: removed (the build passed)" >&2
+      ${tools}/rm -rf "${out}/.trace-build-failed"
+    fi
+  '';
   reset = o: ''
     ${tools}/rm -rf "${placeholder o}"
     ${tools}/mkdir -p "${placeholder o}"
