@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.errors import InputError
 from engine.hashing import digest_bytes
-from engine.loader import decode, parse_toml, read_bytes, resolve
+from engine.loader import closest, decode, parse_toml, read_bytes, resolve
 from engine.paths import data_dir, resolve_ref
 
 if TYPE_CHECKING:  # pydantic is imported to validate a file (read_file), not to re-resolve a step
@@ -44,13 +44,6 @@ def find_line(text: str, dotted: list[str]) -> int | None:
                             break
                     return i
     return None
-
-
-def closest(name: str, options: list[str]) -> str | None:
-    import difflib  # only for an error's hint: not on every run's import path
-
-    match = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
-    return match[0] if match else None
 
 
 def suggest(name: str, options: list[str], what: str) -> str:
