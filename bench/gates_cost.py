@@ -34,7 +34,6 @@ below): what each sandbox and what runs in it costs. `--repeat 0` skips the rows
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import resource
 import shutil
@@ -51,7 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.candidate import load_candidate  # noqa: E402
-from engine.graph import load_graph  # noqa: E402
+from engine.graph import load_graph, needed_by  # noqa: E402
 from engine.graphtypes import Graph  # noqa: E402
 from engine.run import run_graph  # noqa: E402
 from engine.verify.fork_graph import verify_context  # noqa: E402
@@ -84,29 +83,15 @@ def graph_for(fork: Path, candidate: str) -> Graph:
     return load_graph(fork / "trace.toml", root=fork, context=verify_context(cand, fork))
 
 
-def only(graph: Graph, bases: tuple[str, ...]) -> Graph:
-    """The steps whose base id is in `bases`, with everything they need."""
-    want = {s for s in graph.order if graph.steps[s].base_id in bases}
-    todo = list(want)
-    while todo:
-        for need in graph.steps[todo.pop()].needs:
-            if need not in want:
-                want.add(need)
-                todo.append(need)
-    keep = [s for s in graph.order if s in want]
-    steps = {s: graph.steps[s] for s in keep}
-    return dataclasses.replace(graph, steps=steps, order=tuple(keep))
-
-
 def base_only(graph: Graph) -> Graph:
-    return only(graph, BASE_STEPS)
+    return needed_by(graph, BASE_STEPS)
 
 
 def without_fuzzing(graph: Graph) -> Graph:
     """Every step but the fuzzing gate's own (fuzz-post, fuzz-pre, gate-fuzz). `fuzz-plan` (the
     fuzzing build and the exploration) stays: the mutation gate's `mutant-runs` needs it (a
     survivor replays its corpus, issue 26), so this row pays it."""
-    return only(graph, tuple({graph.steps[s].base_id for s in graph.order} - set(FUZZ_STEPS)))
+    return needed_by(graph, tuple({graph.steps[s].base_id for s in graph.order} - set(FUZZ_STEPS)))
 
 
 def row_graph(graph: Graph, row: str) -> Graph:
@@ -170,7 +155,7 @@ def phase_split(work: Path, candidate: str, package: str) -> list[PhaseRow]:
     bases: tuple[str, ...] = ()
     for name, more in PHASES:
         bases += more
-        took, n, _, drvs = timed(only(graph, bases), state)
+        took, n, _, drvs = timed(needed_by(graph, bases), state)
         if name:
             rows.append((name, took, n, drvs))
         else:  # folded into the phase before (a gate step of it)

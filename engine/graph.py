@@ -8,8 +8,9 @@ and what to do; nothing is built or written when loading fails.
 
 from __future__ import annotations
 
+import dataclasses
 import graphlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -331,3 +332,17 @@ def _reads(
     if package_set is not None:
         reads[package_set.path] = tuple(exclude)
     return tuple(sorted(reads.items()))
+
+
+def needed_by(graph: Graph, bases: Collection[str]) -> Graph:
+    """The graph cut down to the steps whose base id is in `bases` and everything they need, in
+    the same order: the part of a pipeline a test or a bench builds."""
+    want = {s for s in graph.order if graph.steps[s].base_id in bases}
+    todo = list(want)
+    while todo:
+        for need in graph.steps[todo.pop()].needs:
+            if need not in want:
+                want.add(need)
+                todo.append(need)
+    keep = tuple(s for s in graph.order if s in want)
+    return dataclasses.replace(graph, steps={s: graph.steps[s] for s in keep}, order=keep)

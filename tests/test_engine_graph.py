@@ -9,7 +9,7 @@ import pytest
 
 from engine.cli import main
 from engine.errors import InputError
-from engine.graph import find_line, load_graph
+from engine.graph import find_line, load_graph, needed_by
 from tests.enginekit import make_project
 
 
@@ -43,6 +43,31 @@ def test_valid_graph_orders_steps_and_expands_repeat(tmp_path: Path) -> None:
     assert g.steps["b"].needs == ("a@1", "a@2", "a@3")
     assert g.steps["a@2"].repeat_index == 2
     assert g.steps["b"].params == {"message": "hi", "fail": False, "sleep": 0}
+
+
+def test_needed_by_keeps_the_named_steps_and_what_they_need_in_order(tmp_path: Path) -> None:
+    graph = make_project(
+        tmp_path,
+        """
+        [steps.c]
+        kind = "text"
+        needs = ["b"]
+        [steps.b]
+        kind = "text"
+        needs = ["a"]
+        [steps.a]
+        kind = "text"
+        repeat = 2
+        [steps.other]
+        kind = "text"
+        """,
+    )
+    g = load_graph(graph, root=tmp_path)
+    cut = needed_by(g, ["b"])
+    assert cut.order == ("a@1", "a@2", "b")
+    assert set(cut.steps) == {"a@1", "a@2", "b"}
+    assert needed_by(g, ["a"]).order == ("a@1", "a@2")
+    assert needed_by(g, ["nothing"]).order == ()
 
 
 def test_unknown_kind_suggests_closest(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ variant otherwise). With a named upstream fix they must differ (it is a build of
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 from pathlib import Path
 
@@ -17,8 +16,7 @@ import pytest
 
 from engine import expression
 from engine.candidate import load_candidate
-from engine.graph import load_graph
-from engine.graphtypes import Graph
+from engine.graph import load_graph, needed_by
 from engine.hashing import key_digest
 from engine.plan import components
 from engine.run import run_graph
@@ -67,19 +65,6 @@ def test_a_named_upstream_fix_is_a_build_of_its_own(tmp_path: Path) -> None:
     assert d["upstream-fix"] != d["post-fix"]
 
 
-def only(graph: Graph, bases: tuple[str, ...]) -> Graph:
-    """The steps whose base id is in `bases`, with everything they need."""
-    want = {s for s in graph.order if graph.steps[s].base_id in bases}
-    todo = list(want)
-    while todo:
-        for need in graph.steps[todo.pop()].needs:
-            if need not in want:
-                want.add(need)
-                todo.append(need)
-    keep = [s for s in graph.order if s in want]
-    return dataclasses.replace(graph, steps={s: graph.steps[s] for s in keep}, order=tuple(keep))
-
-
 @pytest.mark.parametrize(
     ("candidate", "reused"),
     [("cparse-key-overflow", True), ("roster-loosened-test", False)],
@@ -92,7 +77,7 @@ def test_the_base_tests_build_reuses_the_patched_one_only_when_no_test_is_touche
     loosens a test: the base-tests build is a build of its own, which the loosened suite fails."""
     cand = load_candidate(FORK / "trace" / "candidates" / candidate / "candidate.toml")
     graph = load_graph(PIPELINE, root=REPO, context=verify_context(cand, FORK))
-    result = run_graph(only(graph, ("tests-post", "tests-post-base")), tmp_path / "state")
+    result = run_graph(needed_by(graph, ("tests-post", "tests-post-base")), tmp_path / "state")
     post, base = (result.steps[s].outcome for s in ("tests-post", "tests-post-base"))
     assert isinstance(post, dict) and isinstance(base, dict)
     assert base["base_tests"]["reused_patched_suite"] is reused

@@ -8,14 +8,13 @@ fixture fork as it is (its builds are shared with the outside campaign's)."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine.candidate import load_candidate
-from engine.graph import Graph, load_graph
+from engine.graph import load_graph, needed_by
 from engine.run import RunResult, run_graph
 from engine.verify.fork_graph import verify_context
 
@@ -27,19 +26,6 @@ WANT = ("library-side-run", "gate-fault-site")
 pytestmark = pytest.mark.nix
 
 
-def only(graph: Graph) -> Graph:
-    """The library-side run and the fault-site gate, with everything they need."""
-    want = {s for s in graph.order if graph.steps[s].base_id in WANT}
-    todo = list(want)
-    while todo:
-        for need in graph.steps[todo.pop()].needs:
-            if need not in want:
-                want.add(need)
-                todo.append(need)
-    keep = tuple(s for s in graph.order if s in want)
-    return dataclasses.replace(graph, steps={s: graph.steps[s] for s in keep}, order=keep)
-
-
 @pytest.fixture(scope="module")
 def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("library-side-state")
@@ -48,7 +34,7 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def verify(name: str, state: Path) -> RunResult:
     cand = load_candidate(OUTSIDE / name / "candidate.toml")
     graph = load_graph(FORK / "trace.toml", root=FORK, context=verify_context(cand, FORK))
-    result = run_graph(only(graph), state)
+    result = run_graph(needed_by(graph, WANT), state)
     bad = {s: (r.status, r.log_tail) for s, r in result.steps.items() if r.status == "failed"}
     assert not bad, bad
     return result
