@@ -158,7 +158,7 @@ def test_the_drafted_candidate_bundles_and_verifies(
     # the signed decision applied the policy's review rule and records what it read: a reader
     # of the bundle sees the review was cross-vendor
     signed = json.loads((payload / "decisions" / "signing.json").read_bytes())
-    assert signed["decision"] == "allow" and signed["policy"]["version"] == "1.8.0"
+    assert signed["decision"] == "allow" and signed["policy"]["version"] == "1.9.0"
     assert signed["review"]["patcher_families"] == ["anthropic"]
     assert [(r["verdict"], r["family"]) for r in signed["review"]["reviews"]] == [
         ("approve", "openai")
@@ -222,7 +222,7 @@ def test_decide_reads_the_review_claims(world: World, capsys: pytest.CaptureFixt
     decide = ["decide", str(cand / "candidate.toml"), "--fork", str(world.fork), "--json"]
     assert main(decide) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["policy"]["version"] == "1.8.0"
+    assert doc["policy"]["version"] == "1.9.0"
     assert doc["review"]["patcher_families"] == ["anthropic"]
     [seen] = doc["review"]["reviews"]
     assert (seen["verdict"], seen["family"], seen["forged"], seen["reviewed_patch"]) == (

@@ -36,7 +36,7 @@ def test_the_shipped_policy_by_default() -> None:
     assert ctx["mutation"]["mutants"] == 6 and ctx["mutation"]["steps"] == 6
     assert applied(ctx, "scope") == {
         "name": "trace-signing",
-        "version": "1.8.0",
+        "version": "1.9.0",
         "thresholds": {"max_files": 5, "max_hunks": 10, "max_lines": 100},
     }
     assert applied(ctx, "mutation")["thresholds"] == {"min_score": 0.8}
@@ -64,7 +64,7 @@ def test_a_named_policy_and_the_fork_s_own(own_policy: Path, tmp_path: Path) -> 
     ctx = gate_context(cand, own_policy)
     assert applied(ctx, "scope") == {
         "name": "own-signing",
-        "version": "1.8.0",
+        "version": "1.9.0",
         "thresholds": {"max_hunks": 10, "max_lines": 100},  # no max_files: no bound
     }
     assert applied(ctx, "coverage")["thresholds"] == {"min_score": 0.5}

@@ -32,6 +32,7 @@ OUTSIDE = FORK / "trace" / "outside"
 CJSON = FORK / "pkgs" / "cjsonptr" / "src"
 WRONG = OUTSIDE / "cjsonptr-driver-and-check"
 RIGHT = OUTSIDE / "cjsonptr-library-and-message"
+UNBUILDABLE = OUTSIDE / "cjsonptr-driver-and-unbuildable-library"
 BUGGY = '/rows/12 = "r12"\n/rows/1A = "r27"\n'
 FIXED = (OUTSIDE / "cjsonptr-cve-2025-57052" / "want.txt").read_text()
 
@@ -122,11 +123,30 @@ def test_the_verdict_on_the_library_side(tmp_path: Path) -> None:
     assert verdict(plan, str(build), fixed, oracles())[:2] == ([], "fixed")
     assert verdict(plan, None, still, oracles())[:2] == ([], "not built")
     assert verdict(None, str(build), still, oracles())[:2] == ([], "not built")
-    (build / ".trace-build-failed").write_text("2\n")
-    assert verdict(plan, str(build), still, oracles())[:2] == ([], "did not build")
-    (build / ".trace-build-failed").unlink()
     unmixed = str(plan_dir(tmp_path, OUTSIDE / "cjsonptr-cve-2025-57052" / "fix.patch"))
     assert verdict(unmixed, str(build), still, oracles())[:2] == ([], "not built")
+
+
+def test_a_mixed_patch_whose_library_side_does_not_build_is_denied(tmp_path: Path) -> None:
+    """A library half that does not build without the driver half (it reads a global the patch
+    defines in pointer.c) shows nothing about the library: never "no claim", which let a driver
+    filter pass for the fix. Whatever the run says (a failed build's run proves nothing)."""
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / ".trace-build-failed").write_text("2\n")
+    plan = str(plan_dir(tmp_path, UNBUILDABLE / "fix.patch"))  # mixed
+    assert json.loads((Path(plan) / PLAN).read_text())["mixed"] is True
+    for stdout in (BUGGY, FIXED):
+        run = json.loads(
+            (run_dir(tmp_path, f"run-{len(stdout)}", stdout) / "outcome.json").read_text()
+        )
+        reasons, state, why = verdict(plan, str(build), [run], oracles())
+        assert (reasons, state) == (["library-side-not-built"], "did not build")
+        assert "does not build" in why and "no claim" not in why
+    # not mixed: the step copied the pre-fix build; a marker there (the unpatched package's own
+    # failure) is no claim about a library side that was never built
+    unmixed = str(plan_dir(tmp_path, OUTSIDE / "cjsonptr-cve-2025-57052" / "fix.patch"))
+    assert verdict(unmixed, str(build), [], oracles())[:2] == ([], "not built")
 
 
 def test_a_mixed_patch_s_build_cannot_say_it_was_reused(tmp_path: Path) -> None:
@@ -154,10 +174,12 @@ def test_a_mixed_patch_s_run_that_did_not_run_is_an_error_not_no_claim(tmp_path:
             verdict(plan, str(build), records, oracles())
 
 
-def _gate(tmp_path: Path, patch: Path, stdout: str) -> Any:
+def _gate(tmp_path: Path, patch: Path, stdout: str, failed: bool = False) -> Any:
     pre = run_dir(tmp_path, "pre", BUGGY)
     build = tmp_path / "library-build"
     build.mkdir()
+    if failed:
+        (build / ".trace-build-failed").write_text("2\n")
     cfg: dict[str, Any] = {
         "library_plan": str(plan_dir(tmp_path, patch)),
         "patches": [str(patch)],
@@ -185,9 +207,17 @@ def test_the_fault_site_gate_passes_a_library_side_that_is_fixed(tmp_path: Path)
     assert r["details"]["driver"]["library_side"] == "fixed"
 
 
-def test_the_code_is_declared_not_waivable() -> None:
+def test_the_fault_site_gate_denies_a_library_side_that_does_not_build(tmp_path: Path) -> None:
+    r = _gate(tmp_path, UNBUILDABLE / "fix.patch", FIXED, failed=True)
+    assert (r["passed"], r["measurable"], r["reasons"]) == (False, True, ["library-side-not-built"])
+    assert r["details"]["driver"]["library_side"] == "did not build"
+    assert "nothing shows the fix is in the library" in r["details"]["summary"]
+
+
+@pytest.mark.parametrize("code", ["library-side-still-fails", "library-side-not-built"])
+def test_the_codes_are_declared_not_waivable(code: str) -> None:
     catalogue = tomli.loads((REPO / "policy" / "reasons.toml").read_text())
-    (entry,) = [r for r in catalogue["reasons"] if r["code"] == "library-side-still-fails"]
+    (entry,) = [r for r in catalogue["reasons"] if r["code"] == code]
     assert entry["waivable"] is False
 
 

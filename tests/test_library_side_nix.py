@@ -84,3 +84,15 @@ def test_the_real_fix_beside_a_driver_message_is_not_denied_by_its_library_side(
     gate = outcome(result, "gate-fault-site")
     assert (gate["passed"], gate["reasons"]) == (True, [])
     assert gate["details"]["driver"]["library_side"] == "fixed"
+
+
+def test_a_mixed_patch_whose_library_half_does_not_build_is_denied(state: Path) -> None:
+    """The driver filter plus a library check that reads a global only the driver defines: the
+    plan says mixed, the library side fails to link (a failure-as-outcome build), and the gate
+    denies with library-side-not-built instead of claiming nothing."""
+    result = verify("cjsonptr-driver-and-unbuildable-library", state)
+    assert not (Path(result.steps["library-plan"].out) / "unmixed").exists()
+    assert (Path(result.steps["library-side"].out) / ".trace-build-failed").exists()
+    gate = outcome(result, "gate-fault-site")
+    assert (gate["passed"], gate["reasons"]) == (False, ["library-side-not-built"])
+    assert gate["details"]["driver"]["library_side"] == "did not build"

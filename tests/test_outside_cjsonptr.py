@@ -136,6 +136,24 @@ def test_a_driver_filter_beside_an_ineffective_library_check_is_denied(verdicts:
     assert_discriminated(wrong, verdicts.decide(REAL))
 
 
+def test_a_driver_filter_beside_a_library_half_that_cannot_build_alone_is_denied(
+    verdicts: Verdicts,
+) -> None:
+    """The driver filter plus a library check gated on a global the patch defines in the driver
+    (pointer.c): the library side (built without pointer.c's section) does not link, so it can
+    show nothing; it used to claim nothing, and the driver filter passed for the fix. Now a
+    mixed patch whose library half does not build alone is library-side-not-built."""
+    wrong = verdicts.decide("cjsonptr-driver-and-unbuildable-library")
+    assert "library-side-not-built" in codes(wrong)
+    driver = fault_site(verdicts, "CVE-2025-57052-cjsonptr-driver-and-unbuildable-library")
+    assert (driver["passed"], driver["details"]["driver"]["library_side"]) == (
+        False,
+        "did not build",
+    )
+    assert not {"fix-only-in-driver", "library-side-still-fails"} & codes(wrong)
+    assert_discriminated(wrong, verdicts.decide(REAL))
+
+
 def test_the_real_fix_beside_a_harmless_driver_change_is_not_denied_by_its_library_side(
     verdicts: Verdicts,
 ) -> None:

@@ -470,11 +470,11 @@ def test_thresholds_come_from_the_policy_file(
         assert codes["policy-unknown-version"].sources == ["gate:mutation"]
     # the same name and version with other thresholds: edited without a version bump
     unbumped = lenient_dir / "unbumped.toml"
-    unbumped.write_text(lenient_file.read_text().replace('version = "0.0.1"', 'version = "1.8.0"'))
+    unbumped.write_text(lenient_file.read_text().replace('version = "0.0.1"', 'version = "1.9.0"'))
     d = _decide_with(unbumped, strict_rec, routed)
     (mismatch,) = [r for r in d.reasons if r.code == "policy-unknown-version"]
     assert mismatch.details == [
-        "applied thresholds min_score=0.8, but trace-signing 1.8.0 sets min_score=0.0 "
+        "applied thresholds min_score=0.8, but trace-signing 1.9.0 sets min_score=0.0 "
         "(was the policy edited without a version bump?)"
     ]
 

@@ -54,7 +54,7 @@ def own_policy_text() -> str:
     text = (SHIPPED / "signing.toml").read_text()
     for old, new in (
         ('name = "trace-signing"', 'name = "own-signing"'),
-        ('version = "1.8.0"', 'version = "2.0.0"'),
+        ('version = "1.9.0"', 'version = "2.0.0"'),
         ('min_score = 0.8\nbelow_threshold = "c', 'min_score = 0.5\nbelow_threshold = "c'),
     ):
         assert text.count(old) == 1, old
@@ -159,7 +159,7 @@ def test_another_policy_at_decide_or_bundle_is_refused(world: World) -> None:
     rc, out, err = cli("decide", str(world.cand), *fork)  # the shipped policy
     assert rc == 2 and out == "", out
     assert "verified under another signing policy" in err, err
-    assert "last applied own-signing 2.0.0" in err and "is trace-signing 1.8.0" in err
+    assert "last applied own-signing 2.0.0" in err and "is trace-signing 1.9.0" in err
     for step in (
         "gate-coverage",
         "gate-detector",

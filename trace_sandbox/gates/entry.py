@@ -19,9 +19,10 @@ for every other caller: the entry program is part of the instrument, unless the 
 * the patch touches an entry file and other files (mixed): the library side is the package
   built with the entry files' sections left out (the `library-side` step, library_side.py) and
   the reproducer run against it (`library-side-run`); when it still misbehaves as [expect] says,
-  `library-side-still-fails`, not waivable (details.library_side: "still fails"); when it no
-  longer does, or does not build, no claim. A file whose hunks change only comments and
-  whitespace is no other file (the library side is the unpatched tree).
+  `library-side-still-fails`, not waivable (details.library_side: "still fails"); when it does
+  not build, `library-side-not-built`, not waivable ("did not build": nothing shows the fix is
+  in the library); when it no longer misbehaves, no claim. A file whose hunks change only
+  comments and whitespace is no other file (the library side is the unpatched tree).
 
 Stdlib only: runs in the sandbox with the fault-site gate.
 """

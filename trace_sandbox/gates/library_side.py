@@ -9,7 +9,10 @@ step builds it (library-build.nix.j2) and the `library-side-run` step runs the r
 against it with the verify harness; the fault-site gate judges that run
 with the expectation gate's pre-fix claim (the candidate's [expect]): when the library side
 alone still misbehaves as [expect] says, the fix is in the driver: `library-side-still-fails`
-(not waivable).
+(not waivable). When the library side does not build (its half needs the entry files' half: a
+declaration or a definition only the driver has), nothing shows the fix is in the library:
+`library-side-not-built` (not waivable; never "no claim", or a driver filter beside a library
+half that cannot build alone would pass as the real fix).
 
 * mixed: the patch changes an entry file and at least one other file that is not cosmetic
   (entry.entry_and_other_files); only then is the library side built and run. Otherwise the
@@ -125,8 +128,15 @@ def verdict(
     if os.path.exists(os.path.join(plan, UNMIXED)):
         return [], "not built", "the library-side plan found the patch not mixed: no claim"
     if os.path.exists(os.path.join(build, ".trace-build-failed")):
-        why = "the library side (the entry files' changes left out) does not build: no claim"
-        return [], "did not build", why
+        # mixed (the plan wrote no `unmixed`): a library half that needs the entry program to
+        # compile is what a driver filter beside a decoy looks like; "not measurable" never
+        # clears a fix, so a fix that cannot be shown to be in the library is denied
+        return (
+            ["library-side-not-built"],
+            "did not build",
+            "the library side (the package with the entry files' changes left out) does not "
+            "build: nothing shows the fix is in the library rather than the driver",
+        )
     if not records or any(r.get("schema") == NOT_RUN for r in records):
         # the run skips on the plan's `unmixed` only, checked above: a mixed patch's run that did
         # not run is a broken pipeline, never "no claim"
