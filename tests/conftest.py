@@ -47,7 +47,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     sweep_orphans()
 
 
-# ---- test tiers (issue 30, docs/testing.md) ---------------------------------------------------
+# ---- test tiers (issue 30, docs/performance.md "Test tiers") ------------------------------------
 # `./scripts/test` runs the fast tier (`--fast`): every test that builds nothing with Nix, plus
 # the explicit, small list FAST_NIX of real-build tests that cover each gate and the fork path.
 # `./scripts/test --all` (and .ci/run) runs everything. A real-build test is one marked `nix`,
