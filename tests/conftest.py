@@ -47,14 +47,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     sweep_orphans()
 
 
-# ---- test tiers (issue 30, docs/testing.md) ---------------------------------------------------
+# ---- test tiers (issue 30, docs/performance.md "Test tiers") ------------------------------------
 # `./scripts/test` runs the fast tier (`--fast`): every test that builds nothing with Nix, plus
 # the explicit, small list FAST_NIX of real-build tests that cover each gate and the fork path.
 # `./scripts/test --all` (and .ci/run) runs everything. A real-build test is one marked `nix`,
 # or one that uses a fixture defined in a module marked `nix` (marked here, at collection): a
 # new real-build test goes to --all by itself unless it is added to FAST_NIX. In the fast tier,
 # an unlisted test that still starts a Nix build (nix-build, nix-store --realise, nix build)
-# fails with a message saying to mark it: it never slows the fast tier silently.
+# fails with a message saying to mark it: it never slows the fast tier silently. A test marked
+# `slow` (costly without a Nix build, or repeating a claim the fast tier covers elsewhere) runs in
+# --all only, as an unlisted real-build test does; FAST_NIX cannot bring it back.
 
 FAST_NIX: tuple[str, ...] = (
     # every gate, end to end on the fixture fork (tests/test_gates_calibration.py's rows): a right
@@ -144,7 +146,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not config.getoption("--fast"):
         return
     _check_listed(items)
-    keep = [i for i in items if i.get_closest_marker("nix") is None or _listed(i.nodeid)]
+    keep = [i for i in items if in_fast_tier(i)]
     dropped = [i for i in items if i not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -152,17 +154,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _guard_builds(config, {i.nodeid for i in keep if i.get_closest_marker("nix") is None})
 
 
+def in_fast_tier(item: pytest.Item) -> bool:
+    """The fast tier's rule (after the `nix` marks above): not `slow`, and either no real build
+    or listed in FAST_NIX."""
+    if item.get_closest_marker("slow") is not None:
+        return False
+    return item.get_closest_marker("nix") is None or _listed(item.nodeid)
+
+
 def _check_listed(items: list[pytest.Item]) -> None:
-    """Every FAST_NIX entry names collected tests (a renamed test must not leave the fast tier
-    without its real builds)."""
+    """Every FAST_NIX entry names collected tests that are not all `slow` (a renamed or
+    slow-marked test must not leave the fast tier without its real builds unnoticed)."""
     files = {i.nodeid.partition("::")[0] for i in items}
     stale = [
         p
         for p in FAST_NIX
-        if p.partition("::")[0] in files and not any(i.nodeid.startswith(p) for i in items)
+        if p.partition("::")[0] in files
+        and not any(i.nodeid.startswith(p) and i.get_closest_marker("slow") is None for i in items)
     ]
     if stale:
-        raise pytest.UsageError(f"FAST_NIX in tests/conftest.py names no test: {stale}")
+        raise pytest.UsageError(
+            f"FAST_NIX in tests/conftest.py names no test outside the `slow` mark: {stale}"
+        )
 
 
 def _guard_builds(config: pytest.Config, unmarked: set[str]) -> None:

@@ -8,7 +8,12 @@ ignores SIGXCPU and loops (a hang, by the hard limit's SIGKILL), 'Z' sleeps past
 wall timeout using no CPU and exits 0 (not a hang), 'W' does a fixed amount of CPU work and
 exits 0 (not a hang, also with the machine loaded so that it takes longer than 2 s of wall
 time), 'S' dies of SIGSEGV (a crash). A run blocked without using CPU is stopped by the wall
-backstop (WALL_LIMIT) and is a hang."""
+backstop (WALL_LIMIT) and is a hang.
+
+The fast tier (docs/performance.md, "Test tiers") keeps a CPU loop is a hang, a SIGSEGV is a
+crash, the wall backstop and the limit deaths; the tests marked `slow` (~37 s together here: the
+2.2 s sleeps, the replay's and the Python fallback's repeat of the same limits, and ten busy
+processes for ~20 s) run in --all."""
 
 from __future__ import annotations
 
@@ -128,6 +133,7 @@ def test_a_cpu_loop_is_a_hang_by_its_cpu_time_both_ways(spin: Path, tmp_path: Pa
         assert out.hung and out.crash is None, data
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("tight")
 def test_sleeping_past_the_old_wall_timeout_is_not_a_hang(spin: Path, tmp_path: Path) -> None:
     """2.2 s asleep, no CPU: the old 2 s of wall time made it a hang; the CPU limit does not."""
@@ -155,22 +161,29 @@ def test_a_limit_death_is_a_hang_and_a_fatal_signal_is_not() -> None:
     assert ended(0, stopped=True).hung
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("tight")
 def test_the_corpus_replay_judges_a_hang_by_the_same_limits(spin: Path, tmp_path: Path) -> None:
     """The mutant-run step's replay of the corpus (corpus_replay.py) ran each invocation with a
-    2 s wall timeout too: it uses the loop's limits, and a limit death is a hang even after a
-    sanitizer's report."""
+    2 s wall timeout too: it uses the loop's limits (a limit death is a hang even after a
+    sanitizer's report: the next test)."""
     stdin = {"kind": "stdin", "name": "stdin:0"}
     doc = {"invocations": [{"target": "bin/spin", "kind": "program", "args": []}], "units": [stdin]}
     (tmp_path / "w").mkdir()
     player = Replayer(doc, str(tmp_path / "w"))
     seen = {d: player.run(str(spin), 0, d)[0]["class"] for d in (b"L", b"Z", b"S", b"W")}
     assert seen == {b"L": "hang", b"Z": "ok", b"S": "crash", b"W": "ok"}
+
+
+def test_the_corpus_replay_takes_a_limit_death_for_a_hang_after_a_sanitizer_report() -> None:
+    """The replay's verdict on an ended run (no program: the fast tier's part of the test above)."""
+    spin = "bin/spin"
     report = b"SUMMARY: UndefinedBehaviorSanitizer: undefined-behavior x.c:1:1"
     assert behaviour(-24, b"", report, str(spin)) == {"class": "hang"}
     assert behaviour(-11, b"", report, str(spin))["class"] == "crash"
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("tight")
 def test_the_python_fallback_without_a_tracer_judges_a_hang_by_cpu_time(tmp_path: Path) -> None:
     """A Python invocation with options only the interpreter parses runs untraced (run_plain):
@@ -206,6 +219,7 @@ def _loaded(cpu: int, burners: int) -> Iterator[None]:
             p.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("tight")
 def test_the_same_work_is_judged_the_same_on_a_loaded_machine(spin: Path, tmp_path: Path) -> None:
     """A run that does a fixed amount of CPU work is not a hang, idle or loaded (one CPU shared

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import tomli
 
+from tests.tiers import repeats
 from trace_sandbox.gates import fuzz_python
 from trace_sandbox.gates.fuzz import fuzz
 from trace_sandbox.gates.fuzz_gate import evaluate, python_targets
@@ -212,7 +213,7 @@ def test_the_default_budget_finds_the_wrong_fix_s_crash_with_10_of_10_seeds(
     assert not any(run(k, d).crash for k, d in seeds)  # the variants miss it
     budget = default_executions()
     found = {}
-    for seed in range(10):
+    for seed in range(repeats(10, 3)):  # the fast tier: 3 (tests/tiers.py)
         result = fuzz(seeds, run, executions=budget, seed=seed, tokens=tokens, stop_on_crash=True)
         assert result.crashes, f"seed {seed}: no crash in {budget} executions"
         (crash,) = result.crashes

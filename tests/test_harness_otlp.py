@@ -112,8 +112,10 @@ def sp(sid: str, parent: str = "", name: str = "x", **extra: Any) -> dict[str, A
     return {"traceId": "t", "spanId": sid, "parentSpanId": parent, "name": name, **extra}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def receiver() -> Any:
+    """One receiver for the module (each test takes its own invocation token): its stop waits
+    for the serving loop's 0.5 s poll."""
     r = otlp.start_receiver()
     assert r is not None
     yield r

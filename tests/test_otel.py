@@ -147,7 +147,7 @@ def collector() -> Iterator[str]:
     _Collector.received = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
     server.timeout = 10
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces"

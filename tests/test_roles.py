@@ -160,7 +160,7 @@ def test_resolver_fetches_under_a_deadline(tmp_path: Path) -> None:
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Forge)
     srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True).start()
     try:
         base = f"http://127.0.0.1:{srv.server_address[1]}"
         mirror = tmp_path / "mirror"

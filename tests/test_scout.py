@@ -186,7 +186,7 @@ def test_scout_queries_the_osv_api_with_the_forks_versions(
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Api)
     srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True).start()
     url = f"http://127.0.0.1:{srv.server_address[1]}"
     try:
         argv = ["scout", "--osv-api", url, "--package", "cparse", "--package", "pager",

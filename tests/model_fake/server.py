@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+# how often the serving loop looks for shutdown(): socketserver's 0.5 s made every test using
+# the fake wait up to half a second at its end
+POLL = 0.02
+
 
 @dataclass(frozen=True)
 class Raw:
@@ -142,7 +146,9 @@ class FakeModelServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": POLL}, daemon=True
+        ).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
