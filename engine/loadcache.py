@@ -51,7 +51,7 @@ from typing import Any
 
 from engine import userkey
 from engine.errors import InputError
-from engine.graphtypes import Graph, InputRef, Step
+from engine.graphtypes import Graph, InputRef
 from engine.hashing import StatCache, digest_bytes, tree_digest
 from engine.loader import read_bytes, read_text, resolve
 from engine.readonly import read_only_connection
@@ -188,16 +188,25 @@ class Hit:
     trees: list[Tree] | None = None
 
 
-@dataclass
 class _Base:
     """An entry's full row as this process last read or wrote it (its MAC, graph, keys and
-    sections, these unpickled when first needed): what a store of an edit diffs against."""
+    sections, these unpickled when first needed): what a store of an edit diffs against. (A
+    plain class: making a dataclass at import costs every run ~2M instructions.)"""
 
-    mac: str
-    graph: Graph
-    steps: dict[str, Step]  # copies: what the row holds, whatever is done with the hit's
-    keys: dict[str, str]
-    split: bytes | dict[Path, Any]
+    __slots__ = ("graph", "keys", "mac", "split", "steps")
+
+    def __init__(
+        self,
+        mac: str,
+        graph: Graph,
+        keys: Mapping[str, str],
+        split: bytes | dict[Path, Any],
+    ) -> None:
+        self.mac = mac
+        self.graph = graph
+        self.steps = dict(graph.steps)  # copies: what the row holds, whatever the hit becomes
+        self.keys = dict(keys)
+        self.split = split
 
     def sections(self) -> dict[Path, Any]:
         if isinstance(self.split, bytes):
@@ -282,7 +291,7 @@ def _decode(key: str, mac: str, payload: bytes, delta: bytes | None) -> Any:
         g, keys, trees = pickle.loads(inner)
         if not isinstance(g, Graph) or g.sources != sources or not isinstance(keys, dict):
             raise ValueError("not an entry")
-        base = _BASES[key] = _Base(mac, g, dict(g.steps), dict(keys), split)
+        base = _BASES[key] = _Base(mac, g, keys, split)
         if d is None:
             return g, keys, trees, base.sections
         steps = {**g.steps, **d[3]}
@@ -437,4 +446,4 @@ def store(
     mac = _mac(secret, key, payload)
     db.execute("INSERT OR REPLACE INTO load_cache VALUES (?, ?, ?)", (key, mac, payload))
     db.execute("DELETE FROM load_cache WHERE name = ?", (key + DELTA,))
-    _BASES[key] = _Base(mac, graph, dict(graph.steps), dict(keys), sections)
+    _BASES[key] = _Base(mac, graph, keys, sections)
