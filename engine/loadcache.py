@@ -45,7 +45,7 @@ import os
 import pickle
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -174,24 +174,32 @@ def _still_valid(graph: Graph, trees: list[Tree], hasher: StatCache) -> bool:
     return True
 
 
-@dataclass(frozen=True)
 class Hit:
     """A cached load: the graph and its keys. `split`: set when pipeline files were edited and
     the entry was brought up to date from the edited step tables (engine/resident.py): the
-    sections to store with the updated graph (`store(..., split=hit.split)`)."""
+    sections to store with the updated graph (`store(..., split=hit.split)`). `trees`: the
+    trees to check (`_unique_trees` of the graph, or more), when the lookup made them (an
+    edited entry): what `store` keeps. (A plain class, as `_Base`.)"""
 
-    graph: Graph
-    keys: dict[str, str]
-    split: Mapping[Path, Any] | None = None
-    # the trees to check (`_unique_trees` of the graph, or more), when the lookup made them (an
-    # edited entry): what `store` keeps
-    trees: list[Tree] | None = None
+    __slots__ = ("graph", "keys", "split", "trees")
+
+    def __init__(
+        self,
+        graph: Graph,
+        keys: dict[str, str],
+        split: Mapping[Path, Any] | None = None,
+        trees: list[Tree] | None = None,
+    ) -> None:
+        self.graph = graph
+        self.keys = keys
+        self.split = split
+        self.trees = trees
 
 
 class _Base:
     """An entry's full row as this process last read or wrote it (its MAC, graph, keys and
     sections, these unpickled when first needed): what a store of an edit diffs against. (A
-    plain class: making a dataclass at import costs every run ~2M instructions.)"""
+    plain class: making a dataclass at import costs every run 2-4M instructions.)"""
 
     __slots__ = ("graph", "keys", "mac", "split", "steps")
 
@@ -321,7 +329,7 @@ def lookup_entry(state: Path, root: Path, key: str, hasher: StatCache) -> Hit | 
             return None
         hit = Hit(graph, keys) if not changed else _edited(graph, keys, split(), changed, hasher)
         if hit is not None and changed:  # its trees are made once: checked now, stored later
-            hit = replace(hit, trees=_more_trees(trees, graph, hit.graph))
+            hit.trees = _more_trees(trees, graph, hit.graph)
         if hit is not None and _still_valid(
             hit.graph, trees if hit.trees is None else hit.trees, hasher
         ):
