@@ -222,9 +222,9 @@ class _Base:
         return self.split
 
 
-# entry name -> its full row as this process read or wrote it (one graph per process, or a
-# watch's): a store of an edit writes only the delta against it (`_delta`)
-_BASES: dict[str, _Base] = {}
+# (state dir, entry name) -> its full row as this process read or wrote it (one graph per
+# process, or a watch's): a store of an edit writes only the delta against it (`_delta`)
+_BASES: dict[tuple[str, str], _Base] = {}
 
 Delta = tuple[str, tuple[tuple[Path, str], ...], dict[Path, Any], dict[str, Any], dict[str, str],
               dict[str, Any], list[Tree]]  # fmt: skip
@@ -284,7 +284,7 @@ def _patched(split: dict[Path, Any], patches: Mapping[Path, Any]) -> dict[Path, 
     return out
 
 
-def _decode(key: str, mac: str, payload: bytes, delta: bytes | None) -> Any:
+def _decode(memo: tuple[str, str], mac: str, payload: bytes, delta: bytes | None) -> Any:
     """(sources, then a function giving (graph, keys, trees, split)): the full row, with the
     delta that names it applied; the sources come first (an edited file is told without
     unpickling the graph)."""
@@ -299,7 +299,7 @@ def _decode(key: str, mac: str, payload: bytes, delta: bytes | None) -> Any:
         g, keys, trees = pickle.loads(inner)
         if not isinstance(g, Graph) or g.sources != sources or not isinstance(keys, dict):
             raise ValueError("not an entry")
-        base = _BASES[key] = _Base(mac, g, keys, split)
+        base = _BASES[memo] = _Base(mac, g, keys, split)
         if d is None:
             return g, keys, trees, base.sections
         steps = {**g.steps, **d[3]}
@@ -320,7 +320,7 @@ def lookup_entry(state: Path, root: Path, key: str, hasher: StatCache) -> Hit | 
         return None
     try:
         # authenticated above; the pipeline files first
-        sources, decode = _decode(key, *rows)
+        sources, decode = _decode((str(state), key), *rows)
         changed = _changed_sources(sources)
         if changed is None:
             return None
@@ -433,7 +433,7 @@ def store(
     if secret is None:
         return
     trees = _unique_trees(graph) if trees is None else trees
-    base = _BASES.get(key)
+    base = _BASES.get((str(state), key))
     d = None if split is None or base is None else _delta(base, graph, keys, split, trees)
     db.execute(TABLE)
     if d is not None:
@@ -454,4 +454,4 @@ def store(
     mac = _mac(secret, key, payload)
     db.execute("INSERT OR REPLACE INTO load_cache VALUES (?, ?, ?)", (key, mac, payload))
     db.execute("DELETE FROM load_cache WHERE name = ?", (key + DELTA,))
-    _BASES[key] = _Base(mac, graph, keys, sections)
+    _BASES[str(state), key] = _Base(mac, graph, keys, sections)
