@@ -25,10 +25,19 @@ the same update `trace watch` makes in memory: the entry stores each file's text
 sections, checked to parse as the whole file does; only the edited sections are parsed and
 validated, only those steps resolved, only their keys and those below them computed; any other
 edit, or any doubt, is a miss). The caller stores the updated entry (`Hit.split`).
+
+An entry is one full row under its name and, after edits, one small delta row (`NAME.delta`,
+MAC'd the same way) naming the full row it applies to by that row's MAC: the steps, keys, graph
+fields and file sections that differ from it. Storing an edit writes the delta only (cost in
+proportion to the change, not to the graph: a 1000-step entry is ~300 KB), while the delta stays
+small (`DELTA_STEPS`); a larger change, or a store without a full row read by this process
+(`_BASES`), writes the full row again and drops the delta. A delta naming another full row (one
+written since) is ignored: the full row alone is a genuine older entry, checked as any other.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -36,7 +45,7 @@ import os
 import pickle
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +57,12 @@ from engine.loader import read_bytes, read_text, resolve
 from engine.readonly import read_only_connection
 
 TABLE = "CREATE TABLE IF NOT EXISTS load_cache (name TEXT PRIMARY KEY, mac TEXT, payload BLOB)"
-FORMAT = 6  # 2: the graph as dataclasses (engine/graphtypes.py); 3: + unique trees;
-# 4: sources first; 5: kinds' default inputs; 6: + the pipeline files' sections (engine/resident.py)
+FORMAT = 7  # 2: the graph as dataclasses (engine/graphtypes.py); 3: + unique trees;
+# 4: sources first; 5: kinds' default inputs; 6: + the pipeline files' sections
+# (engine/resident.py); 7: + the delta row of edits
+DELTA = ".delta"  # the delta row's name: the entry's name + this
+DELTA_STEPS = 64  # a delta holds at most this many (or a tenth of the graph's) steps, keys and
+# sections; a larger change writes the full row again
 
 
 def key_file() -> Path | None:
@@ -161,17 +174,61 @@ def _still_valid(graph: Graph, trees: list[Tree], hasher: StatCache) -> bool:
     return True
 
 
-@dataclass(frozen=True)
 class Hit:
     """A cached load: the graph and its keys. `split`: set when pipeline files were edited and
     the entry was brought up to date from the edited step tables (engine/resident.py): the
-    sections to store with the updated graph (`store(..., split=hit.split)`)."""
+    sections to store with the updated graph (`store(..., split=hit.split)`). `trees`: the
+    trees to check (`_unique_trees` of the graph, or more), when the lookup made them (an
+    edited entry): what `store` keeps. (A plain class, as `_Base`.)"""
 
-    graph: Graph
-    keys: dict[str, str]
-    split: Mapping[Path, Any] | None = None
-    # `_unique_trees(graph)`, when the lookup made it (an edited entry): what `store` keeps
-    trees: list[Tree] | None = None
+    __slots__ = ("graph", "keys", "split", "trees")
+
+    def __init__(
+        self,
+        graph: Graph,
+        keys: dict[str, str],
+        split: Mapping[Path, Any] | None = None,
+        trees: list[Tree] | None = None,
+    ) -> None:
+        self.graph = graph
+        self.keys = keys
+        self.split = split
+        self.trees = trees
+
+
+class _Base:
+    """An entry's full row as this process last read or wrote it (its MAC, graph, keys and
+    sections, these unpickled when first needed): what a store of an edit diffs against. (A
+    plain class: making a dataclass at import costs every run 2-4M instructions.)"""
+
+    __slots__ = ("graph", "keys", "mac", "split", "steps")
+
+    def __init__(
+        self,
+        mac: str,
+        graph: Graph,
+        keys: Mapping[str, str],
+        split: bytes | dict[Path, Any],
+    ) -> None:
+        self.mac = mac
+        self.graph = graph
+        self.steps = dict(graph.steps)  # copies: what the row holds, whatever the hit becomes
+        self.keys = dict(keys)
+        self.split = split
+
+    def sections(self) -> dict[Path, Any]:
+        if isinstance(self.split, bytes):
+            self.split = dict(pickle.loads(self.split))
+        return self.split
+
+
+# (state dir, entry name) -> its full row as this process read or wrote it (one graph per
+# process, or a watch's): a store of an edit writes only the delta against it (`_delta`)
+_BASES: dict[tuple[str, str], _Base] = {}
+
+Delta = tuple[str, tuple[tuple[Path, str], ...], dict[Path, Any], dict[str, Any], dict[str, str],
+              dict[str, Any], list[Tree]]  # fmt: skip
+# (the full row's MAC, sources, section patches, steps, keys, other Graph fields, trees)
 
 
 def lookup(
@@ -182,8 +239,9 @@ def lookup(
     return None if hit is None else (hit.graph, hit.keys)
 
 
-def _row(state: Path, root: Path, key: str) -> bytes | None:
-    """The entry's payload, if this user's trace wrote it (its MAC checks out)."""
+def _rows(state: Path, root: Path, key: str) -> tuple[str, bytes, bytes | None] | None:
+    """The entry's full row (MAC, payload) and its delta's payload, each if this user's trace
+    wrote it (its MAC checks out: nothing else is ever unpickled)."""
     db_path = state / "state.db"
     secret = _secret([root, state], create=False)
     if secret is None or not db_path.is_file():
@@ -191,46 +249,87 @@ def _row(state: Path, root: Path, key: str) -> bytes | None:
     try:
         db = read_only_connection(db_path)
         try:
-            row = db.execute(
-                "SELECT mac, payload FROM load_cache WHERE name = ?", (key,)
-            ).fetchone()
+            rows = db.execute(
+                "SELECT name, mac, payload FROM load_cache WHERE name IN (?, ?)", (key, key + DELTA)
+            ).fetchall()
         finally:
             db.close()
     except sqlite3.Error:
         return None
-    if row is None or not isinstance(row[0], str) or not isinstance(row[1], bytes):
-        return None
-    if not hmac.compare_digest(row[0], _mac(secret, key, row[1])):
+    good = {
+        name: (mac, payload)
+        for name, mac, payload in rows
+        if isinstance(mac, str)
+        and isinstance(payload, bytes)
+        and hmac.compare_digest(mac, _mac(secret, name, payload))
+    }
+    if key not in good:
         return None  # not written by this user's trace: never unpickled
-    return row[1]
+    delta = good.get(key + DELTA)
+    return good[key][0], good[key][1], None if delta is None else delta[1]
+
+
+def _patched(split: dict[Path, Any], patches: Mapping[Path, Any]) -> dict[Path, Any]:
+    """The sections of each file with a delta's patches applied: (True, all of them) or (False,
+    [(index, section)...])."""
+    out = dict(split)
+    for path, (whole, what) in patches.items():
+        if whole:
+            out[path] = what
+        else:
+            secs = list(out[path])
+            for i, sec in what:
+                secs[i] = sec
+            out[path] = tuple(secs)
+    return out
+
+
+def _decode(memo: tuple[str, str], mac: str, payload: bytes, delta: bytes | None) -> Any:
+    """(sources, then a function giving (graph, keys, trees, split)): the full row, with the
+    delta that names it applied; the sources come first (an edited file is told without
+    unpickling the graph)."""
+    sources, inner, split = pickle.loads(payload)
+    d: Delta | None = None if delta is None else pickle.loads(delta)
+    if d is not None and d[0] != mac:
+        d = None  # made against another full row: this one alone is the entry
+    if not isinstance(inner, bytes):
+        raise ValueError("not an entry")
+
+    def graph() -> tuple[Graph, dict[str, str], list[Tree], Any]:
+        g, keys, trees = pickle.loads(inner)
+        if not isinstance(g, Graph) or g.sources != sources or not isinstance(keys, dict):
+            raise ValueError("not an entry")
+        base = _BASES[memo] = _Base(mac, g, keys, split)
+        if d is None:
+            return g, keys, trees, base.sections
+        steps = {**g.steps, **d[3]}
+        if steps.keys() != g.steps.keys():
+            raise ValueError("not a delta of this entry")
+        g = replace(g, steps=steps, **d[5])
+        return g, {**keys, **d[4]}, d[6], lambda: _patched(base.sections(), d[2])
+
+    return (sources if d is None else d[1]), graph
 
 
 def lookup_entry(state: Path, root: Path, key: str, hasher: StatCache) -> Hit | None:
     """The cached load under `key`, if genuine and still what loading would give: unchanged,
     or with only step tables of pipeline files edited (those steps validated and resolved
     again, their keys and those below them computed again: engine/resident.py)."""
-    payload = _row(state, root, key)
-    if payload is None:
+    rows = _rows(state, root, key)
+    if rows is None:
         return None
     try:
-        # authenticated above; the pipeline files first: an edited one is told without
-        # unpickling the graph
-        sources, inner, split = pickle.loads(payload)
+        # authenticated above; the pipeline files first
+        sources, decode = _decode((str(state), key), *rows)
         changed = _changed_sources(sources)
-        if not isinstance(inner, bytes) or changed is None:
+        if changed is None:
             return None
-        graph, keys, trees = pickle.loads(inner)
-        if (
-            not isinstance(graph, Graph)
-            or graph.sources != sources
-            or not isinstance(keys, dict)
-            or set(keys) != set(graph.order)
-            or not isinstance(trees, list)
-        ):
+        graph, keys, trees, split = decode()
+        if graph.sources != sources or set(keys) != set(graph.order) or not isinstance(trees, list):
             return None
-        hit = Hit(graph, keys) if not changed else _edited(graph, keys, split, changed, hasher)
+        hit = Hit(graph, keys) if not changed else _edited(graph, keys, split(), changed, hasher)
         if hit is not None and changed:  # its trees are made once: checked now, stored later
-            hit = replace(hit, trees=_unique_trees(hit.graph))
+            hit.trees = _more_trees(trees, graph, hit.graph)
         if hit is not None and _still_valid(
             hit.graph, trees if hit.trees is None else hit.trees, hasher
         ):
@@ -240,14 +339,79 @@ def lookup_entry(state: Path, root: Path, key: str, hasher: StatCache) -> Hit | 
     return None
 
 
+def _more_trees(trees: list[Tree], old: Graph, new: Graph) -> list[Tree]:
+    """`trees` (those of `old`) and what the steps of `new` that are not `old`'s read: the
+    trees to check of an edited entry without walking every step (an input no step reads any
+    more is still checked: a needless miss at worst; a path with two digests has both checked,
+    so one of them misses)."""
+    seen = set(trees)
+    out = list(trees)
+    more = replace(new, package_set=None, steps={
+        sid: s for sid, s in new.steps.items() if old.steps.get(sid) is not s
+    })  # fmt: skip
+    if new.package_set != old.package_set or new.nix != old.nix:
+        more = replace(more, package_set=new.package_set)
+    for tree in _unique_trees(more):
+        if tree not in seen:
+            seen.add(tree)
+            out.append(tree)
+    return out
+
+
 def _edited(
-    graph: Graph, keys: dict[str, str], split: bytes, changed: list[Path], hasher: StatCache
+    graph: Graph,
+    keys: dict[str, str],
+    split: dict[Path, Any],
+    changed: list[Path],
+    hasher: StatCache,
 ) -> Hit | None:
     from engine.resident import Resident
 
-    sections = pickle.loads(split)
-    nxt = Resident.cached(graph, keys, sections).update([str(p) for p in changed], hasher)
+    nxt = Resident.cached(graph, keys, split).update([str(p) for p in changed], hasher)
     return None if nxt is None else Hit(nxt.graph, nxt.keys, nxt.split())
+
+
+def _patches(old: Mapping[Path, Any], new: Mapping[Path, Any]) -> dict[Path, Any] | None:
+    """The sections of each file that differ (see `_patched`); None: not the same files."""
+    if old.keys() != new.keys():
+        return None
+    out: dict[Path, Any] = {}
+    for path, secs in new.items():
+        was = old[path]
+        if secs is was or secs == was:
+            continue
+        if secs is None or was is None or len(secs) != len(was):
+            out[path] = (True, secs)
+        else:
+            out[path] = (
+                False,
+                [(i, s) for i, (s, w) in enumerate(zip(secs, was, strict=True)) if s != w],
+            )
+    return out
+
+
+def _delta(
+    base: _Base, graph: Graph, keys: Mapping[str, str], split: Mapping[Path, Any], trees: list[Tree]
+) -> Delta | None:
+    """What `graph` and its keys and sections change of the full row `base`, when small."""
+    old = base.graph
+    if graph.order != old.order or graph.steps.keys() != base.steps.keys():
+        return None
+    patches = _patches(base.sections(), split)
+    if patches is None:
+        return None
+    steps = {sid: s for sid, s in graph.steps.items() if base.steps[sid] is not s}
+    moved = {sid: k for sid, k in keys.items() if base.keys.get(sid) != k}
+    fields = {
+        f.name: getattr(graph, f.name)
+        for f in dataclasses.fields(Graph)
+        if f.name != "steps" and getattr(graph, f.name) != getattr(old, f.name)
+    }
+    size = len(steps) + len(moved)
+    size += sum(len(what or ()) for _, what in patches.values())
+    if size > max(DELTA_STEPS, len(graph.order) // 10):
+        return None
+    return (base.mac, graph.sources, patches, steps, moved, fields, trees)
 
 
 def store(
@@ -261,20 +425,33 @@ def store(
 ) -> None:
     """Remember a graph that loaded and planned; nothing when no secret can be had. `split`:
     its pipeline files' sections (`Hit.split`), else made here from the files (a full load).
-    `trees`: `_unique_trees(graph)` when the caller has it (`Hit.trees` of this very graph)."""
+    `trees`: those of this very graph when the caller has them (`Hit.trees`). An edit
+    (`split` given) of the full row this process read is stored as a delta when small."""
     from engine.resident import split_of
 
     secret = _secret([graph.root, state], create=True)
     if secret is None:
         return
-    entry = (graph, dict(keys), _unique_trees(graph) if trees is None else trees)
-    inner = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
-    sections = pickle.dumps(
-        dict(split) if split is not None else split_of(graph), protocol=pickle.HIGHEST_PROTOCOL
-    )
-    payload = pickle.dumps((graph.sources, inner, sections), protocol=pickle.HIGHEST_PROTOCOL)
+    trees = _unique_trees(graph) if trees is None else trees
+    base = _BASES.get((str(state), key))
+    d = None if split is None or base is None else _delta(base, graph, keys, split, trees)
     db.execute(TABLE)
-    db.execute(
-        "INSERT OR REPLACE INTO load_cache VALUES (?, ?, ?)",
-        (key, _mac(secret, key, payload), payload),
+    if d is not None:
+        payload = pickle.dumps(d, protocol=pickle.HIGHEST_PROTOCOL)
+        name = key + DELTA
+        db.execute(
+            "INSERT OR REPLACE INTO load_cache VALUES (?, ?, ?)",
+            (name, _mac(secret, name, payload), payload),
+        )
+        return
+    entry = (graph, dict(keys), trees)
+    inner = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+    sections = dict(split) if split is not None else split_of(graph)
+    payload = pickle.dumps(
+        (graph.sources, inner, pickle.dumps(sections, protocol=pickle.HIGHEST_PROTOCOL)),
+        protocol=pickle.HIGHEST_PROTOCOL,
     )
+    mac = _mac(secret, key, payload)
+    db.execute("INSERT OR REPLACE INTO load_cache VALUES (?, ?, ?)", (key, mac, payload))
+    db.execute("DELETE FROM load_cache WHERE name = ?", (key + DELTA,))
+    _BASES[str(state), key] = _Base(mac, graph, keys, sections)

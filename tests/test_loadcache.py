@@ -25,8 +25,8 @@ def _own_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
 
 
-def project(tmp_path: Path) -> tuple[Path, Path]:
-    graph = make_project(tmp_path / "p", layered_steps(20, width=5))
+def project(tmp_path: Path, n: int = 20) -> tuple[Path, Path]:
+    graph = make_project(tmp_path / "p", layered_steps(n, width=5))
     write_inputs(graph.parent, width=5)
     return graph, tmp_path / "state"
 
@@ -242,4 +242,98 @@ def test_a_secret_inside_the_project_is_not_used(
     plan_json(graph, state)
     key = loadcache.key_file()
     assert key is not None and not key.exists()
+    assert lookup(graph, state) is None
+
+
+def _rows(state: Path) -> dict[str, tuple[str, bytes]]:
+    db = sqlite3.connect(state / "state.db")
+    try:
+        rows = db.execute("SELECT name, mac, payload FROM load_cache").fetchall()
+    finally:
+        db.close()
+    return {str(n): (str(m), bytes(p)) for n, m, p in rows}
+
+
+def test_each_edit_of_one_step_is_seen_and_stored_as_a_small_delta(tmp_path: Path) -> None:
+    """One step's table edited the ways real tools edit a file (size and mtime kept too:
+    tests/test_engine_stale.py's edits), one step after another: every lookup and every plan
+    answers with the edited graph and a full load's keys, while the entry's full row stays as
+    the full load wrote it and each edit writes only the small delta row."""
+    from engine.graph import load_graph
+    from tests.test_engine_stale import EDITS
+
+    graph, state = project(tmp_path, 100)  # the last layer: s95-s99
+    plan_json(graph, state)
+    key = loadcache.name(graph, graph.parent, None, None)
+    full = _rows(state)[key]
+    messages = {sid: f"step {sid} " for sid in (97, 92, 95)}
+    for n, (how, sid) in enumerate(zip(sorted(EDITS) * 3, [97, 92, 97, 95] * 4, strict=False)):
+        if n % 2:
+            loadcache._BASES.clear()  # as a fresh process: the full row as read by its lookup
+        new = f"e{n:02d} {sid} "  # as long as the old message: the file keeps its size
+        text = graph.read_text().replace(f'"{messages[sid]}"', f'"{new}"')
+        EDITS[how](graph, text)
+        messages[sid] = new
+        hit = lookup(graph, state)
+        assert hit is not None, how
+        assert hit[0].steps[f"s{sid}"].params["message"] == new, how
+        assert hit[0].steps == load_graph(graph, root=graph.parent).steps
+        assert hit[1] == _fresh_keys(graph)
+        planned = {s["id"]: s["key"] for s in plan_json(graph, state)["steps"]}
+        assert planned == _fresh_keys(graph)
+        rows = _rows(state)
+        assert rows[key] == full  # the full row is not written again
+        assert len(rows[key + loadcache.DELTA][1]) < len(full[1]) // 8
+        again = lookup(graph, state)
+        assert again is not None and again[0].steps[f"s{sid}"].params["message"] == new
+
+
+def test_a_delta_made_against_another_full_row_is_not_applied(tmp_path: Path) -> None:
+    """A delta names the full row it was made against: after a full load wrote another full
+    row (here: a template changed, so every key moved), the old delta (genuine, put back) is
+    not applied; otherwise its keys, made with the old template, would be answered."""
+    graph, state = project(tmp_path)
+    plan_json(graph, state)
+    key = loadcache.name(graph, graph.parent, None, None)
+    seven = graph.read_text().replace('"step 7 "', '"seven"')
+    graph.write_text(seven)
+    plan_json(graph, state)
+    delta = _rows(state)[key + loadcache.DELTA]
+    graph.write_text(seven.replace('"seven"', '"eight"'))
+    template = graph.parent / "templates" / "text.nix.j2"
+    template.write_text(template.read_text() + "\n")
+    plan_json(graph, state)  # a full load: a new full row, no delta
+    assert key + loadcache.DELTA not in _rows(state)
+    graph.write_text(seven)  # the bytes the old delta was made from
+    db = sqlite3.connect(state / "state.db")
+    with db:
+        db.execute("INSERT INTO load_cache VALUES (?, ?, ?)", (key + loadcache.DELTA, *delta))
+    db.close()
+    for fresh_process in (False, True):
+        if fresh_process:
+            loadcache._BASES.clear()
+        hit = lookup(graph, state)
+        assert hit is not None and hit[0].steps["s7"].params["message"] == "seven"
+        assert hit[1] == _fresh_keys(graph)
+
+
+def test_an_input_a_stored_edit_added_is_still_checked(tmp_path: Path) -> None:
+    """The trees of an edited entry are the old ones and the edited steps' (not every step's
+    again): an input the edit added is among them, so changing it later is a miss."""
+    graph, state = project(tmp_path)
+    plan_json(graph, state)
+    extra = graph.parent / "data" / "extra.txt"
+    extra.write_text("extra\n")
+    text = graph.read_text()
+    assert '[steps.s17]\nkind = "text"\n' in text
+    graph.write_text(
+        text.replace('[steps.s17]\nkind = "text"\n', '[steps.s17]\nkind = "text"\ninputs = { '
+                     'more = "data/extra.txt" }\n')
+    )  # fmt: skip
+    plan_json(graph, state)
+    key = loadcache.name(graph, graph.parent, None, None)
+    assert key + loadcache.DELTA in _rows(state)  # stored as a delta
+    hit = lookup(graph, state)
+    assert hit is not None and "more" in hit[0].steps["s17"].inputs
+    extra.write_text("other\n")
     assert lookup(graph, state) is None

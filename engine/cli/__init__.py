@@ -12,6 +12,7 @@ under engine/) never imports engine.cli (tests/test_layers.py).
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import signal
@@ -108,6 +109,8 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; every way it can end is an exit code (none is a traceback)."""
+    if argv is None:  # a trace process of its own (the console script), not a caller's main([...])
+        _short_lived_gc()
     restore = _install_sigterm()
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
@@ -127,6 +130,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _internal_error(exc)
     finally:
         restore()
+
+
+def _short_lived_gc() -> None:
+    """The cyclic garbage collector tuned for a process that builds a graph of thousands of small
+    objects at once (the load cache's unpickled graph, the plan's per-step records): what is
+    loaded so far (the interpreter's and trace's modules) is never traversed again (gc.freeze),
+    and the generations are collected every 50,000 allocations (not 700) and every 20th time
+    (not 10th): cycles are still collected, in bounded batches. On a one-step change at N=1000
+    this saves ~22M of ~645M instructions, almost what turning the collector off would (~25M)
+    (bench/README.md, cache30)."""
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
 
 
 def _install_sigterm() -> Callable[[], object]:
