@@ -8,6 +8,7 @@ wrapper's marker, holding the exit status, in an otherwise empty output."""
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 from pathlib import Path
 
@@ -38,6 +39,9 @@ in trace.outcome { inherit pkgs drv; suffix = "probe"; }
 def build(tmp: Path, script: str) -> tuple[Path, str]:
     """The outcome build of a derivation running SCRIPT: (its out path, the build's stderr)."""
     nix = tmp / "probe.nix"
+    # salted: a derivation built by an earlier run would not be built
+    # again, and its log (the removal notice) would not be printed
+    script = f": {secrets.token_hex(8)}; {script}"
     text = EXPR % {"fork": FORK, "lib": LIB, "script": '"' + script.replace('"', '\\"') + '"'}
     nix.write_text(text)
     done = subprocess.run(
