@@ -278,11 +278,10 @@ def test_a_function_that_lost_its_checks_is_found(tmp_path: Path) -> None:
     assert [r["function"] for r in lost] == ["put"]
 
 
-
 def _fake_nm(tmp: Path, name: str, body: str) -> instrumented.Tools:
     """A stand-in nm (a shell script) that logs its arguments; objdump is never called here."""
     nm = tmp / name
-    nm.write_text(f"#!/bin/sh\necho \"$*\" >> {tmp / (name + '.log')}\n{body}\n")
+    nm.write_text(f'#!/bin/sh\necho "$*" >> {tmp / (name + ".log")}\n{body}\n')
     nm.chmod(0o755)
     return instrumented.Tools(str(nm), "/nonexistent-objdump")
 
@@ -312,6 +311,7 @@ def test_the_host_nm_lists_the_same_symbols_with_the_default_target(tmp_path: Pa
     plain = subprocess.run([tools.nm, "--defined-only", prog], capture_output=True, text=True)
     assert " T put\n" in plain.stdout
     assert instrumented._nm(tools, prog) == plain.stdout
+
 
 # ---- the record ---------------------------------------------------------------------------
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import keyword
 import re
-from dataclasses import dataclass
 from typing import Literal
 
+from ._dataclasses import dataclass
 from .diff import FileDiff, Line
 from .lang import Lang, brackets_balanced, code_only, language
 
@@ -133,6 +133,8 @@ ERROR_RETURN = {
 
 @dataclass(frozen=True)
 class Check:
+    """A check the patch removed or added: its kind, line and text."""
+
     kind: Kind
     line: int | None
     text: str  # the statement, as code (strings and comments blanked)

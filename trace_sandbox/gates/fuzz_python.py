@@ -44,11 +44,11 @@ import traceback
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
 from . import fuzz_runner
+from ._dataclasses import dataclass, field
 from .fuzz import BUCKETS, Outcome
 from .fuzz_runner import write_unless_held
 from .fuzz_server import by_limit, limit

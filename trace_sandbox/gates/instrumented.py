@@ -4,11 +4,12 @@ An instrumented function references the sanitizer's checks: AddressSanitizer's i
 call `__asan_report_load1`... (or `__asan_load4`... when outlined, `__asan_store*`), the other
 sanitizers `__hwasan_*`, `__msan_*`, `__tsan_*`, `__ubsan_handle_*`. For each function of the
 pre-fix failing stack (the package's own frames), every ELF file of both builds' outputs that
-defines it (`nm --defined-only`, without bfd's linker plugins: `_nm`) is disassembled for that function alone
-(`objdump -d --disassemble=NAME`) and the check symbols it calls are collected. A function that
-references checks pre-fix and none post-fix lost its instrumentation (a `no_sanitize`
-attribute, a file compiled without the flag). The check kinds it lost (`load`, `store`) are
-recorded too, as context: a fix may legitimately remove the only write of a function.
+defines it (`nm --defined-only`, without bfd's linker plugins: `_nm`) is disassembled for that
+function alone (`objdump -d --disassemble=NAME`) and the check symbols it calls are
+collected. A function that references checks pre-fix and none post-fix lost its
+instrumentation (a `no_sanitize` attribute, a file compiled without the flag). The check
+kinds it lost (`load`, `store`) are recorded too, as context: a fix may legitimately remove the
+only write of a function.
 
 The tools are binutils' `nm` and `objdump`: the package set's (pkgs.binutils, given by the gate
 step) or the host's (the fixture reaches /usr/bin through extra-sandbox-paths). Without them
@@ -24,7 +25,8 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+
+from ._dataclasses import dataclass
 
 CHECK = re.compile(
     r"<(__asan_(?:report_\w+|load\w*|store\w*|loadN\w*|storeN\w*)|__hwasan_\w+|__msan_\w+"
@@ -35,6 +37,8 @@ TIMEOUT = 60
 
 @dataclass(frozen=True)
 class Tools:
+    """The binutils programs the check runs: nm and objdump."""
+
     nm: str
     objdump: str
 

@@ -35,10 +35,10 @@ import contextlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from ._dataclasses import dataclass
 from .modules import load_json_object
 from .scratch import runs_root
 from .variant_gate import runs_by_index

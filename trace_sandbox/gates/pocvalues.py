@@ -23,8 +23,9 @@ removed lines: a protocol constant the code already knows).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Literal
+
+from ._dataclasses import dataclass
 
 ByteOrder = Literal["big", "little"]
 
