@@ -19,12 +19,17 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 import re
-from typing import Literal
 
 from ._dataclasses import dataclass
 from .diff import FileDiff
 
-Side = Literal["+", "-"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+    Side = Literal["+", "-"]
+else:  # plain strings at run time: the gates import no `typing` (a process's start-up)
+    Side = str
 
 
 @dataclass(frozen=True)

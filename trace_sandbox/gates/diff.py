@@ -9,12 +9,17 @@ patch: the patch still applies with its own context.
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 from ._dataclasses import dataclass, field
 
-LineKind = Literal["+", "-", " "]
-Status = Literal["modified", "added", "deleted", "renamed"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+    LineKind = Literal["+", "-", " "]
+    Status = Literal["modified", "added", "deleted", "renamed"]
+else:  # plain strings at run time: the gates import no `typing` (a process's start-up)
+    LineKind = Status = str
 
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 _GIT_RE = re.compile(r"^diff --git (\S+) (\S+)$")

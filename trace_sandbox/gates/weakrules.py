@@ -16,9 +16,12 @@ example for every row.
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 from ._dataclasses import dataclass
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
 
 CATCH_ALL = "scope.weakened.catch-all-added"
 SUPPRESSED = "scope.weakened.error-suppressed"

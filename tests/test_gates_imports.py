@@ -1,9 +1,11 @@
-"""The gate modules' dataclasses come without `inspect` (trace_sandbox/gates/_dataclasses.py):
-a gate process that imports them does not pay for `inspect` (and its `ast`, `dis`)."""
+"""What a gate process imports at start-up (each gate step is a fresh `python3 -S -B`): the gate
+modules' dataclasses come without `inspect` (trace_sandbox/gates/_dataclasses.py) and their
+annotations without `typing` (only mypy reads them), so no gate pays for either."""
 
 from __future__ import annotations
 
 import ast
+import collections
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +82,28 @@ def test_the_stand_in_is_the_real_inspect_when_used() -> None:
         "print(inspect.signature is dataclasses.inspect.signature, P(1) == P(1, 'a'))"
     )
     assert out.splitlines() == ["P(x: int, y: str = 'a') True", "True True"]
+
+
+GATE_MODULES = sorted(
+    p.stem for p in (SANDBOX / "gates").glob("*.py") if not p.stem.startswith("_")
+)
+
+
+def test_no_gate_module_imports_typing_or_inspect() -> None:
+    # (the verify harness, trace_sandbox/harness, is not a gate module: its runs import it;
+    # `ast` is the mutation gate's own, equiv.py)
+    modules = ", ".join(f"trace_sandbox.gates.{m}" for m in GATE_MODULES)
+    out = _fresh(
+        f"import sys, trace_sandbox.ddmin, {modules}\n"
+        "print(sorted(m for m in ('typing', 'inspect', 'dis') if m in sys.modules))"
+    )
+    assert out == "[]"
+
+
+def test_the_rule_table_rows_are_still_named_tuples() -> None:
+    from trace_sandbox.gates.codes import Rule
+
+    rule = Rule("scope-exceeded", "m", "s")
+    assert isinstance(rule, tuple) and rule == ("scope-exceeded", "m", "s")
+    assert rule.code == "scope-exceeded" and Rule._fields == ("code", "message", "solution")
+    assert issubclass(Rule, tuple) and not issubclass(Rule, collections.OrderedDict)
