@@ -278,6 +278,41 @@ def test_a_function_that_lost_its_checks_is_found(tmp_path: Path) -> None:
     assert [r["function"] for r in lost] == ["put"]
 
 
+def _fake_nm(tmp: Path, name: str, body: str) -> instrumented.Tools:
+    """A stand-in nm (a shell script) that logs its arguments; objdump is never called here."""
+    nm = tmp / name
+    nm.write_text(f'#!/bin/sh\necho "$*" >> {tmp / (name + ".log")}\n{body}\n')
+    nm.chmod(0o755)
+    return instrumented.Tools(str(nm), "/nonexistent-objdump")
+
+
+def test_nm_is_asked_without_the_linker_plugins(tmp_path: Path) -> None:
+    # GNU nm's default `plugin` target loads every bfd plugin (a host's LLVMgold: all of
+    # libLLVM) for each file; `--target=default` reads an ELF file the same without them
+    tools = _fake_nm(tmp_path, "nm", 'echo "0000000000001139 T put"')
+    assert instrumented.defined(tools, "/some/prog") == {"put"}
+    calls = (tmp_path / "nm.log").read_text().splitlines()
+    assert calls == ["--target=default --defined-only /some/prog"]
+
+
+def test_an_nm_that_refuses_the_target_option_is_asked_again_without_it(tmp_path: Path) -> None:
+    refuses = 'case "$1" in --target=*) echo "unknown option" >&2; exit 1;; esac\n'
+    tools = _fake_nm(tmp_path, "other-nm", refuses + 'echo "0000000000001139 t put.part.0"')
+    assert instrumented.defined(tools, "/some/prog") == {"put.part.0"}
+    calls = (tmp_path / "other-nm.log").read_text().splitlines()
+    assert calls == ["--target=default --defined-only /some/prog", "--defined-only /some/prog"]
+
+
+@pytest.mark.skipif(not shutil.which("gcc"), reason="needs gcc")
+def test_the_host_nm_lists_the_same_symbols_with_the_default_target(tmp_path: Path) -> None:
+    tools = instrumented.find_tools(None)
+    assert tools is not None, "binutils (nm, objdump) needed"
+    prog = str(_build(tmp_path, "pre", "", ["-fsanitize=address"]) / "bin" / "prog")
+    plain = subprocess.run([tools.nm, "--defined-only", prog], capture_output=True, text=True)
+    assert " T put\n" in plain.stdout
+    assert instrumented._nm(tools, prog) == plain.stdout
+
+
 # ---- the record ---------------------------------------------------------------------------
 
 

@@ -14,10 +14,13 @@ when none does, the chunks halve (n doubles), until chunks are one item long. Th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
 
-# bytes, or the indices of a sequence's items (lines, arguments): `shrink(tuple(range(n)), ...)`
-S = TypeVar("S", bytes, tuple[int, ...])
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # for mypy only: the fuzzing gate's processes import no `typing`
+    from typing import TypeVar
+
+    # bytes, or the indices of a sequence's items (lines, arguments): `shrink(tuple(range(n)))`
+    S = TypeVar("S", bytes, tuple[int, ...])
 
 
 def complements(data: S, size: int) -> list[S]:

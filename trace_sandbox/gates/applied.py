@@ -9,7 +9,10 @@ the thresholds of the policy deciding. An absent threshold is no bound.
 from __future__ import annotations
 
 import json
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def applied_policy(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -19,16 +19,23 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 import re
-from dataclasses import dataclass
-from typing import Literal
 
+from ._dataclasses import dataclass
 from .diff import FileDiff
 
-Side = Literal["+", "-"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+    Side = Literal["+", "-"]
+else:  # plain strings at run time: the gates import no `typing` (a process's start-up)
+    Side = str
 
 
 @dataclass(frozen=True)
 class Rule:
+    """One detector-blinding rule: a pattern of one language on one side of the patch."""
+
     language: str
     side: Side
     pattern: re.Pattern[str]
@@ -193,6 +200,8 @@ def language_of(path: str) -> str:
 
 @dataclass(frozen=True)
 class Finding:
+    """A line of the patch a blinding rule matched."""
+
     file: str
     line: int | None
     side: Side

@@ -18,7 +18,8 @@ Stdlib only: runs in the sandbox as part of the detector gate.
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass, field
+
+from ._dataclasses import dataclass, field
 
 SOURCE_EXT = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".m", ".mm", ".s", ".S")
 COVERAGE = ("--coverage", "-fprofile-arcs", "-ftest-coverage")
@@ -36,6 +37,8 @@ BUILD_TOP = "/build"
 
 @dataclass
 class Call:
+    """One compiler call of the recorder's log: its name, directory, environment and arguments."""
+
     name: str = ""
     cwd: str = ""
     env: dict[str, str] = field(default_factory=dict)

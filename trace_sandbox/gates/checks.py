@@ -20,13 +20,18 @@ from __future__ import annotations
 
 import keyword
 import re
-from dataclasses import dataclass
-from typing import Literal
 
+from ._dataclasses import dataclass
 from .diff import FileDiff, Line
 from .lang import Lang, brackets_balanced, code_only, language
 
-Kind = Literal["assert", "bounds", "error-return"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+    Kind = Literal["assert", "bounds", "error-return"]
+else:  # plain strings at run time: the gates import no `typing` (a process's start-up)
+    Kind = str
 KINDS: tuple[Kind, ...] = ("assert", "bounds", "error-return")
 
 Stmt = tuple[int | None, str]
@@ -133,6 +138,8 @@ ERROR_RETURN = {
 
 @dataclass(frozen=True)
 class Check:
+    """A check the patch removed or added: its kind, line and text."""
+
     kind: Kind
     line: int | None
     text: str  # the statement, as code (strings and comments blanked)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 from functools import cache
-from typing import NamedTuple
 
 CATALOGUE_ENV = "TRACE_GATE_REASONS"
 CHECKOUT_CATALOGUE = os.path.join(
@@ -31,10 +30,19 @@ CHECKOUT_CATALOGUE = os.path.join(
 )
 
 
-class Rule(NamedTuple):
-    code: str  # the catalogue code the rule reports under
-    message: str
-    solution: str
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NamedTuple
+
+    class Rule(NamedTuple):
+        code: str  # the catalogue code the rule reports under
+        message: str
+        solution: str
+
+else:  # the same class (typing.NamedTuple makes a collections.namedtuple) without `typing`
+    from collections import namedtuple
+
+    Rule = namedtuple("Rule", ("code", "message", "solution"))
 
 
 def catalogue_path() -> str:

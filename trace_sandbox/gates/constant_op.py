@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
+from ._dataclasses import dataclass
 from .lang import Lang
 
 _INT_RE = re.compile(
@@ -17,6 +17,8 @@ _INT_RE = re.compile(
 
 @dataclass(frozen=True)
 class Edit:
+    """One operator of a line replaced by another: where, and the line it makes."""
+
     operator: str
     column: int
     mutated: str

@@ -35,12 +35,15 @@ import re
 import shutil
 import subprocess
 import tempfile
-from typing import Any
 
 # the fuzzing loop's limits, read at each run: a hang is CPU_LIMIT seconds of the invocation's
 # own CPU time (or WALL_LIMIT seconds blocked), never a time a loaded machine makes longer
 from . import fuzz_runner
 from .fuzz_server import by_limit, limit
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA = "trace.fuzz-corpus/v1"
 MAX_REPLAY = 256  # corpus entries replayed per survivor (each runs both builds)

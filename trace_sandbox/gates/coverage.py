@@ -34,10 +34,13 @@ import re
 import shutil
 import subprocess
 from types import CodeType
-from typing import Any
 
 from .diff import parse_series
 from .lang import Lang, code_only, is_test_path, language
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Appended to the harness's sitecustomize (a str.format template: braces doubled).
 PY_TRACER = """

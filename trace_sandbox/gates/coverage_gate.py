@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 from .applied import applied_policy, threshold
 from .codes import gate_record, rules
@@ -18,6 +17,10 @@ from .coverage import _read, changed_text, match_path, may_execute
 from .landing import landed, load_landing
 from .lang import language
 from .statements import spans, statement_of
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _patched_source(cfg: dict[str, Any], path: str) -> str | None:

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 from .applied import applied_policy
 from .blinding import scan
 from .diff import parse_series
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 LOG = os.path.join("nix-support", "trace-cc.log")
 CODE = "detector-weakened"

@@ -9,11 +9,17 @@ patch: the patch still applies with its own context.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Literal
 
-LineKind = Literal["+", "-", " "]
-Status = Literal["modified", "added", "deleted", "renamed"]
+from ._dataclasses import dataclass, field
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+    LineKind = Literal["+", "-", " "]
+    Status = Literal["modified", "added", "deleted", "renamed"]
+else:  # plain strings at run time: the gates import no `typing` (a process's start-up)
+    LineKind = Status = str
 
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 _GIT_RE = re.compile(r"^diff --git (\S+) (\S+)$")
@@ -29,6 +35,8 @@ class DiffError(ValueError):
 
 @dataclass(frozen=True)
 class Line:
+    """A line of a hunk: its kind (+, - or context), text and line numbers."""
+
     kind: LineKind
     text: str
     old_no: int | None  # line number in the old file (for '-' and ' ')
@@ -38,6 +46,8 @@ class Line:
 
 @dataclass
 class Hunk:
+    """One hunk of a file's diff: its ranges and lines."""
+
     old_start: int
     old_count: int
     new_start: int
@@ -56,6 +66,8 @@ class Hunk:
 
 @dataclass
 class FileDiff:
+    """One file's part of a patch: its old and new paths and its hunks."""
+
     old_path: str | None  # None for a new file
     new_path: str | None  # None for a deleted file
     hunks: list[Hunk] = field(default_factory=list)
@@ -88,6 +100,8 @@ class FileDiff:
 
 @dataclass
 class Patch:
+    """A parsed patch series: every file's diff, in order."""
+
     files: list[FileDiff] = field(default_factory=list)
 
     @property

@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 from .codes import gate_record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SHOWN = 20  # findings listed in full; the rest are counted
 

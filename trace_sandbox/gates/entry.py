@@ -33,10 +33,13 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from .diff import FileDiff
 from .lang import definition_patterns
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 C_MAIN = re.compile(r"^(?:[A-Za-z_][\w\s\*]*[\s\*])?main\s*\([^;]*$")
 PY_MAIN = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""")

@@ -25,7 +25,10 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 IMPORT_TIMEOUT = 30
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 from .oracle import (
     Judgement,
@@ -38,7 +37,11 @@ from .oracle import (
     unmatched_in_failed_run,
 )
 
-Record = dict[str, Any]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+Record = dict[str, "Any"]  # a string: no `typing` at run time
 
 
 def failing(r: Record) -> list[Record]:

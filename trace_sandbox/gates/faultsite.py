@@ -31,7 +31,6 @@ import json
 import os
 import re
 import tarfile
-from typing import Any
 
 from .applied import applied_policy, bound
 from .diff import FileDiff, Hunk, parse_series
@@ -39,6 +38,10 @@ from .entry import driver_check, located
 from .lang import definition_patterns
 from .library_side import verdict
 from .oracle import invocation_failed
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_FRAMES = 5
 RUNTIME = ("__interceptor_", "__asan", "__ubsan", "__sanitizer", "__libc_", "_start")

@@ -23,8 +23,7 @@ among its neighbours and the patch's characters and theirs (`A` -> `B`, `@`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ._dataclasses import dataclass
 from .pocvalues import PRINTABLE, ByteOrder, Field, char_fields, data_fields, is_text
 
 TEXT_LIMITS = (2**31 - 1, -(2**31), 2**63 - 1, -(2**63))
@@ -33,6 +32,8 @@ MAX_EDITS = 256  # field edits of one unit (a large binary file has thousands of
 
 @dataclass(frozen=True)
 class FieldEdit:
+    """One field of a PoC input given another value: the data it makes and why."""
+
     data: bytes
     description: str
     value: int  # the field's value in the PoC

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 # the minimiser is shared with `trace record --minimise` (trace_sandbox/ddmin.py)
 from ..ddmin import minimise as minimise
+from ._dataclasses import dataclass, field
 
 MAP_SIZE = 1 << 16
 MAX_INPUT = 1 << 14  # a mutated input never grows past this
@@ -60,6 +60,8 @@ class Outcome:
 
 @dataclass
 class Crash:
+    """A crash the exploration found: the unit, the input and its signature."""
+
     unit: int
     data: bytes
     signature: str
@@ -68,6 +70,8 @@ class Crash:
 
 @dataclass
 class FuzzResult:
+    """What an exploration did: its executions, corpus and crashes."""
+
     executions: int = 0
     corpus: list[tuple[int, bytes]] = field(default_factory=list)
     crashes: list[Crash] = field(default_factory=list)

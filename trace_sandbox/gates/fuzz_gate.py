@@ -28,7 +28,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from typing import Any
 
 from .applied import applied_policy, bound
 from .codes import gate_record
@@ -57,6 +56,10 @@ from .variant_gate import (
     write_taint,
 )
 from .variants import Invocation, Unit, _variant, units_of
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_EXECUTIONS = 500
 DEFAULT_SEED = 0

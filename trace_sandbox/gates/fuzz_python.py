@@ -44,15 +44,18 @@ import traceback
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
 
 from . import fuzz_runner
+from ._dataclasses import dataclass, field
 from .fuzz import BUCKETS, Outcome
 from .fuzz_runner import write_unless_held
 from .fuzz_server import by_limit, limit
 from .variants import Invocation, Unit
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # traced events past which a run is a hang: ~12x the sqlparse PoC nested to its recursion limit
 # (80,000 events; a million take ~1.3 s traced on an idle machine of ours)

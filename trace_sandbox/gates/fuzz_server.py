@@ -28,7 +28,8 @@ import select
 import signal
 import struct
 import subprocess
-from dataclasses import dataclass
+
+from ._dataclasses import dataclass
 
 HELLO = 0x31534654  # "TFS1", little-endian as written by the runtime
 START_TIMEOUT = 10.0  # seconds for the hello: a loaded machine starts an ASan binary slowly

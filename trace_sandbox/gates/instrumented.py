@@ -4,11 +4,12 @@ An instrumented function references the sanitizer's checks: AddressSanitizer's i
 call `__asan_report_load1`... (or `__asan_load4`... when outlined, `__asan_store*`), the other
 sanitizers `__hwasan_*`, `__msan_*`, `__tsan_*`, `__ubsan_handle_*`. For each function of the
 pre-fix failing stack (the package's own frames), every ELF file of both builds' outputs that
-defines it (`nm --defined-only`) is disassembled for that function alone
-(`objdump -d --disassemble=NAME`) and the check symbols it calls are collected. A function that
-references checks pre-fix and none post-fix lost its instrumentation (a `no_sanitize`
-attribute, a file compiled without the flag). The check kinds it lost (`load`, `store`) are
-recorded too, as context: a fix may legitimately remove the only write of a function.
+defines it (`nm --defined-only`, without bfd's linker plugins: `_nm`) is disassembled for that
+function alone (`objdump -d --disassemble=NAME`) and the check symbols it calls are
+collected. A function that references checks pre-fix and none post-fix lost its
+instrumentation (a `no_sanitize` attribute, a file compiled without the flag). The check
+kinds it lost (`load`, `store`) are recorded too, as context: a fix may legitimately remove the
+only write of a function.
 
 The tools are binutils' `nm` and `objdump`: the package set's (pkgs.binutils, given by the gate
 step) or the host's (the fixture reaches /usr/bin through extra-sandbox-paths). Without them
@@ -24,7 +25,8 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+
+from ._dataclasses import dataclass
 
 CHECK = re.compile(
     r"<(__asan_(?:report_\w+|load\w*|store\w*|loadN\w*|storeN\w*)|__hwasan_\w+|__msan_\w+"
@@ -35,6 +37,8 @@ TIMEOUT = 60
 
 @dataclass(frozen=True)
 class Tools:
+    """The binutils programs the check runs: nm and objdump."""
+
     nm: str
     objdump: str
 
@@ -71,14 +75,30 @@ def elf_files(root: str) -> list[str]:
 
 
 def _run(argv: list[str]) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    return _completed(argv).stdout
+
+
+def _completed(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+
+
+def _nm(tools: Tools, path: str) -> str:
+    """`nm --defined-only` of one file. GNU nm opens a file through its `plugin` target unless
+    told another: that loads every linker plugin of bfd-plugins/ (a host's LLVMgold pulls in all
+    of libLLVM, ~20 ms of CPU per call, ten times nm's own work) only to read LTO bitcode, which
+    the build outputs read here hold no machine code of. `--target=default` probes the formats
+    without the plugin (the same listing for an ELF file); an nm that refuses the option (not
+    GNU's) is asked again without it."""
+    done = _completed([tools.nm, "--target=default", "--defined-only", path])
+    if done.returncode != 0 and not done.stdout:
+        done = _completed([tools.nm, "--defined-only", path])
     return done.stdout
 
 
 def defined(tools: Tools, path: str) -> set[str]:
     """The function symbols a file defines (its text symbols)."""
     names: set[str] = set()
-    for line in _run([tools.nm, "--defined-only", path]).splitlines():
+    for line in _nm(tools, path).splitlines():
         parts = line.split()
         if len(parts) >= 3 and parts[1] in ("T", "t", "W", "w"):
             names.add(parts[2])

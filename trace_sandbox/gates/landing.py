@@ -17,9 +17,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Any
 
 from .diff import FileDiff, Hunk, parse_series
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _find(block: list[str], lines: list[str], want: int, floor: int) -> int | None:

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Literal
 
-Lang = Literal["c", "python", "shell", "other"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+    Lang = Literal["c", "python", "shell", "other"]
+else:  # plain strings at run time: the gates import no `typing` (a process's start-up)
+    Lang = str
 
 _C_EXT = {".c", ".h", ".cc", ".cpp", ".cxx", ".hh", ".hpp", ".hxx"}
 _PY_EXT = {".py", ".pyi"}

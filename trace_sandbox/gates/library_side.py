@@ -33,11 +33,14 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
-from typing import Any
 
 from .entry import entry_and_other_files, located
 from .expectation import judge_side
 from .testfiles import Section, sections, source_tree
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Written by the filter (the library-plan step) when the patch is not mixed: the library-side
 # step copies the pre-fix build instead of building anything, its run writes a NOT_RUN record

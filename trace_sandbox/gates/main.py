@@ -32,9 +32,12 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from .applied import applied_policy, bound
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _read(path: str) -> str:

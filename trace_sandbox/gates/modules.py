@@ -7,7 +7,10 @@ from __future__ import annotations
 import importlib.util
 import json
 from types import ModuleType
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def load_module(name: str, path: str, what: str) -> ModuleType:

@@ -35,16 +35,19 @@ import contextlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
 
+from ._dataclasses import dataclass
 from .modules import load_json_object
 from .scratch import runs_root
 from .variant_gate import runs_by_index
 from .variant_runs import PARALLEL, harness, launcher_server, remove, run_harness
 
-Record = dict[str, Any]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+Record = dict[str, "Any"]  # a string: no `typing` at run time
 SCHEMA = "trace.mutant-runs/v1"
 
 

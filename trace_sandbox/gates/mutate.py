@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
+from ._dataclasses import dataclass
 from .constant_op import Edit as _Edit
 from .constant_op import constant_edits, literal_value
 from .diff import FileDiff, Line, parse_series
@@ -97,6 +97,8 @@ _PY_NO_DELETE = (
 
 @dataclass(frozen=True)
 class Mutant:
+    """One mutant of the fix: where one operator changed, and the patch series it makes."""
+
     id: str
     operator: str
     file: str

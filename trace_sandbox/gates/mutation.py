@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 from types import ModuleType
-from typing import Any
 
 from . import survivors
 from .applied import applied_policy, threshold
@@ -36,6 +35,10 @@ from .modules import load_json_object, load_module
 from .mutant_variants import judged_kill, mutant_dirs
 from .mutate import Mutant, generate
 from .variant_gate import runs_by_index
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _read(path: str) -> str:

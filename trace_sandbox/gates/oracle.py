@@ -44,9 +44,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from typing import Any
 
-Record = dict[str, Any]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+Record = dict[str, "Any"]  # a string: no `typing` at run time
 
 # how the harness (not the target) ended an invocation, or a pipeline's normal end: not failures
 NOT_FAILURES = ("killed-by-harness", "timed-out", "broken-pipe")

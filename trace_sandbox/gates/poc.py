@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 
+from ._dataclasses import dataclass, field
 from .diff import FileDiff, Patch
 from .lang import Lang, classify, code_only, is_test_path, language
 from .pocvalues import NUMBER, Field, data_fields, literals_in, notable, number_value, script_fields
@@ -44,6 +44,8 @@ _INT = re.compile(r"(?<![\w.])(\d+)(?![\w.])")
 
 @dataclass
 class PocFacts:
+    """What the PoC's inputs hold: strings, lengths, content and numeric values."""
+
     strings: set[str] = field(default_factory=set)
     lengths: set[int] = field(default_factory=set)
     content: list[str] = field(default_factory=list)

@@ -23,10 +23,16 @@ removed lines: a protocol constant the code already knows).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Literal
 
-ByteOrder = Literal["big", "little"]
+from ._dataclasses import dataclass
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+    ByteOrder = Literal["big", "little"]
+else:  # plain strings at run time: the gates import no `typing` (a process's start-up)
+    ByteOrder = str
 
 MAX_FIELD_BYTES = 4096  # the first bytes of a binary file whose fields are read
 WIDTHS = (4, 2, 1)  # the widest field first: it names a value best

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
 
 from .applied import applied_policy
 from .codes import gate_record
 from .modules import load_json_object
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 CHECK_PHASES = ("checkPhase", "installCheckPhase")
 _PHASE_RE = re.compile(r"^Running phase: (\w+)\s*$")

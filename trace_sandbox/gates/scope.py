@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
+from ._dataclasses import dataclass, field
 from .checks import removed_checks, statements
 from .checks import runs as statement_runs
 from .codes import code_of, codes
@@ -65,6 +65,8 @@ class ScopePolicy:
 
 @dataclass(frozen=True)
 class Finding:
+    """A scope rule's finding: the rule, file and line."""
+
     rule: str
     file: str
     line: int | None
@@ -86,6 +88,8 @@ class Finding:
 
 @dataclass
 class _Ctx:
+    """The findings of one scope evaluation, as they are added."""
+
     findings: list[Finding] = field(default_factory=list)
 
     def add(self, rule: str, f: FileDiff | str, line: int | None, message: str) -> None:

@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
 
 from .modules import load_json_object
 
-Record = dict[str, Any]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+Record = dict[str, "Any"]  # a string: no `typing` at run time
 EVIDENCE = "survivor.json"
 _FRAME = re.compile(r'^\s*File ".*", line \d+')
 

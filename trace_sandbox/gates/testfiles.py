@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass
 
+from ._dataclasses import dataclass
 from .diff import DiffError, FileDiff, Hunk, parse
 from .lang import is_test_path
 

@@ -32,7 +32,6 @@ import base64
 import json
 import os
 import shutil
-from typing import Any
 
 from .applied import applied_policy, bound
 from .codes import gate_record
@@ -40,6 +39,10 @@ from .modules import load_json_object
 from .oracle import declared_sanitizer, shows_the_bug, variant_judgement
 from .variant_runs import run_dirs
 from .variants import Invocation, generate
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 FATAL = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP", "SIGSYS")
 NOT_CRASHES = ("killed-by-harness", "timed-out", "broken-pipe")
@@ -348,7 +351,7 @@ def special_cased(
     return sorted(v for v, sides in undone.items() if set(NEIGHBOURS) <= sides)
 
 
-Record = dict[str, Any]
+Record = dict[str, "Any"]  # a string: no `typing` at run time
 REASONED = ("still-fails", "breaks-oracle", "regressed", "mishandled")
 
 

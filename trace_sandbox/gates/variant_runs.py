@@ -36,10 +36,13 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
 
 from .modules import load_json_object
 from .scratch import runs_root
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA = "trace.variant-runs/v1"
 # Runs at a time. A harness run is mostly waiting (process start-ups, hand-offs over its socket),

@@ -31,8 +31,8 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from dataclasses import dataclass, field
 
+from ._dataclasses import dataclass, field
 from .field_variants import FieldEdit, field_edits
 from .pocvalues import notable
 
@@ -68,6 +68,8 @@ class Unit:
 
 @dataclass(frozen=True)
 class Invocation:
+    """One target invocation of the PoC: target, kind, arguments and input."""
+
     target: str
     kind: str  # program | python
     args: tuple[str, ...]
@@ -76,6 +78,8 @@ class Invocation:
 
 @dataclass
 class Variant:
+    """One variant of the PoC: its id, operator, unit, reproducer and changed files."""
+
     id: str
     operator: str
     unit: str

@@ -16,8 +16,12 @@ example for every row.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Literal
+
+from ._dataclasses import dataclass
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
 
 CATCH_ALL = "scope.weakened.catch-all-added"
 SUPPRESSED = "scope.weakened.error-suppressed"
@@ -28,6 +32,8 @@ DISABLED = "scope.weakened.test-disabled"
 
 @dataclass(frozen=True)
 class Row:
+    """One row of the weakening rules: language, rule and pattern."""
+
     lang: Literal["c", "python", "any"]
     rule: str
     pattern: re.Pattern[str]
