@@ -241,7 +241,7 @@ def worker_group(item: pytest.Item) -> str | None:
             # baseid: where the fixture is visible (a module, a class, "tests" for this file);
             # "" for pytest's and plugins' own (tmp_path_factory: nothing to share)
             if fixturedef.scope in SHARED_FIXTURE_SCOPES and fixturedef.baseid:
-                return fixturedef.baseid
+                return str(fixturedef.baseid)
     return None
 
 
