@@ -1,5 +1,5 @@
 """Issue 25: a C target's hang is its own CPU time, not the clock, so the fuzz plan does not
-depend on how loaded the builder is (fuzz_server.limit / ended, fuzz_runner.CPU_LIMIT).
+depend on how loaded the builder is (fuzz_server.limit / run_limited / ended, fuzz_runner.CPU_LIMIT).
 
 A real program, compiled as the fuzzing build compiles it (gcc trace-pc, ASan -g, trace's
 runtime linked last), runs each input by its fork server and by exec; both ways must give the

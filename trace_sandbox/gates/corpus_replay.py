@@ -33,13 +33,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 
 # the fuzzing loop's limits, read at each run: a hang is CPU_LIMIT seconds of the invocation's
 # own CPU time (or WALL_LIMIT seconds blocked), never a time a loaded machine makes longer
 from . import fuzz_runner
-from .fuzz_server import by_limit, limit
+from .fuzz_server import by_limit, run_limited
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -194,21 +193,19 @@ class Replayer:
             self.reused += 1
             return self.seen[key]
         self.ran += 1
-        cpu = fuzz_runner.CPU_LIMIT
-        try:
-            p = subprocess.run(
-                argv,
-                input=feed,
-                cwd=self.work,
-                env=env,
-                timeout=fuzz_runner.WALL_LIMIT,
-                capture_output=True,
-                check=False,
-                preexec_fn=lambda: limit(0, cpu),
-            )
-            seen = behaviour(p.returncode, p.stdout, p.stderr, root)
-        except subprocess.TimeoutExpired:
+        p = run_limited(
+            argv,
+            fuzz_runner.CPU_LIMIT,
+            fuzz_runner.WALL_LIMIT,
+            input=feed,
+            cwd=self.work,
+            env=env,
+            capture_output=True,
+        )
+        if p is None:  # stopped by the wall backstop
             seen = behaviour(None, b"", b"", root)
+        else:
+            seen = behaviour(p.returncode, p.stdout, p.stderr, root)
         if self.state.digest() == before:
             self.seen[key] = seen
         return seen

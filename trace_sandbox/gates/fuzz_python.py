@@ -50,7 +50,7 @@ from . import fuzz_runner
 from ._dataclasses import dataclass, field
 from .fuzz import BUCKETS, Outcome
 from .fuzz_runner import write_unless_held
-from .fuzz_server import by_limit, limit
+from .fuzz_server import by_limit, run_limited
 from .variants import Invocation, Unit
 
 TYPE_CHECKING = False
@@ -404,19 +404,16 @@ def run_plain(inv: Invocation, work: str, paths: list[str], stdin: bytes, scratc
     RLIMIT_CPU, the C loop's fuzz_runner.CPU_LIMIT), the clock only for a run blocked."""
     args = [a.replace("<work>", work) for a in inv.args]
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=os.pathsep.join(paths))
-    cpu = fuzz_runner.CPU_LIMIT
-    try:
-        p = subprocess.run(
-            [sys.executable, *args],
-            input=stdin,
-            cwd=work,
-            env=env,
-            capture_output=True,
-            timeout=WALL_LIMIT,
-            check=False,
-            preexec_fn=lambda: limit(0, cpu),
-        )
-    except subprocess.TimeoutExpired:
+    p = run_limited(
+        [sys.executable, *args],
+        fuzz_runner.CPU_LIMIT,
+        WALL_LIMIT,
+        input=stdin,
+        cwd=work,
+        env=env,
+        capture_output=True,
+    )
+    if p is None:
         return Ran(hung=True)
     if by_limit(p.returncode):  # SIGXCPU, or SIGKILL at the hard limit
         return Ran(p.returncode, hung=True)

@@ -30,7 +30,7 @@ import tempfile
 from types import TracebackType
 
 from .fuzz import MAP_SIZE, Outcome, features
-from .fuzz_server import ForkServer, Ran, ended, limit
+from .fuzz_server import ForkServer, Ran, ended, run_limited
 from .scratch import scratch_root
 from .variants import Invocation, Unit
 
@@ -220,23 +220,18 @@ class ProgramRunner:
         return self._exec(argv)
 
     def _exec(self, argv: list[str]) -> Ran:
-        cpu = CPU_LIMIT
         with open(self.stdin, "rb") as fin, open(self.stderr, "wb") as ferr:
-            try:
-                p = subprocess.run(
-                    argv,
-                    stdin=fin,
-                    cwd=self.work,
-                    env=self.env,
-                    timeout=WALL_LIMIT,
-                    stdout=subprocess.DEVNULL,
-                    stderr=ferr,
-                    check=False,
-                    preexec_fn=lambda: limit(0, cpu),  # before the exec: a script's children too
-                )
-            except subprocess.TimeoutExpired:
-                return ended(-signal.SIGKILL, stopped=True)
-        return ended(p.returncode)
+            p = run_limited(
+                argv,
+                CPU_LIMIT,
+                WALL_LIMIT,
+                stdin=fin,
+                cwd=self.work,
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=ferr,
+            )
+        return ended(-signal.SIGKILL, stopped=True) if p is None else ended(p.returncode)
 
     def _features(self) -> int:
         return features(self.map[:])

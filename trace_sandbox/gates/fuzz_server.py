@@ -31,6 +31,10 @@ import subprocess
 
 from ._dataclasses import dataclass
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 HELLO = 0x31534654  # "TFS1", little-endian as written by the runtime
 START_TIMEOUT = 10.0  # seconds for the hello: a loaded machine starts an ASan binary slowly
 # the deaths the limits cause: a hang, never a crash (ASan does not handle SIGXCPU)
@@ -65,6 +69,21 @@ def limit(pid: int, cpu: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         resource.prlimit(pid, resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+
+
+def run_limited(
+    argv: list[str], cpu: int, wall: float, **kwargs: Any
+) -> subprocess.CompletedProcess[bytes] | None:
+    """`subprocess.run(argv, **kwargs)` of one exec'd run under the limits: `cpu` seconds of its
+    CPU time (set before the exec, so a script's children are limited too), `wall` seconds of
+    the clock; None when the wall backstop stopped it (a hang). A death by the CPU limit is in
+    the return code (`by_limit`)."""
+    try:
+        return subprocess.run(
+            argv, timeout=wall, check=False, preexec_fn=lambda: limit(0, cpu), **kwargs
+        )
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _read(fd: int, n: int, timeout: float | None) -> bytes | None:
