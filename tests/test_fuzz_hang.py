@@ -1,5 +1,5 @@
 """Issue 25: a C target's hang is its own CPU time, not the clock, so the fuzz plan does not
-depend on how loaded the builder is (fuzz_server.limit / run_limited / ended, fuzz_runner.CPU_LIMIT).
+depend on how loaded the builder is (fuzz_server.limit, run_limited, ended; fuzz_runner.CPU_LIMIT).
 
 A real program, compiled as the fuzzing build compiles it (gcc trace-pc, ASan -g, trace's
 runtime linked last), runs each input by its fork server and by exec; both ways must give the
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fuzzbuild import fuzz_binary
 from trace_sandbox.gates import fuzz_runner
 from trace_sandbox.gates.corpus_replay import Replayer, behaviour
 from trace_sandbox.gates.fuzz import Outcome
@@ -34,9 +35,6 @@ from trace_sandbox.gates.fuzz_python import run_plain
 from trace_sandbox.gates.fuzz_runner import ProgramRunner
 from trace_sandbox.gates.fuzz_server import ended
 from trace_sandbox.gates.variants import Invocation, units_of
-
-REPO = Path(__file__).resolve().parent.parent
-RUNTIME = REPO / "templates" / "gates" / "fuzz-cc" / "trace_fuzz_rt.c"
 
 pytestmark = pytest.mark.skipif(not shutil.which("gcc"), reason="needs gcc")
 
@@ -81,16 +79,8 @@ def spin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """$TARGET with bin/spin, built as the fuzzing build builds (its fork server works)."""
     tmp = tmp_path_factory.mktemp("spin")
     (tmp / "spin.c").write_text(SPIN)
-    rt = tmp / "rt.o"
-    subprocess.run(
-        ["gcc", "-O2", "-fPIC", "-fno-sanitize=all", "-c", str(RUNTIME), "-o", str(rt)], check=True
-    )
-    out = tmp / "target" / "bin"
-    out.mkdir(parents=True)
-    cc = ["gcc", "-fsanitize-coverage=trace-pc", "-fsanitize=address", "-g", "-O0"]
-    src = [str(tmp / "spin.c"), str(rt)]
-    subprocess.run([*cc, f"-DWORK={WORK}UL", "-o", str(out / "spin"), *src], check=True)
-    return out.parent
+    out = fuzz_binary(tmp, tmp / "target" / "bin" / "spin", [tmp / "spin.c"], f"-DWORK={WORK}UL")
+    return out.parent.parent
 
 
 @pytest.fixture

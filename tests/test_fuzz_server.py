@@ -18,14 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.fuzzbuild import fuzz_binary
 from trace_sandbox.gates import fuzz_runner
 from trace_sandbox.gates.fuzz import fuzz
 from trace_sandbox.gates.fuzz_runner import ProgramRunner
 from trace_sandbox.gates.fuzz_server import ForkServer
 from trace_sandbox.gates.variants import Invocation, units_of
-
-REPO = Path(__file__).resolve().parent.parent
-RUNTIME = REPO / "templates" / "gates" / "fuzz-cc" / "trace_fuzz_rt.c"
 
 pytestmark = pytest.mark.skipif(not shutil.which("gcc"), reason="needs gcc")
 
@@ -86,17 +84,10 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("toy")
     (tmp / "toy.c").write_text(TOY)
     (tmp / "late.c").write_text(LATE)
-    rt = tmp / "rt.o"
-    subprocess.run(
-        ["gcc", "-O2", "-fPIC", "-fno-sanitize=all", "-c", str(RUNTIME), "-o", str(rt)], check=True
-    )
     out = tmp / "target" / "bin"
-    out.mkdir(parents=True)
-    cc = ["gcc", "-fsanitize-coverage=trace-pc", "-fsanitize=address", "-g", "-O0"]
     late = tmp / "late.o"
     subprocess.run(["gcc", "-O0", "-c", str(tmp / "late.c"), "-o", str(late)], check=True)
-    args = [*cc, "-o", str(out / "toy"), str(tmp / "toy.c"), str(rt), str(late)]
-    subprocess.run(args, check=True)
+    fuzz_binary(tmp, out / "toy", [tmp / "toy.c", late])
     script = out / "toy-script"
     script.write_text(f'#!/bin/sh\nexec "{out / "toy"}" "$@"\n')
     script.chmod(0o755)

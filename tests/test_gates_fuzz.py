@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import tomli
 
+from tests.fuzzbuild import fuzz_binary
 from tests.tiers import repeats
 from trace_sandbox.gates.fuzz import (
     MAP_SIZE,
@@ -33,7 +34,6 @@ from trace_sandbox.gates.fuzz_runner import ProgramRunner, crash_of
 from trace_sandbox.gates.variants import Invocation, Unit, generate, units_of
 
 REPO = Path(__file__).resolve().parent.parent
-FUZZ_CC = REPO / "templates" / "gates" / "fuzz-cc"
 URLDEC = REPO / "tests" / "fixtures" / "fork" / "pkgs" / "urldec" / "src" / "urldec.c"
 WRONG = REPO / "tests" / "fixtures" / "fork" / "trace" / "candidates" / "urldec-length-special-case"
 POLICY = {"name": "trace-signing", "version": "1.4.0", "thresholds": {}}
@@ -210,15 +210,8 @@ def _instrumented(tmp: Path) -> Path:
     src = tmp / "src"
     shutil.copytree(URLDEC.parent, src)
     subprocess.run(["patch", "-p1", "-i", str(WRONG / "fix.patch")], cwd=src, check=True)
-    rt = tmp / "rt.o"
-    rt_src = FUZZ_CC / "trace_fuzz_rt.c"
-    flags = ["-O2", "-fPIC", "-fno-sanitize=all", "-c", str(rt_src), "-o", str(rt)]
-    subprocess.run(["gcc", *flags], check=True)
-    out = tmp / "target" / "bin"
-    out.mkdir(parents=True)
-    cc = ["gcc", "-fsanitize-coverage=trace-pc", "-fsanitize=address", "-g", "-O0"]
-    subprocess.run([*cc, "-o", str(out / "urldec"), str(src / "urldec.c"), str(rt)], check=True)
-    return out.parent
+    fuzz_binary(tmp, tmp / "target" / "bin" / "urldec", [src / "urldec.c"])
+    return tmp / "target"
 
 
 def default_executions() -> int:
