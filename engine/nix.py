@@ -277,23 +277,28 @@ class Nix:
         *,
         on_event: Callable[[str, str], None] | None = None,
         on_traced: Callable[[int, str], None] | None = None,
-    ) -> RealiseReport:
+        wait: bool = True,
+    ) -> RealiseReport | None:
         """Evaluate a file whose value is a list of derivations and build them, with
         --keep-going, in ONE nix-build (not nix-instantiate, then nix-store --realise).
 
         Each element's .drv is learned as Nix evaluates it (`report.traced`, `on_traced` as it
         comes), before any build starts, so builds and failures are still told apart by step;
         the .drv paths are the ones nix-instantiate of the same file gives. An evaluation
-        error is exit 1 with some elements untraced: the caller evaluates again to blame it."""
+        error is exit 1 with some elements untraced: the caller evaluates again to blame it.
+        nix-build holds the store's build lock while it evaluates too: `wait=False` returns None,
+        having started nothing, when another trace process holds it (the caller then evaluates
+        unlocked first, and waits only to realise: engine/run.py `_build`)."""
         import secrets
 
         tag = secrets.token_hex(8)
         args = ["--no-out-link", "-E", BUILD_EXPR, "--argstr", "file", str(expr_file.resolve())]
         args += ["--argstr", "tag", tag, "--keep-going", *self.option_args()]
         args += ["--max-jobs", "auto" if self.jobs is None else str(self.jobs)]
-        return self._stream(
-            args, check=False, on_event=on_event, program="nix-build", tag=tag, on_traced=on_traced
-        )
+        with store_lock(store_of(args), wait=wait) as held:  # as `_stream`, or not at all
+            if not held:
+                return None
+            return self._follow_new(args, False, on_event, "nix-build", tag, on_traced)
 
     def realise(
         self,
@@ -387,17 +392,28 @@ class Nix:
     ) -> RealiseReport:
         """Run `nix-store ARGS` (or `program`), following its stderr for builds, failures and
         substitutions, and (given `tag`) the .drv paths Nix.build's expression traces."""
-        report = RealiseReport(returncode=0)
-        cmd = self._cmd(program)
         # one realise or build per store among the user's trace processes (engine/storelock.py:
         # two Nix calls of overlapping derivations can deadlock on their output locks)
         with store_lock(store_of(args)):
-            proc = cmd.popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            try:
-                return self._follow(proc, report, check, on_event, tag, on_traced)
-            except BaseException:  # SIGINT, SIGTERM (engine.cli), a bug: Nix does not outlive trace
-                stop(proc)
-                raise
+            return self._follow_new(args, check, on_event, program, tag, on_traced)
+
+    def _follow_new(
+        self,
+        args: list[str],
+        check: bool,
+        on_event: Callable[[str, str], None] | None,
+        program: str,
+        tag: str | None,
+        on_traced: Callable[[int, str], None] | None,
+    ) -> RealiseReport:
+        """Start `program ARGS` (the caller holds the store's lock) and follow it (`_follow`)."""
+        cmd = self._cmd(program)
+        proc = cmd.popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            return self._follow(proc, RealiseReport(returncode=0), check, on_event, tag, on_traced)
+        except BaseException:  # SIGINT, SIGTERM (engine.cli), a bug: Nix does not outlive trace
+            stop(proc)
+            raise
 
     def _follow(
         self,

@@ -9,9 +9,9 @@ those of a from-scratch evaluation: engine/expression.py), then evaluated and bu
 `--keep-going` by ONE `nix-build`, which traces each step's `.drv` as it evaluates it (Nix.build),
 so builds are told apart by step as before. When that evaluation fails, `nix-instantiate` of the
 same file blames the step (and the dirty derivations are built by `nix-store --realise`); past
-REALISE_CHUNK dirty steps that is the path taken, realising a chunk at a time.
-Failures are reported with their log tail, never cached, and their downstream steps are skipped.
-Steps of `check` kinds are rebuilt once with `--check`.
+REALISE_CHUNK dirty steps (a chunk at a time) or with the store's build lock taken, that is the
+path taken. Failures are reported with their log tail, never cached, and their downstream steps
+are skipped. Steps of `check` kinds are rebuilt once with `--check`.
 """
 
 from __future__ import annotations
@@ -48,8 +48,6 @@ Status = Literal["cached", "built", "substituted", "reused", "failed", "skipped"
 
 # Plain dataclasses: a run builds thousands of these from values it computed itself, and the
 # hot path (`trace run` of one change) imports no pydantic at all (tests/test_hotpath.py).
-
-
 @dataclass(kw_only=True)
 class StepResult:
     id: str
@@ -80,8 +78,7 @@ class RunResult:
     nix_calls: int = 0
     rendered: int = 0  # templates rendered (clean upstream steps are imported by their .drv)
     # seconds per phase: plan, render, build (one nix-build: evaluate and realise; or instantiate
-    # and realise, see REALISE_CHUNK), collect
-    # (reading outcomes), check (--check rebuilds), record
+    # and realise, see REALISE_CHUNK), collect (reading outcomes), check (--check), record
     timings: dict[str, float] = field(default_factory=dict)
 
     def count(self, status: Status) -> int:
@@ -242,8 +239,7 @@ def _cached_results(
 
 @dataclass
 class _Built:
-    """What building the dirty steps gave: each step's .drv and output, Nix's report, and the
-    outputs that are not valid (a failed build may leave an unregistered directory)."""
+    """Building's yield: each step's .drv and output, Nix's report, the outputs not valid."""
 
     drv_of: dict[str, str]
     out_of: dict[str, str]
@@ -268,7 +264,8 @@ class _Job:
 
 def _build(job: _Job) -> _Built:
     """Render the dirty frontier and build it with ONE nix-build (engine/nix.py Nix.build); past
-    REALISE_CHUNK dirty steps, or when that evaluation failed, `_instantiate_and_realise`."""
+    REALISE_CHUNK dirty steps, when that evaluation failed or the store's lock is taken (not to
+    wait for it before bad input is found), `_instantiate_and_realise`."""
     dirty, run, clock = job.dirty, job.run, job.clock
     if len(dirty) > REALISE_CHUNK:
         return _instantiate_and_realise(job)
@@ -283,7 +280,11 @@ def _build(job: _Job) -> _Built:
             drv_of[dirty[i]] = drv
             step_of.setdefault(drv, dirty[i])
 
-    rep = job.nix.build(expr_file, on_event=_step_events(step_of, job.report), on_traced=on_traced)
+    events = _step_events(step_of, job.report)
+    rep = job.nix.build(expr_file, on_event=events, on_traced=on_traced, wait=False)
+    if rep is None:  # the lock is taken: evaluate now, unlocked; realise once it is free
+        drop_expression(expr_file)
+        return _instantiate_and_realise(job)
     run.nix_calls += 1
     traced = rep.traced
     evaluated = len(traced) == len(dirty) and all(traced.get(i) for i in range(len(dirty)))
@@ -294,9 +295,8 @@ def _build(job: _Job) -> _Built:
     clock.mark("build")
     if not evaluated:
         drop_expression(expr_file)
-        # An evaluation error (or Nix failing before evaluation ended): the two-process path
-        # decides, blaming an evaluation error on its step (and trying a from-scratch
-        # evaluation when a recorded .drv cannot be read); what nix-build built is reused.
+        # An evaluation error (or Nix failing before it ended): the two-process path blames it
+        # on its step (from scratch when a recorded .drv cannot be read); nix-build's builds kept
         built = _instantiate_and_realise(job)
         built.report.built |= rep.built  # what nix-build did build before it failed
         built.report.built_on = {**rep.built_on, **built.report.built_on}

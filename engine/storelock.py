@@ -6,6 +6,9 @@ its whole call returns, so each can hold a lock the other waits for, forever (do
 "Two Nix processes on one store"; a nix-daemon runs the same code per client). So every trace
 process takes an exclusive `flock` on one file per store around each realise or build it starts
 (engine/nix.py `Nix._stream`); evaluation (`nix-instantiate`) holds no output lock and takes none.
+`nix-build` evaluates and builds in one process, so it is started only when the lock is free at
+once: when it is taken, trace evaluates first (unlocked) and then waits to realise (engine/run.py
+`_build`), so bad input is refused without waiting for another process's build.
 Nix's own `-j` parallelism inside one call is unchanged; a second trace process waits for the
 first's call to end, says so after NOTICE_AFTER seconds, and Ctrl-C (or SIGTERM) while it waits
 ends it as at any other point (the blocking flock is interrupted, the file closed).
@@ -95,15 +98,22 @@ def _acquire(fd: int, store: str, path: Path, notify: Callable[[str], None]) -> 
 
 
 @contextmanager
-def store_lock(store: str, *, notify: Callable[[str], None] = _say) -> Iterator[None]:
-    """Hold the user's build lock of `store` (one open and one flock when nobody else holds it)."""
+def store_lock(
+    store: str, *, notify: Callable[[str], None] = _say, wait: bool = True
+) -> Iterator[bool]:
+    """Hold the user's build lock of `store` (one open and one flock when nobody else holds it)
+    and yield True. `wait=False`: when another process holds it, yield False at once, holding
+    nothing (`Nix.build`: a caller that can do useful work without the lock first)."""
     path = lock_path(store)
     fd = _open(path)
     if fd is None:  # unwritable cache dir: build unlocked rather than not at all
-        yield
+        yield True
         return
     try:
+        if not wait and not _try(fd):
+            yield False
+            return
         _acquire(fd, store, path, notify)
-        yield
+        yield True
     finally:
         os.close(fd)  # releases the flock

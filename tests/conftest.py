@@ -39,6 +39,21 @@ def verified_fork(tmp_path_factory: pytest.TempPathFactory) -> VerifiedFork:
     return VerifiedFork(copy_fork(tmp_path_factory.mktemp("verified") / "fork"))
 
 
+@pytest.fixture()
+def own_store_lock(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """A store build lock of this test's own (TRACE_STORE_LOCK_DIR, engine/storelock.py), for a
+    test that asserts which Nix processes a later run starts: one nix-build when the lock is
+    free at once, else nix-instantiate then nix-store --realise (engine/run.py `_build`), so
+    with the user's shared lock the answer would depend on other trace processes on the
+    machine. Only for tests whose derivations are their own (a salted graph): no other process
+    builds those, so no cycle of Nix output locks can form without the shared lock."""
+    locks = tmp_path_factory.mktemp("store-lock")
+    monkeypatch.setenv("TRACE_STORE_LOCK_DIR", str(locks))
+    return locks
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Tests make many temporary state directories; drop the GC-root folders of those that are
     gone, so a test run does not pin its outputs in the Nix store forever."""

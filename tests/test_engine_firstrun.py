@@ -42,6 +42,7 @@ def _project(tmp_path: Path) -> Path:
     return graph
 
 
+@pytest.mark.usefixtures("own_store_lock")  # which Nix processes run: tests/conftest.py
 def test_a_first_run_evaluates_once_and_builds_what_that_evaluation_gave(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -74,6 +75,7 @@ def test_a_first_run_evaluates_once_and_builds_what_that_evaluation_gave(
     assert calls == {"instantiate": 0, "build": 1, "realise": 0}
 
 
+@pytest.mark.usefixtures("own_store_lock")  # which Nix processes run: tests/conftest.py
 def test_an_evaluation_of_other_keys_is_not_built_from(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -114,3 +116,53 @@ def test_a_first_run_past_the_chunk_size_realises_in_chunks(
     assert rc == 0 and "6 steps: 6 built" in out, err
     assert calls == {"instantiate": 2, "build": 0, "realise": 2}
     assert list(temporary.iterdir()) == []  # the first evaluation's file is dropped
+
+
+@pytest.mark.usefixtures("own_store_lock")  # which Nix processes run: tests/conftest.py
+def test_a_run_that_finds_the_store_lock_taken_evaluates_before_it_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another trace process's build holds the store's lock (engine/storelock.py): a run does
+    not start nix-build, which would hold it to evaluate too, but evaluates at once, unlocked
+    (a graph that does not evaluate is refused without a wait: tests/test_hostile_input.py), and
+    realises that evaluation's derivations once the lock is free (engine/run.py `_build`)."""
+    import fcntl
+    import os
+    import threading
+    import time
+
+    from engine import storelock
+
+    graph = _project(tmp_path)
+    g = load_graph(graph, root=graph.parent)
+    calls = _count_nix(monkeypatch)
+    evaluated_at: list[float] = []
+    spied = Nix.instantiate
+
+    def instantiate(self: Nix, *a: Any, **kw: Any) -> Any:
+        evaluated_at.append(time.monotonic())
+        return spied(self, *a, **kw)
+
+    monkeypatch.setattr(Nix, "instantiate", instantiate)
+    held = os.open(storelock.lock_path(storelock.store_of([])), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    released_at: list[float] = []
+
+    def release() -> None:
+        released_at.append(time.monotonic())
+        os.close(held)
+
+    timer = threading.Timer(storelock.NOTICE_AFTER + 2.0, release)
+    timer.start()
+    try:
+        result = run_graph(g, graph.parent / ".trace")
+    finally:
+        timer.join()
+    assert result.ok and [r.status for r in result.steps.values()] == ["built"] * 6
+    assert calls == {"instantiate": 1, "build": 1, "realise": 1}  # build: returned at once
+    assert evaluated_at[0] < released_at[0]  # evaluated while the lock was still taken
+    with_build = run_graph(g, tmp_path / "again")  # the lock free: one nix-build, same drvs
+    assert {s: r.drv for s, r in with_build.steps.items()} == {
+        s: r.drv for s, r in result.steps.items()
+    }
+    assert calls == {"instantiate": 1, "build": 2, "realise": 1}

@@ -201,6 +201,7 @@ def test_plan_evaluates_the_frontier_only(project: Path, capsys: Any) -> None:
     assert body.count(" = view (") == 1 and body.count(IMPORTED) == 2
 
 
+@pytest.mark.usefixtures("own_store_lock")  # which Nix processes run: tests/conftest.py
 def test_run_timings_name_every_phase(project: Path, capsys: Any) -> None:
     from engine.cli import main
 

@@ -50,6 +50,7 @@ def primed_project(tmp: Path, steps_toml: str) -> Path:
 
 @pytest.mark.nix
 @pytest.mark.parametrize("when", ["after-evaluating", "before-evaluating"])
+@pytest.mark.usefixtures("own_store_lock")  # which Nix processes run: tests/conftest.py
 def test_nix_failing_for_its_own_reasons_is_exit_4_with_its_stderr(
     when: str,
     tmp_path: Path,
@@ -83,6 +84,7 @@ def test_nix_failing_for_its_own_reasons_is_exit_4_with_its_stderr(
 
 
 @pytest.mark.nix
+@pytest.mark.usefixtures("own_store_lock")  # which Nix processes run: tests/conftest.py
 def test_nix_killed_mid_build_is_exit_4_not_step_failures(tmp_path: Path) -> None:
     graph = primed_project(
         tmp_path,
@@ -142,6 +144,7 @@ def test_batches_keep_order_and_budget() -> None:
 
 
 @pytest.mark.nix
+@pytest.mark.usefixtures("own_store_lock")  # which Nix processes run: tests/conftest.py
 def test_a_graph_built_in_several_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.graph import load_graph
     from engine.run import run_graph

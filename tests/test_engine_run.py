@@ -47,6 +47,7 @@ def test_cold_build_builds_every_step(layered: tuple[Path, RunResult]) -> None:
     assert s12.read_text().startswith("step 12")
 
 
+@pytest.mark.usefixtures("own_store_lock")  # which Nix processes run: tests/conftest.py
 def test_one_nix_build_evaluates_and_builds_the_instantiated_derivations(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -155,6 +156,7 @@ def test_new_kind_declared_in_toml_only(tmp_path: Path) -> None:
     assert Path(result.steps["b"].out or "").read_text() == "loud ${x} \" '' quote!quiet\n"
 
 
+@pytest.mark.usefixtures("own_store_lock")  # which Nix processes run: tests/conftest.py
 def test_many_dirty_steps_are_realised_in_chunks_in_graph_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,10 +11,12 @@ nesting to the loader in-process."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine import storelock
 from engine.cache import gcroot_folder
 from engine.candidate import load_candidate
 from engine.errors import InputError
@@ -46,17 +49,67 @@ class Case:
     fork: bool = False  # a copy of the fixture fork instead of an engine project
 
 
-def _run(argv: list[str | bytes], cwd: Path) -> subprocess.CompletedProcess[bytes]:
+def _env() -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("TRACE_MACHINE", None)
+    return env
+
+
+def _run(argv: list[str | bytes], cwd: Path) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [sys.executable, "-m", "engine.cli", *argv],
         cwd=cwd,
         capture_output=True,
         timeout=DEADLINE,
-        env=env,
+        env=_env(),
         stdin=subprocess.DEVNULL,
     )
+
+
+LOCK_WAIT = b"trace: waiting for another trace process's Nix build on this store ("
+
+
+def _run_under_a_held_lock(argv: list[str | bytes], cwd: Path, locks: Path) -> tuple[int, bytes]:
+    """`_run` while this test holds the store's build lock (engine/storelock.py), in a lock
+    directory of its own (no other process on the machine takes it): bad input is refused
+    before any Nix build call, so the run never waits for it. A run that does wait says so on
+    stderr after storelock.NOTICE_AFTER; the lock is released then, so that it ends and the
+    case fails on the notice, not on the deadline. (exit code, stderr)"""
+    env = {**_env(), "TRACE_STORE_LOCK_DIR": str(locks)}
+    held = os.open(locks / storelock.lock_path(storelock.store_of([])).name, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    once = threading.Lock()
+
+    def release() -> None:
+        if once.acquire(blocking=False):
+            os.close(held)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", *argv],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    err: list[bytes] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            err.append(line)
+            if line.startswith(LOCK_WAIT):
+                release()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(DEADLINE)  # raises TimeoutExpired on a hang
+        reader.join(DEADLINE)
+    finally:
+        proc.kill()
+        release()
+    return code, b"".join(err)
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int, int, bytes]]:
@@ -490,15 +543,6 @@ def _existing_state(project: Path, fork: bool, request: pytest.FixtureRequest) -
     (project / ".trace" / "build" / "earlier.nix").write_text("{ }\n")
 
 
-LOCK_WAIT = "trace: waiting for another trace process's Nix build on this store ("
-
-
-def _without_lock_wait(err: str) -> str:
-    """stderr without the store lock's notice (engine/storelock.py): another trace process of
-    the user (another test run on the machine) may hold the lock when this one evaluates."""
-    return "".join(line for line in err.splitlines(True) if not line.startswith(LOCK_WAIT))
-
-
 def _case_states() -> list[object]:
     """Every case on a fresh and on an existing state directory. An engine project's existing
     state comes from a real `trace run`, so those are marked `nix` (--all); one of them is on
@@ -515,7 +559,11 @@ def _case_states() -> list[object]:
 
 @pytest.mark.parametrize(("name", "state"), _case_states())
 def test_hostile_input_exits_2_names_the_file_and_writes_nothing(
-    name: str, state: str, tmp_path: Path, request: pytest.FixtureRequest
+    name: str,
+    state: str,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> None:
     case = CASES[name]
     project = tmp_path / "p"
@@ -526,9 +574,13 @@ def test_hostile_input_exits_2_names_the_file_and_writes_nothing(
         _existing_state(project, case.fork, request)
     existed = (project / ".trace").exists()
     before = _snapshot(tmp_path)
-    proc = _run(argv, project)  # raises TimeoutExpired on a hang
-    err = _without_lock_wait(proc.stderr.decode("utf-8", "backslashreplace"))
-    assert proc.returncode == 2, f"{name}: exit {proc.returncode}\n{err}"
+    locks = tmp_path_factory.mktemp("locks")  # outside the snapshot of tmp_path
+    code, stderr = _run_under_a_held_lock(argv, project, locks)
+    err = stderr.decode("utf-8", "backslashreplace")
+    # a Nix build call (nix-build, which evaluates too) waited for the store's lock: the bad
+    # input was found only after another process's build would have ended
+    assert LOCK_WAIT not in stderr, f"{name}: waited for the store's build lock:\n{err}"
+    assert code == 2, f"{name}: exit {code}\n{err}"
     assert "Traceback" not in err, f"{name}:\n{err}"
     assert err.startswith("trace: error: "), f"{name}:\n{err}"
     assert case.fragment in err, f"{name}: {case.fragment!r} not in\n{err}"

@@ -1,8 +1,9 @@
 """One Nix realise or build per store among a user's trace processes (engine/storelock.py): a
 second acquirer waits while the first holds the lock, says why after NOTICE_AFTER seconds, ends
 cleanly on Ctrl-C while waiting, and proceeds once the lock is released; Nix.realise and
-Nix.build take it, Nix.instantiate does not; and two real `trace run`s of graphs sharing
-derivations, started at once, both finish. Every wait has a deadline."""
+Nix.build take it (Nix.build(wait=False) returns at once when it is taken), Nix.instantiate does
+not; and two real `trace run`s of graphs sharing derivations, started at once, both finish.
+Every wait has a deadline."""
 
 from __future__ import annotations
 
@@ -217,6 +218,34 @@ def test_nix_realise_and_build_wait_for_the_lock_instantiate_does_not(
         w.join(DEADLINE)
         assert not w.is_alive()
     assert sorted(log.read_text().split()) == ["nix-build", "nix-instantiate", "nix-store"]
+
+
+def test_a_build_that_need_not_wait_starts_nothing_while_the_lock_is_held(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    lock_env: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`Nix.build(wait=False)` (engine/run.py `_build`): with the lock taken, None at once and no
+    Nix started, so the run evaluates first (unlocked) and finds bad input without waiting; with
+    the lock free, nix-build runs as with `wait=True`."""
+    log = fake_nix(tmp_path / "bin", monkeypatch)
+    nix = Nix(NixConfig())
+    expr = tmp_path / "e.nix"
+    expr.write_text("[]")
+    fd = hold_elsewhere(storelock.store_of([]))
+    try:
+        started = time.monotonic()
+        assert nix.build(expr, wait=False) is None
+        assert time.monotonic() - started < storelock.NOTICE_AFTER
+        assert not log.exists() and capsys.readouterr().err == ""
+        with storelock.store_lock("s", wait=False) as held:
+            assert held  # another store's lock is free
+    finally:
+        os.close(fd)
+    report = nix.build(expr, wait=False)
+    assert report is not None and report.returncode == 0
+    assert log.read_text() == "nix-build\n"
 
 
 def test_fetching_claims_waits_for_the_lock(
