@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,11 +49,23 @@ def own_store_lock(
     test that asserts which Nix processes a later run starts: one nix-build when the lock is
     free at once, else nix-instantiate then nix-store --realise (engine/run.py `_build`), so
     with the user's shared lock the answer would depend on other trace processes on the
-    machine. Only for tests whose derivations are their own (a salted graph): no other process
-    builds those, so no cycle of Nix output locks can form without the shared lock."""
+    machine; and for a fast-tier build that would otherwise wait behind any other trace
+    process's build on the machine (another engineer's verify campaign: 92 s for a 6-step
+    rebuild in one fast-tier run). Only for tests whose derivations are their own (a salted
+    graph): no other process builds those, so no cycle of Nix output locks can form without
+    the shared lock."""
     locks = tmp_path_factory.mktemp("store-lock")
     monkeypatch.setenv("TRACE_STORE_LOCK_DIR", str(locks))
     return locks
+
+
+@contextmanager
+def own_store_lock_for(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """`own_store_lock` for a block (a module-scoped fixture's build of a salted graph)."""
+    with pytest.MonkeyPatch.context() as mp:
+        locks = tmp_path_factory.mktemp("store-lock")
+        mp.setenv("TRACE_STORE_LOCK_DIR", str(locks))
+        yield locks
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

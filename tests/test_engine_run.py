@@ -16,6 +16,7 @@ from engine.cache import Index
 from engine.errors import BusyError
 from engine.graph import load_graph
 from engine.run import RunResult, run_graph
+from tests.conftest import own_store_lock_for
 from tests.enginekit import layered_steps, make_project, write_inputs
 
 pytestmark = pytest.mark.nix
@@ -32,11 +33,12 @@ def statuses(result: RunResult, status: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def layered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunResult]:
-    """30 steps in 3 layers, built once (cold) for the tests below."""
+    """30 steps in 3 layers, built once (cold) for the tests below (salted: a lock of its own)."""
     project = tmp_path_factory.mktemp("layered")
     graph = make_project(project, layered_steps(30, salt=uuid.uuid4().hex))
     write_inputs(project)
-    return graph, build(graph)
+    with own_store_lock_for(tmp_path_factory):
+        return graph, build(graph)
 
 
 def test_cold_build_builds_every_step(layered: tuple[Path, RunResult]) -> None:
@@ -88,6 +90,7 @@ def test_noop_run_builds_and_evaluates_nothing(
     assert not again.evaluated and again.nix_calls == 0
 
 
+@pytest.mark.usefixtures("own_store_lock")  # salted: no wait behind other builds
 def test_one_input_changed_rebuilds_exactly_its_cone(layered: tuple[Path, RunResult]) -> None:
     graph, _ = layered
     data = graph.parent / "data" / "in3.txt"
@@ -224,6 +227,7 @@ def test_chunks_leave_out_the_steps_below_a_failure(
     assert [s for s, e in events if e == "building"].count("bad") == 1
 
 
+@pytest.mark.usefixtures("own_store_lock")  # salted: no wait behind other builds
 def test_failure_is_reported_not_cached_and_downstream_skipped(tmp_path: Path) -> None:
     graph = make_project(
         tmp_path,

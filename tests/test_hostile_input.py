@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from engine.candidate import load_candidate
 from engine.errors import InputError
 from engine.graph import load_graph
 from engine.loader import MAX_DEPTH, read_document
+from tests.conftest import own_store_lock_for
 from tests.enginekit import KINDS, MINIPKGS, REPO, TEXT_TEMPLATE, make_project
 from tests.tiers import repeats
 
@@ -507,14 +509,17 @@ CASES: dict[str, Case] = {
 @pytest.fixture(scope="module")
 def built_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One engine project after a real `trace run` of a good graph, built once for the module:
-    each engine-project case copies its state directory instead of building again."""
+    each engine-project case copies its state directory instead of building again. Salted, so
+    it builds under a store lock of its own, never behind another process's build."""
     project = tmp_path_factory.mktemp("built") / "p"
     project.mkdir()
     shutil.copytree(MINIPKGS, project / "ok" / "pkgs")
     (project / "ok" / "text.nix.j2").write_text(TEXT_TEMPLATE)
     kinds = KINDS.replace('"pkgs"', '"ok/pkgs"').replace("templates/", "ok/")
-    (project / "ok.toml").write_text(kinds + STEP)
-    proc = _run(["run", "ok.toml", "-q"], project)
+    salted = f'params = {{ message = "{uuid.uuid4().hex}" }}\n'
+    (project / "ok.toml").write_text(kinds + STEP + salted)
+    with own_store_lock_for(tmp_path_factory):
+        proc = _run(["run", "ok.toml", "-q"], project)
     assert proc.returncode == 0, proc.stderr.decode()
     return project
 
