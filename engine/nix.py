@@ -194,11 +194,13 @@ def stop(proc: subprocess.Popen[str], grace: float = 10.0) -> None:
         proc.wait()
 
 
-@dataclass(frozen=True)
 class _Cmd:
     """One Nix program, run with subprocess (plumbum cost ~60 ms of imports on every build)."""
 
-    path: str
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
 
     def run(self, args: Sequence[str]) -> tuple[int, str, str]:
         """(exit status, stdout, stderr); a non-zero status is the caller's to judge."""
