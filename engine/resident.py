@@ -115,13 +115,23 @@ def faithful(text: str) -> list[Section] | None:
     return secs if merged == whole else None
 
 
-@dataclass(frozen=True)
 class _Source:
     """A pipeline file as the resident graph last resolved it (sections None: never updated in
-    place, every edit of it is a full plan)."""
+    place, every edit of it is a full plan). A plain class: a dataclass costs ~2-4M instructions
+    to make at import (issue 30)."""
 
-    text: str
-    sections: tuple[Section, ...] | None
+    __slots__ = ("sections", "text")
+
+    def __init__(self, text: str, sections: tuple[Section, ...] | None) -> None:
+        self.text, self.sections = text, sections
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Source):
+            return NotImplemented
+        return (self.text, self.sections) == (other.text, other.sections)
+
+    def __hash__(self) -> int:
+        return hash((self.text, self.sections))
 
     def starts(self) -> list[int]:
         """Where each section begins in `text`, then the text's length."""
