@@ -24,7 +24,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +47,48 @@ def _flock(fd: int, wait: float) -> bool:
             time.sleep(0.05)
 
 
-@dataclass(kw_only=True)
 class CachedResult:
-    """A result in the index: a step key, its `.drv` and output, its outcome and who built it."""
+    """A result in the index: a step key, its `.drv` and output, its outcome and who built it
+    (`built_on`, `checked_on`: engine.run.StepResult's). A plain class: a dataclass costs ~2-4M
+    instructions to make at import (issue 30)."""
 
-    key: str
-    step_id: str
-    drv: str
-    out: str
-    outcome: Any = None
-    deterministic: bool | None = None
-    built_on: str | None = None  # engine.run.StepResult's: who made it, who rebuilt it
-    checked_on: str | None = None
+    __slots__ = (
+        "built_on",
+        "checked_on",
+        "deterministic",
+        "drv",
+        "key",
+        "out",
+        "outcome",
+        "step_id",
+    )
+    _FIELDS = ("key", "step_id", "drv", "out", "outcome", "deterministic", "built_on", "checked_on")
+
+    def __init__(
+        self,
+        *,
+        key: str,
+        step_id: str,
+        drv: str,
+        out: str,
+        outcome: Any = None,
+        deterministic: bool | None = None,
+        built_on: str | None = None,
+        checked_on: str | None = None,
+    ) -> None:
+        self.key, self.step_id, self.drv, self.out = key, step_id, drv, out
+        self.outcome, self.deterministic = outcome, deterministic
+        self.built_on, self.checked_on = built_on, checked_on
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CachedResult):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in self._FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
+
+    def __repr__(self) -> str:
+        return f"CachedResult({', '.join(f'{f}={getattr(self, f)!r}' for f in self._FIELDS)})"
 
 
 # columns added after the first release: a state.db made before them gets them (NULL: unknown)
@@ -377,13 +406,15 @@ def _exists(path: Path) -> bool | None:
     return True
 
 
-@dataclass
 class RootFolder:
-    """One state directory's GC-root folder under this user's gcroots/trace/."""
+    """One state directory's GC-root folder under this user's gcroots/trace/: `state_dir` None:
+    no marker (not trace's, or half-made): never touched; `seen`: whether state_dir exists now
+    (None: cannot tell)."""
 
-    folder: Path
-    state_dir: Path | None  # None: no marker (not trace's, or half-made): never touched
-    seen: bool | None  # whether state_dir exists now (None: cannot tell)
+    __slots__ = ("folder", "seen", "state_dir")
+
+    def __init__(self, *, folder: Path, state_dir: Path | None, seen: bool | None) -> None:
+        self.folder, self.state_dir, self.seen = folder, state_dir, seen
 
 
 def root_folders(base: Path | None = None) -> list[RootFolder]:

@@ -10,7 +10,7 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from engine import expression
 from engine.cache import Index, IndexView
@@ -76,20 +76,28 @@ def drop_expression(expr_file: Path) -> None:
     shutil.rmtree(expr_file.parent, ignore_errors=True)
 
 
-class Evaluated(NamedTuple):
-    file: Path  # the generated Nix file
-    drvs: list[str]  # one .drv per target step
-    rendered: int  # templates rendered (the rest of the closure was imported by .drv)
-    seconds: tuple[float, float]  # (render, instantiate)
+class Evaluated:
+    """An evaluation: the generated Nix file, one .drv per target step, the templates rendered
+    (the rest of the closure was imported by .drv) and the seconds (render, instantiate). Plain
+    classes here: a NamedTuple costs millions of instructions to make at import (issue 30)."""
+
+    __slots__ = ("drvs", "file", "rendered", "seconds")
+
+    def __init__(
+        self, file: Path, drvs: list[str], rendered: int, seconds: tuple[float, float]
+    ) -> None:
+        self.file, self.drvs, self.rendered, self.seconds = file, drvs, rendered, seconds
 
 
-class Preevaluated(NamedTuple):
+class Preevaluated:
     """A first run's graph, evaluated before its state directory was made
     (`evaluate_before_state`): each dirty step's key, in the plan's order, and its `.drv`
     (`evaluated.drvs`, same order); the Nix file is still in its temporary folder."""
 
-    keys: dict[str, str]
-    evaluated: Evaluated
+    __slots__ = ("evaluated", "keys")
+
+    def __init__(self, keys: dict[str, str], evaluated: Evaluated) -> None:
+        self.keys, self.evaluated = keys, evaluated
 
     def of(self, p: Plan, dirty: list[str]) -> Evaluated | None:
         """The evaluation, when it is of exactly these dirty steps with these keys."""
@@ -133,7 +141,8 @@ def evaluate(
     if expr.referenced:  # e.g. a recorded .drv Nix cannot read: evaluate from scratch
         drop_expression(expr_file)
         full = evaluate(graph, p, dirty, nix, state_dir, index)
-        return full._replace(seconds=(seconds[0] + full.seconds[0], seconds[1] + full.seconds[1]))
+        full.seconds = (seconds[0] + full.seconds[0], seconds[1] + full.seconds[1])
+        return full
     if rc == 0:
         raise NixError(f"nix-instantiate printed {len(drvs)} derivations for {len(dirty)} steps")
     # before the graph is blamed: does Nix evaluate anything at all (its store opens)?

@@ -19,7 +19,6 @@ trust boundary (engine/verify/trusted.py) and replays use.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from engine import hostpaths
@@ -57,14 +56,24 @@ def _sandbox_bindings() -> list[str]:
     return ["  inherit (traceSandbox) builtins derivation import;"]
 
 
-@dataclass
 class Expression:
-    """The Nix expression of a build: its text, and which step each line of it belongs to."""
+    """The Nix expression of a build: its text, and which step each line of it belongs to
+    (`owner`: line -> the step whose rendered template it belongs to), the steps rendered from
+    their template and step -> the .drv imported. A plain class: a dataclass costs ~2-4M
+    instructions to make at import (issue 30)."""
 
-    text: str
-    owner: dict[int, str]  # line -> the step whose rendered template it belongs to
-    rendered: list[str] = field(default_factory=list)  # steps rendered from their template
-    referenced: dict[str, str] = field(default_factory=dict)  # step -> the .drv imported
+    __slots__ = ("owner", "referenced", "rendered", "text")
+
+    def __init__(
+        self,
+        text: str,
+        owner: dict[int, str],
+        rendered: list[str] | None = None,
+        referenced: dict[str, str] | None = None,
+    ) -> None:
+        self.text, self.owner = text, owner
+        self.rendered: list[str] = [] if rendered is None else rendered
+        self.referenced: dict[str, str] = {} if referenced is None else referenced
 
 
 def context(graph: Graph, step: Step, keys: Mapping[str, str]) -> dict[str, Any]:

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -41,14 +40,15 @@ _REFUSED_ROOTS = ("/proc", "/sys")
 M = TypeVar("M", bound="BaseModel")
 
 
-@dataclass(frozen=True)
 class Document:
-    """A parsed file: where it lies, its text (for line numbers), its data and its digest."""
+    """A parsed file: where it lies, its text (for line numbers), its data and its digest (a
+    plain class: a dataclass costs ~2-4M instructions to make at import, issue 30)."""
 
-    path: Path
-    text: str
-    data: Any
-    digest: str  # sha256 of the bytes read
+    __slots__ = ("data", "digest", "path", "text")
+
+    def __init__(self, path: Path, text: str, data: Any, digest: str) -> None:
+        self.path, self.text, self.data = path, text, data
+        self.digest = digest  # sha256 of the bytes read
 
 
 def _kind(mode: int) -> str | None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import InputError
@@ -34,20 +33,57 @@ _KEY = re.compile(r"^[A-Za-z0-9._+-]+:[A-Za-z0-9+/=]+$")
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://\S*$")
 
 
-@dataclass(frozen=True, kw_only=True)
 class Machine:
     """The machine config in force, as plain data (no config file: all unset). What each key
     means, and its validation: engine/machinefile.py MachineConfig (`trace schema
-    machine`)."""
+    machine`). A plain class: a dataclass costs ~2-4M instructions to make at import, on every
+    trace process (issue 30)."""
 
-    substituters: list[str] | None = None
-    trusted_public_keys: list[str] | None = None
-    require_sigs: bool | None = None
-    builders: list[str] | None = None
-    check_builders: list[str] | None = None
-    max_jobs: int | None = None
-    push_to: str | None = None
-    secret_key_file: str | None = None
+    FIELDS = (
+        "substituters",
+        "trusted_public_keys",
+        "require_sigs",
+        "builders",
+        "check_builders",
+        "max_jobs",
+        "push_to",
+        "secret_key_file",
+    )
+    __slots__ = FIELDS
+
+    def __init__(
+        self,
+        *,
+        substituters: list[str] | None = None,
+        trusted_public_keys: list[str] | None = None,
+        require_sigs: bool | None = None,
+        builders: list[str] | None = None,
+        check_builders: list[str] | None = None,
+        max_jobs: int | None = None,
+        push_to: str | None = None,
+        secret_key_file: str | None = None,
+    ) -> None:
+        self.substituters, self.trusted_public_keys = substituters, trusted_public_keys
+        self.require_sigs, self.builders, self.check_builders = (
+            require_sigs,
+            builders,
+            check_builders,
+        )
+        self.max_jobs, self.push_to, self.secret_key_file = max_jobs, push_to, secret_key_file
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, f) for f in self.FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Machine):
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        return f"Machine({', '.join(f'{f}={getattr(self, f)!r}' for f in self.FIELDS)})"
 
     def nix_options(self) -> list[tuple[str, str]]:
         """The settings this config gives, as Nix options (unset ones leave Nix's own)."""

@@ -15,7 +15,6 @@ import hashlib
 import re
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,23 +90,37 @@ def printable(text: str) -> str:
     return _UNPRINTABLE.sub(visible, text)
 
 
-@dataclass
 class RealiseReport:
-    """What one Nix build call did: what it built, what failed, and its exit status."""
+    """What one Nix build call did: what it built, what failed, and its exit status. A plain
+    class: a dataclass costs ~2-4M instructions to make at import (issue 30)."""
 
-    returncode: int
-    built: set[str] = field(default_factory=set)
-    failed: set[str] = field(default_factory=set)
-    no_output: set[str] = field(default_factory=set)  # failed: exited 0 without an output
-    differs: set[str] = field(default_factory=set)  # --check: rebuilt, and the output differs
-    # drv -> the machine that built it ("local" or the remote builder's URI)
-    built_on: dict[str, str] = field(default_factory=dict)
-    # store path -> the binary cache it was substituted from (signature checked by Nix)
-    substituted: dict[str, str] = field(default_factory=dict)
-    stderr_tail: list[str] = field(default_factory=list)
-    last_error: str = ""  # the last line of Nix's stderr that starts with `error:`
-    # Nix.build only: list index -> the .drv evaluation gave it (None: seen twice, differently)
-    traced: dict[int, str | None] = field(default_factory=dict)
+    __slots__ = (
+        "built",
+        "built_on",
+        "differs",
+        "failed",
+        "last_error",
+        "no_output",
+        "returncode",
+        "stderr_tail",
+        "substituted",
+        "traced",
+    )
+
+    def __init__(self, returncode: int, stderr_tail: list[str] | None = None) -> None:
+        self.returncode = returncode
+        self.built: set[str] = set()
+        self.failed: set[str] = set()
+        self.no_output: set[str] = set()  # failed: exited 0 without an output
+        self.differs: set[str] = set()  # --check: rebuilt, and the output differs
+        # drv -> the machine that built it ("local" or the remote builder's URI)
+        self.built_on: dict[str, str] = {}
+        # store path -> the binary cache it was substituted from (signature checked by Nix)
+        self.substituted: dict[str, str] = {}
+        self.stderr_tail: list[str] = stderr_tail or []
+        self.last_error = ""  # the last line of Nix's stderr that starts with `error:`
+        # Nix.build only: list index -> the .drv evaluation gave it (None: seen twice, differently)
+        self.traced: dict[int, str | None] = {}
 
     def merge(self, part: RealiseReport) -> None:
         """Add a later call's report: its builds, failures and origins; the first non-zero exit
@@ -194,11 +207,13 @@ def stop(proc: subprocess.Popen[str], grace: float = 10.0) -> None:
         proc.wait()
 
 
-@dataclass(frozen=True)
 class _Cmd:
     """One Nix program, run with subprocess (plumbum cost ~60 ms of imports on every build)."""
 
-    path: str
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
 
     def run(self, args: Sequence[str]) -> tuple[int, str, str]:
         """(exit status, stdout, stderr); a non-zero status is the caller's to judge."""

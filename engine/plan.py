@@ -9,8 +9,8 @@ evaluation at all. Executing the plan is engine/run.py.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from engine import __version__
@@ -19,25 +19,77 @@ from engine.graphtypes import Graph, InputRef, Step
 from engine.hashing import digest_bytes, key_digest
 
 
-@dataclass(kw_only=True)
 class StepPlan:
-    """A step's key and, when dirty, why (its components: what the key was computed from)."""
+    """A step's key and, when dirty, why (its components: what the key was computed from).
 
-    id: str
-    key: str
-    dirty: bool
-    reasons: list[str] = field(default_factory=list)
-    components: dict[str, Any]
-    prev_key: str | None = None
+    A plain class, not a dataclass (making one costs ~2-4M instructions at every import, issue
+    30). `components` may be given as `make`, a function computing them on first use: with a
+    load cache's known keys, the plan of 999 clean steps whose key did not move never needs
+    theirs (engine/run.py records only those of keys that moved)."""
+
+    __slots__ = ("_components", "_make", "dirty", "id", "key", "prev_key", "reasons")
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        key: str,
+        dirty: bool,
+        reasons: list[str] | None = None,
+        components: dict[str, Any] | None = None,
+        make: Callable[[], dict[str, Any]] | None = None,
+        prev_key: str | None = None,
+    ) -> None:
+        if (components is None) == (make is None):
+            raise TypeError("StepPlan needs one of components= and make=")
+        self.id, self.key, self.dirty, self.prev_key = id, key, dirty, prev_key
+        self.reasons: list[str] = [] if reasons is None else reasons
+        self._components, self._make = components, make
+
+    @property
+    def components(self) -> dict[str, Any]:
+        if self._components is None:
+            assert self._make is not None
+            self._components, self._make = self._make(), None
+        return self._components
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.id, self.key, self.dirty, self.reasons, self.components, self.prev_key)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not StepPlan:
+            return NotImplemented
+        assert isinstance(other, StepPlan)
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
+
+    def __repr__(self) -> str:
+        return (
+            f"StepPlan(id={self.id!r}, key={self.key!r}, dirty={self.dirty!r}, "
+            f"reasons={self.reasons!r}, components={self.components!r}, "
+            f"prev_key={self.prev_key!r})"
+        )
 
 
-@dataclass(kw_only=True)
 class Plan:
     """Every step of a graph planned, in build order."""
 
-    graph: str
-    steps: dict[str, StepPlan]
-    order: list[str]
+    __slots__ = ("graph", "order", "steps")
+
+    def __init__(self, *, graph: str, steps: dict[str, StepPlan], order: list[str]) -> None:
+        self.graph, self.steps, self.order = graph, steps, order
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Plan:
+            return NotImplemented
+        assert isinstance(other, Plan)
+        return (self.graph, self.steps, self.order) == (other.graph, other.steps, other.order)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Plan(graph={self.graph!r}, steps={self.steps!r}, order={self.order!r})"
 
     @property
     def dirty(self) -> list[str]:
@@ -125,13 +177,16 @@ def plan(
     graph: Graph, index: IndexView, known_keys: Mapping[str, str] | None = None
 ) -> tuple[Plan, dict[str, CachedResult]]:
     """`known_keys`: every step's key as a verified load cache recorded it for this very graph
-    and engine (engine/loadcache.py), so hashing is skipped; components are still computed."""
+    and engine (engine/loadcache.py), so hashing is skipped, and a step's components are made
+    only when used (a dirty step's reasons, a key that moved, a caller that reads them)."""
     keys: dict[str, str] = {}
     comps: dict[str, dict[str, Any]] = {}
-    for sid in graph.order:
-        comp = components(graph, graph.steps[sid], keys)
-        comps[sid] = comp
-        keys[sid] = known_keys[sid] if known_keys is not None else key_digest(comp)
+    if known_keys is None:
+        for sid in graph.order:
+            comps[sid] = components(graph, graph.steps[sid], keys)
+            keys[sid] = key_digest(comps[sid])
+    else:
+        keys = {sid: known_keys[sid] for sid in graph.order}
     cached = index.results(keys.values())
     gid = graph_id(graph)
     last = index.last_keys(gid)
@@ -140,33 +195,26 @@ def plan(
         key = keys[sid]
         hit = cached.get(key)
         prev_key = last.get(sid)
+        comp = comps.get(sid)
+        make = None if sid in comps else partial(components, graph, graph.steps[sid], keys)
         if hit is not None and os.path.exists(hit.out):
             steps[sid] = StepPlan(
-                id=sid,
-                key=key,
-                dirty=False,
-                reasons=[],
-                components=comps[sid],
-                prev_key=prev_key,
+                id=sid, key=key, dirty=False, components=comp, make=make, prev_key=prev_key
             )
             continue
+        sp = StepPlan(id=sid, key=key, dirty=True, components=comp, make=make, prev_key=prev_key)
         if hit is not None:
-            reasons = ["output missing from the store"]
+            sp.reasons = ["output missing from the store"]
         elif prev_key == key:
-            reasons = ["not built yet (the last run failed or was interrupted)"]
+            sp.reasons = ["not built yet (the last run failed or was interrupted)"]
         else:
             dirty_up = {n for n in graph.steps[sid].needs if steps[n].dirty}
             old = index.last_components(gid, sid) if prev_key else None
-            reasons = why_dirty(old, comps[sid], dirty_up) or ["no cached result for this key"]
-        steps[sid] = StepPlan(
-            id=sid,
-            key=key,
-            dirty=True,
-            reasons=reasons,
-            components=comps[sid],
-            prev_key=prev_key,
-        )
-    return Plan(graph=graph_id(graph), steps=steps, order=list(graph.order)), cached
+            sp.reasons = why_dirty(old, sp.components, dirty_up) or [
+                "no cached result for this key"
+            ]
+        steps[sid] = sp
+    return Plan(graph=gid, steps=steps, order=list(graph.order)), cached
 
 
 def known_drvs(p: Plan, cached: Mapping[str, CachedResult]) -> dict[str, tuple[str, str]]:

@@ -31,7 +31,6 @@ import itertools
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +114,23 @@ def faithful(text: str) -> list[Section] | None:
     return secs if merged == whole else None
 
 
-@dataclass(frozen=True)
 class _Source:
     """A pipeline file as the resident graph last resolved it (sections None: never updated in
-    place, every edit of it is a full plan)."""
+    place, every edit of it is a full plan). A plain class: a dataclass costs ~2-4M instructions
+    to make at import (issue 30)."""
 
-    text: str
-    sections: tuple[Section, ...] | None
+    __slots__ = ("sections", "text")
+
+    def __init__(self, text: str, sections: tuple[Section, ...] | None) -> None:
+        self.text, self.sections = text, sections
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Source):
+            return NotImplemented
+        return (self.text, self.sections) == (other.text, other.sections)
+
+    def __hash__(self) -> int:
+        return hash((self.text, self.sections))
 
     def starts(self) -> list[int]:
         """Where each section begins in `text`, then the text's length."""
@@ -232,20 +241,36 @@ def _validated(raw: dict[str, Any], sid: str) -> DeclaredStep | None:
     return None if "repeat" in ss.model_fields_set else ss
 
 
-@dataclass
 class Resident:
-    """A graph, its keys and components, and the results of its clean steps (by key)."""
+    """A graph, its keys and components, and the results of its clean steps (by key); `below`:
+    the steps that need each step; `recorded`: each step's key and components as the index's
+    last_keys holds them (the last round's); `clean`: the last plan's clean steps, reused while
+    their key stays and their output exists. A plain class: a dataclass costs ~2-4M
+    instructions to make at import, on every trace process (issue 30)."""
 
-    graph: Graph
-    keys: dict[str, str]
-    comps: dict[str, dict[str, Any]]
-    results: dict[str, CachedResult]
-    sources: dict[Path, _Source | None]
-    below: Mapping[str, tuple[str, ...]]  # the steps that need each step
-    # each step's key and components as the index's last_keys holds them (the last round's)
-    recorded: tuple[Mapping[str, str], Mapping[str, dict[str, Any]]] = ({}, {})
-    # the last plan's clean steps: reused while their key stays and their output exists
-    clean: Mapping[str, StepPlan] = dataclasses.field(default_factory=dict)
+    __slots__ = ("below", "clean", "comps", "graph", "keys", "recorded", "results", "sources")
+
+    def __init__(
+        self,
+        graph: Graph,
+        keys: dict[str, str],
+        comps: dict[str, dict[str, Any]],
+        results: dict[str, CachedResult],
+        sources: dict[Path, _Source | None],
+        below: Mapping[str, tuple[str, ...]],
+        recorded: tuple[Mapping[str, str], Mapping[str, dict[str, Any]]] = ({}, {}),
+        clean: Mapping[str, StepPlan] | None = None,
+    ) -> None:
+        self.graph, self.keys, self.comps, self.results = graph, keys, comps, results
+        self.sources, self.below, self.recorded = sources, below, recorded
+        self.clean: Mapping[str, StepPlan] = {} if clean is None else clean
+
+    def _but(self, **changes: Any) -> Resident:
+        """A copy with `changes` (as dataclasses.replace made one)."""
+        new = Resident.__new__(Resident)
+        for name in Resident.__slots__:
+            setattr(new, name, changes[name] if name in changes else getattr(self, name))
+        return new
 
     @classmethod
     def make(cls, graph: Graph, result: RunResult) -> Resident:
@@ -281,7 +306,7 @@ class Resident:
         results = {
             r.key: as_cached(r) for r in result.steps.values() if r.status in OK and r.drv and r.out
         }
-        return dataclasses.replace(self, results=results, recorded=(self.keys, self.comps))
+        return self._but(results=results, recorded=(self.keys, self.comps))
 
     def update(self, changed: Iterable[str], hasher: StatCache) -> Resident | None:
         """The resident graph after edits of `changed` (paths), or None: a full plan."""
@@ -386,7 +411,7 @@ class Resident:
             if comp != was:
                 keys[sid], comps[sid] = key_digest(comp), comp
                 todo.update(self.below[sid])
-        return dataclasses.replace(self, graph=graph, keys=keys, comps=comps, sources=sources)
+        return self._but(graph=graph, keys=keys, comps=comps, sources=sources)
 
     def plan(self, index: IndexView) -> tuple[Plan, dict[str, CachedResult]]:
         """`engine.plan.plan` of this graph, from memory: the index is asked only about keys

@@ -13,7 +13,6 @@ validates it with pydantic, which gives the usual answer and message.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -37,16 +36,30 @@ class DeclaredStep(Protocol):
     def check(self) -> bool | None: ...
 
 
-@dataclass(frozen=True)
 class PlainStep:
-    """A step table StepSpec would accept as it is: no `repeat`, every input a path."""
+    """A step table StepSpec would accept as it is: no `repeat`, every input a path. A plain
+    class: a dataclass costs ~2-4M instructions to make at import, on every trace process
+    (issue 30)."""
 
-    kind: str
-    needs: list[str] = field(default_factory=list)
-    inputs: dict[str, str] = field(default_factory=dict)
-    params: dict[str, Any] = field(default_factory=dict)
-    check: bool | None = None
-    description: str = ""
+    __slots__ = ("check", "description", "inputs", "kind", "needs", "params")
+
+    def __init__(
+        self,
+        kind: str,
+        needs: list[str],
+        inputs: dict[str, str],
+        params: dict[str, Any],
+        check: bool | None,
+        description: str,
+    ) -> None:
+        self.kind, self.needs, self.inputs, self.params = kind, needs, inputs, params
+        self.check, self.description = check, description
+
+    def __repr__(self) -> str:
+        return (
+            f"PlainStep(kind={self.kind!r}, needs={self.needs!r}, inputs={self.inputs!r}, "
+            f"params={self.params!r}, check={self.check!r}, description={self.description!r})"
+        )
 
 
 def _strs(value: Any) -> bool:

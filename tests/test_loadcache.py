@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -337,3 +338,32 @@ def test_an_input_a_stored_edit_added_is_still_checked(tmp_path: Path) -> None:
     assert hit is not None and "more" in hit[0].steps["s17"].inputs
     extra.write_text("other\n")
     assert lookup(graph, state) is None
+
+
+def test_a_plan_with_known_keys_makes_components_only_when_used(tmp_path: Path) -> None:
+    """With the load cache's keys, the plan makes no clean step's components (a run records
+    only those of keys that moved; issue 30: 1000 of them were ~16M instructions of a one-change
+    run); a dirty step's are made for its reasons, and read, every step's are the full plan's."""
+    from engine.cache import CachedResult, Index, gcroot_folder
+    from engine.graph import load_graph
+    from engine.plan import graph_id, plan
+
+    graph, state = project(tmp_path)
+    g = load_graph(graph, root=graph.parent)
+    keys, out = _fresh_keys(graph), tmp_path / "out"
+    out.write_text("")
+    built, last = g.order[:-1], g.order[-1]  # the last step never built: dirty
+    with Index(state) as index:
+        full, _ = plan(g, index)
+        results = [CachedResult(key=keys[s], step_id=s, drv="/x.drv", out=str(out)) for s in built]
+        index.record(
+            results, {s: (keys[s], s, full.steps[s].components) for s in built}, graph_id(g)
+        )
+        p, _ = plan(g, index, keys)
+    shutil.rmtree(gcroot_folder(state))  # its roots name no real store path
+    assert p.dirty == [last] and p.steps[last].reasons == ["never built"]
+    assert [s for s, sp in p.steps.items() if sp._components is not None] == [last]
+    assert {s: sp.key for s, sp in p.steps.items()} == keys
+    assert {s: sp.components for s, sp in p.steps.items()} == {
+        s: sp.components for s, sp in full.steps.items()
+    }
