@@ -358,3 +358,48 @@ def test_a_reused_run_still_tells_a_mutant_from_the_fix(tmp_path: Path, monkeypa
     assert (found["tried"], by["input"], by["unit"]) == (4, "fuzz corpus entry 4", "in.txt")
     assert by["post_fix"][1] != by["mutant"][1]
     assert by["post_fix"][0] == by["mutant"][0] and by["post_fix"][2] == by["mutant"][2]
+
+
+def test_the_survivors_of_a_step_share_one_post_fix_replay(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Issue 30: every survivor of a mutant-runs step replayed the corpus against the same
+    post-fix build again. With the step's PostFix each entry's post-fix side runs once for all
+    of them, in a work directory of its own, and every survivor's verdict is the one it gets
+    alone: the same entries tried, the same first difference with the same behaviours (a tool
+    that prints its work directory is no difference: the directory is a placeholder)."""
+    from trace_sandbox.gates.corpus_replay import PostFix
+
+    log = tmp_path / "runs.log"
+    monkeypatch.setenv("REPLAY_LOG", str(log))
+    body = TOOL.replace("*) echo", "cwd) pwd ;;\n  *) echo")
+    corpus = _replay_plan(tmp_path, [(2, b"1"), (2, b"2"), (1, b"cwd"), (0, b"wz"), (2, b"3")])
+    post = _tool(tmp_path / "post", body)
+    survivors = [
+        _tool(tmp_path / "same", body),
+        _tool(tmp_path / "other", body),
+        _tool(tmp_path / "mutant", body.replace("cat kept", "tr z y 2>/dev/null < kept")),
+    ]
+
+    def post_runs() -> int:  # the post-fix build's runs logged since the last call
+        ran = log.read_text().splitlines() if log.exists() else []
+        log.write_text("")
+        return len([r for r in ran if r.startswith(f"{post}/")])
+
+    first = replay(corpus, survivors[0], post)
+    first_runs = post_runs()  # the post-fix side of one replay of every entry
+    alone = [first] + [replay(corpus, m, post) for m in survivors[1:]]
+    alone_runs = first_runs + post_runs()
+    shared = PostFix(corpus, post)
+    together = [replay(corpus, m, post, shared) for m in survivors]
+    shared.close()
+    for a, t in zip(alone, together, strict=True):
+        assert (t["tried"], t["distinguished_by"]) == (a["tried"], a["distinguished_by"])
+        assert t["invocations"]["post_fix"] == "shared"
+    assert [a["tried"] for a in alone] == [5, 5, 4] and alone[2]["distinguished_by"]
+    # the post-fix side ran once for the three survivors: as often as for the first alone
+    assert post_runs() == first_runs < alone_runs
+    assert not os.path.exists(shared.tmp or "")
+    # another build or corpus than the shared side's is replayed beside the mutant, as alone
+    other = replay(corpus, survivors[2], survivors[0], shared)
+    assert "post_fix" not in other["invocations"]

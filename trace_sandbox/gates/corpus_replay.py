@@ -23,6 +23,15 @@ found it; an invocation with the same key later (in a later entry) is that behav
 run. An invocation that changes the work directory is never reused (what it left is what the
 invocations after it read), nor a run whose argument could not be passed. `replay`'s record says
 how many invocations ran and how many were reused (`invocations`).
+
+The post-fix build's side is the same for every survivor of a mutant-runs step (the same build,
+corpus and entries), so the step replays it once (`PostFix`, issue 30: each survivor ran it
+again, half of every replay): each entry's post-fix behaviours are computed the first time a
+survivor needs them, in a work directory of their own, and every survivor compares its mutant
+with them. A run's behaviour names neither build's root nor its work directory (both are
+placeholders in the digests), so where the entry ran does not change it. A corpus with data
+trees (which a run could change under the next one) is never shared: each survivor replays the
+post-fix side beside its mutant, as before.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 
 # the fuzzing loop's limits, read at each run: a hang is CPU_LIMIT seconds of the invocation's
 # own CPU time (or WALL_LIMIT seconds blocked), never a time a loaded machine makes longer
@@ -47,6 +57,7 @@ if TYPE_CHECKING:
 SCHEMA = "trace.fuzz-corpus/v1"
 MAX_REPLAY = 256  # corpus entries replayed per survivor (each runs both builds)
 PLACEHOLDER = "<target>"
+WORK = "<work>"
 ENV_ASAN = "detect_leaks=0:symbolize=0:abort_on_error=0"
 _CRASH = re.compile(r"SUMMARY: (\w+Sanitizer): (\S+)")
 _FATAL = {-4: "SIGILL", -6: "SIGABRT", -7: "SIGBUS", -8: "SIGFPE", -11: "SIGSEGV"}
@@ -100,17 +111,22 @@ def load_corpus(corpus_dir: str | None) -> dict[str, Any] | None:
     return doc
 
 
-def _digest(text: bytes, root: str) -> str:
+def _digest(text: bytes, root: str, work: str = "") -> str:
     cleaned = text.replace(root.encode(), PLACEHOLDER.encode())
+    if work:
+        cleaned = cleaned.replace(work.encode(), WORK.encode())
     cleaned = re.sub(rb"==\d+==", b"==PID==", cleaned)
     cleaned = re.sub(rb"0x[0-9a-fA-F]{4,}", b"0xADDR", cleaned)
     return hashlib.sha256(cleaned).hexdigest()
 
 
-def behaviour(rc: int | None, stdout: bytes, stderr: bytes, root: str) -> dict[str, Any]:
+def behaviour(
+    rc: int | None, stdout: bytes, stderr: bytes, root: str, work: str = ""
+) -> dict[str, Any]:
     """How one direct invocation ended: `crash` (a sanitizer report's kind, or a fatal
     signal), `hang` (stopped by the clock: `rc` None, or ended by the CPU limit's signal,
-    whatever it printed), or `ok`/`rejects` with its exit code and output digests."""
+    whatever it printed), or `ok`/`rejects` with its exit code and output digests (the build's
+    `root` and the `work` directory each replaced by a placeholder)."""
     if rc is None or by_limit(rc):
         return {"class": "hang"}
     m = _CRASH.search(stderr.decode("utf-8", "replace"))
@@ -121,8 +137,8 @@ def behaviour(rc: int | None, stdout: bytes, stderr: bytes, root: str) -> dict[s
     return {
         "class": "ok" if rc == 0 else "rejects",
         "exit_code": rc,
-        "stdout_sha256": _digest(stdout, root),
-        "stderr_sha256": _digest(stderr, root),
+        "stdout_sha256": _digest(stdout, root, work),
+        "stderr_sha256": _digest(stderr, root, work),
     }
 
 
@@ -205,7 +221,7 @@ class Replayer:
         if p is None:  # stopped by the wall backstop
             seen = behaviour(None, b"", b"", root)
         else:
-            seen = behaviour(p.returncode, p.stdout, p.stderr, root)
+            seen = behaviour(p.returncode, p.stdout, p.stderr, root, self.work)
         if self.state.digest() == before:
             self.seen[key] = seen
         return seen
@@ -255,13 +271,57 @@ def _shown(unit: dict[str, Any], data: bytes) -> dict[str, Any]:
     return {"unit": unit["name"], "bytes": len(data), "input_hex": data[:256].hex()}
 
 
-def replay(corpus_dir: str | None, mutant: str, post: str) -> dict[str, Any]:
+class PostFix:
+    """The post-fix build's behaviours on a corpus's entries, each entry replayed once for all
+    the survivors of one mutant-runs step (see above), in its own work directory; thread-safe
+    (the step's mutants run a few at a time). `close` removes its directory."""
+
+    def __init__(self, corpus_dir: str | None, post: str) -> None:
+        self.corpus_dir, self.post = corpus_dir, post
+        self.lock = threading.Lock()
+        self.tmp: str | None = None
+        self.player: Replayer | None = None
+        self.seen: list[list[dict[str, Any]]] = []
+
+    def shareable(self, doc: dict[str, Any]) -> bool:
+        """A corpus without data trees (a run may change a tree under the next run)."""
+        return not doc.get("trees")
+
+    def on(self, doc: dict[str, Any], n: int) -> list[dict[str, Any]]:
+        """The post-fix build's behaviours on entry `n` (computed once, entries in order)."""
+        with self.lock:
+            if self.player is None:
+                self.tmp = tempfile.mkdtemp(prefix="post-", dir=os.environ.get("TMPDIR", "/tmp"))
+                os.makedirs(os.path.join(self.tmp, "work"))
+                self.player = Replayer(doc, os.path.join(self.tmp, "work"))
+            entries = list(doc.get("entries") or [])
+            while len(self.seen) <= n:
+                entry = entries[len(self.seen)]
+                index, data = int(entry["unit"]), base64.b64decode(entry["data"])
+                self.seen.append(self.player.run(self.post, index, data))
+            return self.seen[n]
+
+    def close(self) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def replay(
+    corpus_dir: str | None, mutant: str, post: str, shared: PostFix | None = None
+) -> dict[str, Any]:
     """The corpus against both builds: {tried, of, distinguished_by} (distinguished_by: the
     first entry that tells the mutant from the fix, its input and both behaviours; None when
-    every entry tried behaves alike). No corpus: {tried: 0, of: 0, why}."""
+    every entry tried behaves alike). No corpus: {tried: 0, of: 0, why}. `shared`: the
+    post-fix side of the step's survivors (its corpus and build must be these); without it, or
+    for a corpus it does not share, the post-fix build is replayed here, beside the mutant, and
+    `invocations` counts both sides' runs; with it, the mutant's (`post_fix`: "shared")."""
     doc = load_corpus(corpus_dir)
     if doc is None:
         return {"tried": 0, "of": 0, "distinguished_by": None, "why": "no fuzz corpus"}
+    if shared is not None and (
+        (shared.corpus_dir, shared.post) != (corpus_dir, post) or not shared.shareable(doc)
+    ):
+        shared = None
     entries = list(doc.get("entries") or [])
     tmp = tempfile.mkdtemp(prefix="corpus-", dir=os.environ.get("TMPDIR", "/tmp"))
     work = os.path.join(tmp, "work")
@@ -271,7 +331,8 @@ def replay(corpus_dir: str | None, mutant: str, post: str) -> dict[str, Any]:
         player = Replayer(doc, work)
         for n, entry in enumerate(entries[:MAX_REPLAY]):
             index, data = int(entry["unit"]), base64.b64decode(entry["data"])
-            fixed, mutated = player.run(post, index, data), player.run(mutant, index, data)
+            fixed = player.run(post, index, data) if shared is None else shared.on(doc, n)
+            mutated = player.run(mutant, index, data)
             result["tried"] = n + 1
             if fixed != mutated:
                 shown = _shown(player.units[index], data)
@@ -283,6 +344,8 @@ def replay(corpus_dir: str | None, mutant: str, post: str) -> dict[str, Any]:
                 }
                 break
         result["invocations"] = {"ran": player.ran, "reused": player.reused}
+        if shared is not None:
+            result["invocations"]["post_fix"] = "shared"
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return result

@@ -55,10 +55,13 @@ SCHEMA = "trace.mutant-runs/v1"
 class Batch:
     """Where one mutant runs inside the mutant-runs step: `out`, the step's output (every
     mutant's records: no reproducer sees it), and `runs`, the directory holding every run's
-    temporary directory (a reproducer sees its own alone). The batch's launcher serves its runs."""
+    temporary directory (a reproducer sees its own alone). The batch's launcher serves its runs;
+    `post_fix` (corpus_replay.PostFix) is the post-fix side of the survivors' corpus replays,
+    replayed once for all of them."""
 
     out: str
     runs: str
+    post_fix: Any = None
 
 
 def usable(record: Record) -> bool:
@@ -145,14 +148,16 @@ def judged_kill(
     return None
 
 
-def keep_survivor_evidence(cfg: dict[str, Any], out: str) -> None:
+def keep_survivor_evidence(cfg: dict[str, Any], out: str, batch: Batch | None = None) -> None:
     """A mutant neither the reproducer nor a variant killed: the fuzz corpus (cfg corpus: the
-    fuzz-plan step's corpus/) replayed against it and the post-fix build, in `out`'s
-    survivor.json (the mutation gate's survivors.py judges it with the runs above)."""
+    fuzz-plan step's corpus/) replayed against it and the post-fix build (the batch's shared
+    post-fix side, when it has one), in `out`'s survivor.json (the mutation gate's
+    survivors.py judges it with the runs above)."""
     from .corpus_replay import replay
     from .survivors import EVIDENCE
 
-    corpus = replay(cfg.get("corpus"), cfg["target"], cfg["post"])
+    shared = None if batch is None else batch.post_fix
+    corpus = replay(cfg.get("corpus"), cfg["target"], cfg["post"], shared)
     _write_json(os.path.join(out, EVIDENCE), {"corpus": corpus})
 
 
@@ -179,7 +184,7 @@ def run_mutant(
         summary = run_variants(cfg, out, env, batch)
         _write_json(os.path.join(out, "variants.json"), summary)
         if summary.get("killed_by") is None and "skipped" not in summary:
-            keep_survivor_evidence(cfg, out)
+            keep_survivor_evidence(cfg, out, batch)
     else:
         os.makedirs(out)
         record = {"build": "ok" if built else "failed", "run": 1, "schema": "trace.run/v1"}
@@ -206,7 +211,13 @@ def run_mutants(
     os.makedirs(out)
     targets = [str(m["target"]) for m in cfg["mutants"]]
     parent = runs_root(targets, parallel, env.get("TMPDIR", "/tmp"))  # scratch.py
-    batch = Batch(out=out, runs=tempfile.mkdtemp(prefix="runs-", dir=parent))
+    post_fix = None
+    if cfg.get("corpus"):  # the survivors' corpus replays share their post-fix side
+        from .corpus_replay import PostFix
+
+        post_fix = PostFix(cfg.get("corpus"), cfg["post"])
+    runs_dir = tempfile.mkdtemp(prefix="runs-", dir=parent)
+    batch = Batch(out=out, runs=runs_dir, post_fix=post_fix)
 
     def one(m: dict[str, Any]) -> dict[str, Any]:
         dest = os.path.join(out, str(m["index"]))
@@ -221,8 +232,12 @@ def run_mutants(
             remove(tmp)
 
     mutants = list(cfg["mutants"])
-    with launcher_server(), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        checks = list(pool.map(one, mutants))  # a mutant that failed to run raises here
+    try:
+        with launcher_server(), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            checks = list(pool.map(one, mutants))  # a mutant that failed to run raises here
+    finally:
+        if post_fix is not None:
+            post_fix.close()
     remove(batch.runs)
     runs = []
     for m, check in zip(mutants, checks, strict=True):
