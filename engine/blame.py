@@ -25,7 +25,7 @@ _OPTION = re.compile(r"(configuration setting|unknown setting|option) '([^']+)'"
 
 
 def _tail(err: str, n: int = 12) -> str:
-    from engine.nix import printable
+    from engine.nixreport import printable
 
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     return "\n    ".join(printable(ln) for ln in lines[-n:]) if lines else "(no output)"

@@ -11,7 +11,8 @@ from typing import Literal, Protocol
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from engine.graphtypes import Graph
-    from engine.nix import Nix, RealiseReport
+    from engine.nix import Nix
+    from engine.nixreport import RealiseReport
 
 
 class Rebuilt(Protocol):

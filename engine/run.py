@@ -9,9 +9,8 @@ those of a from-scratch evaluation: engine/expression.py), then evaluated and bu
 `--keep-going` by ONE `nix-build`, which traces each step's `.drv` as it evaluates it (Nix.build),
 so builds are told apart by step as before. When that evaluation fails, `nix-instantiate` of the
 same file blames the step (and the dirty derivations are built by `nix-store --realise`); past
-REALISE_CHUNK dirty steps (a chunk at a time) or with the store's build lock taken, that is the
-path taken. Failures are reported with their log tail, never cached, and their downstream steps
-are skipped. Steps of `check` kinds are rebuilt once with `--check`.
+REALISE_CHUNK dirty steps (a chunk at a time) or with the store's build lock taken, that path.
+Failures: reported with their log tail, never cached, downstream skipped. `check` kinds: --check.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from typing import Any, Literal
 from engine.cache import CachedResult, Index
 from engine.evaluation import drop_expression, evaluate, keep_expression, write_expression
 from engine.graphtypes import Graph
+from engine.nixreport import RealiseReport
 from engine.plan import Plan, known_drvs, plan
 from engine.progress import PhaseClock
 from engine.rebuilds import recheck
@@ -34,12 +34,12 @@ from engine.vanished import hold
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # engine.nix is imported only when something builds
     from engine.evaluation import Evaluated, Preevaluated
-    from engine.nix import Nix, RealiseReport
+    from engine.nix import Nix
 
-# One Nix process that evaluates and builds thousands of steps slows down step by step (it holds
-# every step's evaluation and goal to the end: a 2000-step chain took 1.75x as long in one
-# nix-build as instantiated, then realised 500 at a time; bench/README.md). Past this many dirty
-# steps a run instantiates them once, then realises them in chunks of this size, in graph order.
+# One Nix process building thousands of steps slows down step by step (it holds every step's
+# evaluation and goal to the end: a 2000-step chain took 1.75x as long in one nix-build as
+# instantiated, then realised 500 at a time; bench/README.md). Past this many dirty steps a run
+# instantiates them once, then realises them in chunks of this size, in graph order.
 REALISE_CHUNK = 500
 
 # substituted: fetched from a binary cache whose signature Nix checked (counts like a build)
@@ -347,7 +347,7 @@ def _instantiate_and_realise(job: _Job) -> _Built:
     `nix-store --realise` of REALISE_CHUNK steps at a time in graph order, so a chunk's upstream
     steps are built before it. A step that needs one that did not build is left out of later
     chunks (it is skipped, and its failed upstream is not built again)."""
-    from engine.nix import RealiseReport, output_of
+    from engine.nix import output_of
 
     graph, dirty, nix, run, clock = job.graph, job.dirty, job.nix, job.run, job.clock
     ev = evaluate(graph, job.plan, dirty, nix, job.index.state_dir, job.index, job.known)

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.cache import Index
-    from engine.nix import Nix, RealiseReport
+    from engine.nix import Nix
+    from engine.nixreport import RealiseReport
 
 
 def hold(

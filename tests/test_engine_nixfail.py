@@ -18,7 +18,8 @@ import pytest
 from engine import nix as nixmod
 from engine.cli import main
 from engine.graphtypes import NixConfig
-from engine.nix import Nix, batches, printable
+from engine.nix import Nix, batches
+from engine.nixreport import printable
 from tests.enginekit import make_project
 
 REAL_NIX_STORE = subprocess.run(

@@ -37,7 +37,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from engine.errors import NixError
-from engine.nix import NIX_COMMAND, Nix, RealiseReport, batches, printable
+from engine.nix import NIX_COMMAND, Nix, batches
+from engine.nixreport import RealiseReport, printable
 from engine.storelock import store_lock, store_of
 
 SCHEMA = "trace.check/v1"

@@ -20,7 +20,8 @@ from pathlib import Path
 from engine.cache import Index
 from engine.errors import InputError, UsageError
 from engine.machine import Machine, load_machine
-from engine.nix import batches, printable
+from engine.nix import batches
+from engine.nixreport import printable
 
 NIX = ("--extra-experimental-features", "nix-command", "--option", "connect-timeout", "15")
 TIMEOUT = 3600.0  # seconds for one nix call (a big closure to a slow cache)
