@@ -13,9 +13,10 @@ Nix's own `-j` parallelism inside one call is unchanged; a second trace process 
 first's call to end, says so after NOTICE_AFTER seconds, and Ctrl-C (or SIGTERM) while it waits
 ends it as at any other point (the blocking flock is interrupted, the file closed).
 
-The file is per user and per store: `$TRACE_STORE_LOCK_DIR`, else `$XDG_CACHE_HOME/trace/`, else
-`~/.cache/trace/`, then `nix-store-<sha256 of the store's name>.lock`. A directory that cannot
-be written is no reason to fail a build: the call then runs unlocked, as before this lock.
+The file is per user and per store: `$TRACE_STORE_LOCK_DIR`, else `.cache/trace/` in the
+account's home from the password database (whatever `$HOME` or `$XDG_CACHE_HOME` a process was
+started with), then `nix-store-<sha256 of the store's name>.lock`. A directory that cannot be
+written is no reason to fail a build: the call then runs unlocked, as before this lock.
 """
 
 from __future__ import annotations
@@ -51,11 +52,20 @@ def store_of(args: Sequence[str]) -> str:
 
 
 def lock_dir() -> Path:
+    """`$TRACE_STORE_LOCK_DIR`, else `.cache/trace` in the account's home as the password
+    database gives it, not `$HOME` nor `$XDG_CACHE_HOME`: a process of the same user started with
+    another HOME (a demo run with HOME in a temp dir, a test, `env -i`) must take the same lock,
+    or its Nix calls run beside the others'. `$HOME` only when the account has no entry."""
     override = os.environ.get("TRACE_STORE_LOCK_DIR")
     if override:
         return Path(override)
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "trace"
+    import pwd
+
+    try:
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:  # a uid without a passwd entry (some containers)
+        home = str(Path.home())
+    return Path(home) / ".cache" / "trace"
 
 
 def lock_path(store: str) -> Path:

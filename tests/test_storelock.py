@@ -173,10 +173,47 @@ def test_stores_are_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     assert storelock.lock_path("ssh://b") != storelock.lock_path(local)
 
 
-def test_the_lock_file_is_per_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_lock_file_is_the_account_s_whatever_its_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A process of the same user started with another HOME or XDG_CACHE_HOME (tests/test_demo.py
+    runs scripts/demo with HOME in a temp dir) takes the same lock: with a lock of its own, its
+    Nix calls ran beside another test worker's, and a `--check` of a derivation both used
+    read "nondeterministic" in a two-worker run of the suite."""
+    import pwd
+
     monkeypatch.delenv("TRACE_STORE_LOCK_DIR", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert storelock.lock_path("x").parent == tmp_path / "trace"
+    account = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache" / "trace"
+    assert storelock.lock_path("x").parent == account
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert storelock.lock_path("x").parent == account
+    monkeypatch.setenv("TRACE_STORE_LOCK_DIR", str(tmp_path / "own"))
+    assert storelock.lock_path("x").parent == tmp_path / "own"
+
+
+def test_the_lock_is_shared_with_a_process_started_with_another_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Held here, a child process with HOME and XDG_CACHE_HOME in a temp dir cannot take it."""
+    monkeypatch.delenv("TRACE_STORE_LOCK_DIR", raising=False)
+    store = f"test-{os.getpid()}-{time.monotonic_ns()}"
+    fd = hold_elsewhere(store)
+    try:
+        code = (
+            "import fcntl, os\nfrom engine import storelock\n"
+            f"fd = os.open(storelock.lock_path({store!r}), os.O_RDWR)\n"
+            "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n"
+            "    print('held')\nelse:\n    print('free')\n"
+        )
+        env = {**os.environ, "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "c")}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=DEADLINE
+        )
+        assert out.stdout == "held\n", out.stdout + out.stderr
+    finally:
+        os.close(fd)
+        storelock.lock_path(store).unlink(missing_ok=True)
 
 
 def fake_nix(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
