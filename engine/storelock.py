@@ -55,7 +55,8 @@ def lock_dir() -> Path:
     """`$TRACE_STORE_LOCK_DIR`, else `.cache/trace` in the account's home as the password
     database gives it, not `$HOME` nor `$XDG_CACHE_HOME`: a process of the same user started with
     another HOME (a demo run with HOME in a temp dir, a test, `env -i`) must take the same lock,
-    or its Nix calls run beside the others'. `$HOME` only when the account has no entry."""
+    or its Nix calls run beside the others'. `$HOME` only when the account has no entry or its
+    home cannot be written (a service account's `/nonexistent`)."""
     override = os.environ.get("TRACE_STORE_LOCK_DIR")
     if override:
         return Path(override)
@@ -64,6 +65,8 @@ def lock_dir() -> Path:
     try:
         home = pwd.getpwuid(os.getuid()).pw_dir
     except KeyError:  # a uid without a passwd entry (some containers)
+        home = ""
+    if not home or not os.access(home, os.W_OK):
         home = str(Path.home())
     return Path(home) / ".cache" / "trace"
 
