@@ -371,13 +371,13 @@ def _instantiate_and_realise(job: _Job) -> _Built:
         if not todo:
             continue
         part = nix.realise([drv_of[s] for s in todo], on_event=on_event)
-        run.nix_calls += 1
-        total.merge(part)
         if part.nix_failed:
             raise part.nix_error("nix-store --realise")
-        if part.returncode != 0:
-            invalid |= nix.invalid([out_of[s] for s in todo])
-            run.nix_calls += 1
+        keys, sub = {s: job.plan.steps[s].key for s in todo}, {s: drv_of[s] for s in todo}
+        # rooted at once, as after nix-build (`_held`): another Nix process may delete it
+        bad, calls = hold(nix, job.index, keys, sub, {s: out_of[s] for s in todo}, part)
+        invalid, run.nix_calls = invalid | bad, run.nix_calls + 1 + calls
+        total.merge(part)
     clock.mark("realise")
     return _Built(drv_of, out_of, total, invalid)
 

@@ -66,13 +66,21 @@ def test_an_output_deleted_as_nix_build_ends_is_built_again_and_kept(
     assert refused.returncode != 0 and "alive" in refused.stderr
 
 
+@pytest.mark.usefixtures("own_store_lock")  # which Nix processes run: tests/conftest.py
+@pytest.mark.parametrize("way", ["nix-build", "realise-in-chunks"])
 def test_what_nix_build_made_is_held_before_the_run_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str
 ) -> None:
     """Rooted as soon as nix-build returns, before outcomes are read, --check rebuilds run
-    and the index is written: another process's delete is refused from then on."""
+    and the index is written: another process's delete is refused from then on. The same after
+    each `nix-store --realise` of the two-process path (past REALISE_CHUNK steps, after an
+    evaluation error, or when another trace process holds the store lock: engine/run.py
+    `_instantiate_and_realise`), which held nothing until the first two-worker suite run found it
+    (the lock taken by the other worker sent this test down that path)."""
     import engine.run
 
+    if way == "realise-in-chunks":
+        monkeypatch.setattr(engine.run, "REALISE_CHUNK", 2)  # 4 steps: 2 realises
     graph = project(tmp_path)
     real, refused = engine.run._collect, []
 
