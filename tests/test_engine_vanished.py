@@ -22,7 +22,11 @@ from engine.graph import load_graph
 from engine.run import RunResult, run_graph
 from tests.enginekit import layered_steps, make_project, write_inputs
 
-pytestmark = pytest.mark.nix
+# Which Nix processes a run starts depends on the store lock (engine/run.py `_build`): these tests
+# assert the nix-build path unless they say otherwise, so each takes a lock of its own (their
+# graphs are salted: tests/conftest.py `own_store_lock`); under two test workers the shared lock
+# held by the other worker sent them down the two-process path
+pytestmark = [pytest.mark.nix, pytest.mark.usefixtures("own_store_lock")]
 
 
 def delete(path: str) -> subprocess.CompletedProcess[str]:
@@ -66,7 +70,6 @@ def test_an_output_deleted_as_nix_build_ends_is_built_again_and_kept(
     assert refused.returncode != 0 and "alive" in refused.stderr
 
 
-@pytest.mark.usefixtures("own_store_lock")  # which Nix processes run: tests/conftest.py
 @pytest.mark.parametrize("way", ["nix-build", "realise-in-chunks"])
 def test_what_nix_build_made_is_held_before_the_run_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, way: str
