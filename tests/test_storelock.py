@@ -228,16 +228,23 @@ def fake_nix(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return log
 
 
+def fake_nix_and_expression(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, Nix, Path]:
+    """`fake_nix`'s log, a Nix of the default settings, and an expression file to build."""
+    log = fake_nix(tmp_path / "bin", monkeypatch)
+    expr = tmp_path / "e.nix"
+    expr.write_text("[]")
+    return log, Nix(NixConfig()), expr
+
+
 def test_nix_realise_and_build_wait_for_the_lock_instantiate_does_not(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     lock_env: dict[str, str],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    log = fake_nix(tmp_path / "bin", monkeypatch)
-    nix = Nix(NixConfig())
-    expr = tmp_path / "e.nix"
-    expr.write_text("[]")
+    log, nix, expr = fake_nix_and_expression(tmp_path, monkeypatch)
     fd = hold_elsewhere(storelock.store_of([]))
     try:
         assert nix.instantiate(expr)[0] == 0  # evaluation: not serialised
@@ -266,10 +273,7 @@ def test_a_build_that_need_not_wait_starts_nothing_while_the_lock_is_held(
     """`Nix.build(wait=False)` (engine/run.py `_build`): with the lock taken, None at once and no
     Nix started, so the run evaluates first (unlocked) and finds bad input without waiting; with
     the lock free, nix-build runs as with `wait=True`."""
-    log = fake_nix(tmp_path / "bin", monkeypatch)
-    nix = Nix(NixConfig())
-    expr = tmp_path / "e.nix"
-    expr.write_text("[]")
+    log, nix, expr = fake_nix_and_expression(tmp_path, monkeypatch)
     fd = hold_elsewhere(storelock.store_of([]))
     try:
         started = time.monotonic()
