@@ -29,6 +29,7 @@ from typing import Any
 
 from engine.errors import BusyError, InputError
 from engine.loader import check_path
+from engine.plain import Plain
 from engine.readonly import read_only_connection
 
 GCROOTS_BASE = Path("/nix/var/nix/gcroots/per-user")
@@ -47,22 +48,13 @@ def _flock(fd: int, wait: float) -> bool:
             time.sleep(0.05)
 
 
-class CachedResult:
+class CachedResult(Plain):
     """A result in the index: a step key, its `.drv` and output, its outcome and who built it
     (`built_on`, `checked_on`: engine.run.StepResult's). A plain class: a dataclass costs ~2-4M
     instructions to make at import (issue 30)."""
 
-    __slots__ = (
-        "built_on",
-        "checked_on",
-        "deterministic",
-        "drv",
-        "key",
-        "out",
-        "outcome",
-        "step_id",
-    )
-    _FIELDS = ("key", "step_id", "drv", "out", "outcome", "deterministic", "built_on", "checked_on")
+    FIELDS = ("key", "step_id", "drv", "out", "outcome", "deterministic", "built_on", "checked_on")
+    __slots__ = FIELDS
 
     def __init__(
         self,
@@ -79,16 +71,6 @@ class CachedResult:
         self.key, self.step_id, self.drv, self.out = key, step_id, drv, out
         self.outcome, self.deterministic = outcome, deterministic
         self.built_on, self.checked_on = built_on, checked_on
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, CachedResult):
-            return NotImplemented
-        return all(getattr(self, f) == getattr(other, f) for f in self._FIELDS)
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
-
-    def __repr__(self) -> str:
-        return f"CachedResult({', '.join(f'{f}={getattr(self, f)!r}' for f in self._FIELDS)})"
 
 
 # columns added after the first release: a state.db made before them gets them (NULL: unknown)

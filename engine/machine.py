@@ -25,6 +25,7 @@ from pathlib import Path
 
 from engine.errors import InputError
 from engine.loader import load
+from engine.plain import Frozen
 
 ENV_VAR = "TRACE_MACHINE_CONFIG"
 SYSTEM_PATH = Path("/etc/trace/machine.toml")
@@ -33,7 +34,7 @@ _KEY = re.compile(r"^[A-Za-z0-9._+-]+:[A-Za-z0-9+/=]+$")
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://\S*$")
 
 
-class Machine:
+class Machine(Frozen):
     """The machine config in force, as plain data (no config file: all unset). What each key
     means, and its validation: engine/machinefile.py MachineConfig (`trace schema
     machine`). A plain class: a dataclass costs ~2-4M instructions to make at import, on every
@@ -70,20 +71,6 @@ class Machine:
             check_builders,
         )
         self.max_jobs, self.push_to, self.secret_key_file = max_jobs, push_to, secret_key_file
-
-    def _values(self) -> tuple[object, ...]:
-        return tuple(getattr(self, f) for f in self.FIELDS)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Machine):
-            return NotImplemented
-        return self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        return f"Machine({', '.join(f'{f}={getattr(self, f)!r}' for f in self.FIELDS)})"
 
     def nix_options(self) -> list[tuple[str, str]]:
         """The settings this config gives, as Nix options (unset ones leave Nix's own)."""

@@ -17,9 +17,10 @@ from engine import __version__
 from engine.cache import CachedResult, IndexView
 from engine.graphtypes import Graph, InputRef, Step
 from engine.hashing import digest_bytes, key_digest
+from engine.plain import Plain
 
 
-class StepPlan:
+class StepPlan(Plain):
     """A step's key and, when dirty, why (its components: what the key was computed from).
 
     A plain class, not a dataclass (making one costs ~2-4M instructions at every import, issue
@@ -27,6 +28,7 @@ class StepPlan:
     load cache's known keys, the plan of 999 clean steps whose key did not move never needs
     theirs (engine/run.py records only those of keys that moved)."""
 
+    FIELDS = ("id", "key", "dirty", "reasons", "components", "prev_key")
     __slots__ = ("_components", "_make", "dirty", "id", "key", "prev_key", "reasons")
 
     def __init__(
@@ -53,43 +55,15 @@ class StepPlan:
             self._components, self._make = self._make(), None
         return self._components
 
-    def _fields(self) -> tuple[Any, ...]:
-        return (self.id, self.key, self.dirty, self.reasons, self.components, self.prev_key)
 
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not StepPlan:
-            return NotImplemented
-        assert isinstance(other, StepPlan)
-        return self._fields() == other._fields()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
-
-    def __repr__(self) -> str:
-        return (
-            f"StepPlan(id={self.id!r}, key={self.key!r}, dirty={self.dirty!r}, "
-            f"reasons={self.reasons!r}, components={self.components!r}, "
-            f"prev_key={self.prev_key!r})"
-        )
-
-
-class Plan:
+class Plan(Plain):
     """Every step of a graph planned, in build order."""
 
-    __slots__ = ("graph", "order", "steps")
+    FIELDS = ("graph", "steps", "order")
+    __slots__ = FIELDS
 
     def __init__(self, *, graph: str, steps: dict[str, StepPlan], order: list[str]) -> None:
         self.graph, self.steps, self.order = graph, steps, order
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not Plan:
-            return NotImplemented
-        assert isinstance(other, Plan)
-        return (self.graph, self.steps, self.order) == (other.graph, other.steps, other.order)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Plan(graph={self.graph!r}, steps={self.steps!r}, order={self.order!r})"
 
     @property
     def dirty(self) -> list[str]:

@@ -15,28 +15,21 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.hashing import SKIP_NAMES
+from engine.plain import Frozen
 
 if TYPE_CHECKING:  # jinja2 is imported on first render: a no-op run never pays for it
     import jinja2
 
 
-class NixExpr:
+class NixExpr(Frozen):
     """A fragment of Nix code produced by the engine, printed as is (a plain class: a dataclass
     costs ~2-4M instructions to make at import, issue 30)."""
 
-    __slots__ = ("code",)
+    FIELDS = ("code",)
+    __slots__ = FIELDS
 
     def __init__(self, code: str) -> None:
         self.code = code
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, NixExpr) and other.code == self.code
-
-    def __hash__(self) -> int:
-        return hash(self.code)
-
-    def __repr__(self) -> str:
-        return f"NixExpr(code={self.code!r})"
 
     def __str__(self) -> str:
         return self.code

@@ -39,6 +39,7 @@ import tomli
 from engine.cache import CachedResult, IndexView
 from engine.graphtypes import Graph, Step
 from engine.hashing import StatCache, digest_bytes, key_digest
+from engine.plain import Frozen
 from engine.plan import Plan, StepPlan, components, graph_id, why_dirty
 from engine.steptable import DeclaredStep, plain_step
 
@@ -114,23 +115,16 @@ def faithful(text: str) -> list[Section] | None:
     return secs if merged == whole else None
 
 
-class _Source:
+class _Source(Frozen):
     """A pipeline file as the resident graph last resolved it (sections None: never updated in
     place, every edit of it is a full plan). A plain class: a dataclass costs ~2-4M instructions
     to make at import (issue 30)."""
 
-    __slots__ = ("sections", "text")
+    FIELDS = ("text", "sections")
+    __slots__ = FIELDS
 
     def __init__(self, text: str, sections: tuple[Section, ...] | None) -> None:
         self.text, self.sections = text, sections
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, _Source):
-            return NotImplemented
-        return (self.text, self.sections) == (other.text, other.sections)
-
-    def __hash__(self) -> int:
-        return hash((self.text, self.sections))
 
     def starts(self) -> list[int]:
         """Where each section begins in `text`, then the text's length."""

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from engine.plain import Plain
+
 
 class DeclaredStep(Protocol):
     """What resolving a declared step reads of its table (engine/graphstep.py): a validated
@@ -36,12 +38,13 @@ class DeclaredStep(Protocol):
     def check(self) -> bool | None: ...
 
 
-class PlainStep:
+class PlainStep(Plain):
     """A step table StepSpec would accept as it is: no `repeat`, every input a path. A plain
     class: a dataclass costs ~2-4M instructions to make at import, on every trace process
     (issue 30)."""
 
-    __slots__ = ("check", "description", "inputs", "kind", "needs", "params")
+    FIELDS = ("kind", "needs", "inputs", "params", "check", "description")
+    __slots__ = FIELDS
 
     def __init__(
         self,
@@ -54,12 +57,6 @@ class PlainStep:
     ) -> None:
         self.kind, self.needs, self.inputs, self.params = kind, needs, inputs, params
         self.check, self.description = check, description
-
-    def __repr__(self) -> str:
-        return (
-            f"PlainStep(kind={self.kind!r}, needs={self.needs!r}, inputs={self.inputs!r}, "
-            f"params={self.params!r}, check={self.check!r}, description={self.description!r})"
-        )
 
 
 def _strs(value: Any) -> bool:
