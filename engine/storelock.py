@@ -123,10 +123,11 @@ def store_lock(
         yield True
         return
     try:
-        if not wait and not _try(fd):
+        if wait:
+            _acquire(fd, store, path, notify)
+        elif not _try(fd):  # taken: hold nothing
             yield False
             return
-        _acquire(fd, store, path, notify)
         yield True
     finally:
         os.close(fd)  # releases the flock

@@ -42,9 +42,7 @@ def verified_fork(tmp_path_factory: pytest.TempPathFactory) -> VerifiedFork:
 
 
 @pytest.fixture()
-def own_store_lock(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Path:
+def own_store_lock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A store build lock of this test's own (TRACE_STORE_LOCK_DIR, engine/storelock.py), for a
     test that asserts which Nix processes a later run starts: one nix-build when the lock is
     free at once, else nix-instantiate then nix-store --realise (engine/run.py `_build`), so
@@ -54,9 +52,8 @@ def own_store_lock(
     rebuild in one fast-tier run). Only for tests whose derivations are their own (a salted
     graph): no other process builds those, so no cycle of Nix output locks can form without
     the shared lock."""
-    locks = tmp_path_factory.mktemp("store-lock")
-    monkeypatch.setenv("TRACE_STORE_LOCK_DIR", str(locks))
-    return locks
+    with own_store_lock_for(tmp_path_factory) as locks:
+        yield locks
 
 
 @contextmanager
