@@ -108,12 +108,19 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; every way it can end is an exit code (none is a traceback)."""
-    if argv is None:  # a trace process of its own (the console script), not a caller's main([...])
-        _short_lived_gc()
+    """Run one command; every way it can end is an exit code (none is a traceback). Without
+    `argv`, a trace process of its own (the console script), not a caller's main([...]): its
+    collector is tuned at the start and the process ends here (`_leave`)."""
+    if argv is not None:
+        return _main(list(argv))
+    _short_lived_gc()
+    return _leave(_main(sys.argv[1:]))
+
+
+def _main(argv: list[str]) -> int:
     restore = _install_sigterm()
     try:
-        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+        return _dispatch(argv)
     except TraceError as exc:
         print(f"trace: error: {exc.render()}", file=sys.stderr)
         return exc.exit_code
@@ -142,6 +149,30 @@ def _short_lived_gc() -> None:
     (bench/README.md, cache30)."""
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
+
+
+def _leave(rc: int) -> int:
+    """End a trace process of its own without the interpreter's teardown, which frees every
+    object and module one by one: ~35 ms of the ~200 ms of Python in a first run of 100 steps
+    (pydantic's schemas, the graph), more than anything else trace does after the build
+    (docs/performance.md). As mypy's `hard_exit`: the atexit handlers run (logging's shutdown,
+    weakref finalizers such as a temporary directory's), stdout and stderr are flushed, then
+    os._exit. Every file trace writes is closed by then (its own writes use `with`); a stream
+    that cannot be flushed (a reader that went away) is what a normal exit would lose too.
+    While another non-daemon thread runs, `rc` is returned for the normal exit, which waits
+    for it."""
+    import atexit
+    import contextlib
+    import threading
+
+    main = threading.main_thread()
+    if any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        return rc
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream
+            stream.flush()
+    os._exit(rc)
 
 
 def _install_sigterm() -> Callable[[], object]:
