@@ -100,13 +100,13 @@ def phases(proj: Project, state: Path, jobs: int) -> str:
     from engine.run import plan, run_graph
 
     mark("imports (engine.cache/graph/hashing/run), if not yet imported")
+    hasher = StatCache.read_only(state / "state.db")  # as `trace run` does (engine/cli/run.py)
+    mark("StatCache.read_only")
+    graph = load_graph(proj.graph, root=proj.root, hasher=hasher)
+    mark("load_graph")
     with Index(state) as index:
         mark("Index(state)")
-        hasher = StatCache(index.db)
-        mark("StatCache(index.db)")
-        graph = load_graph(proj.graph, root=proj.root, hasher=hasher)
-        mark("load_graph")
-        hasher.flush()
+        hasher.flush(index.writable())
         plan(graph, index)
         mark("plan (alone; run_graph plans again)")
         result = run_graph(graph, index, jobs=jobs)

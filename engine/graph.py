@@ -12,7 +12,7 @@ import dataclasses
 import graphlib
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import InputError
 from engine.graphfile import File, load_files, resolve_in, suggest
@@ -28,19 +28,22 @@ from engine.loader import (
     resolve,
 )
 from engine.paths import key_source_paths
-from engine.spec import (
-    FORBIDDEN_OPTIONS,
-    MAX_REPEAT,
-    MAX_STEPS,
-    NixSettings,
-    StepSpec,
-    VarRef,
-)
+from engine.plainfile import PlainNix
+from engine.specrules import FORBIDDEN_OPTIONS, MAX_REPEAT, MAX_STEPS
+from engine.steptable import PlainStep
+
+if TYPE_CHECKING:  # pydantic is imported for a file that is not plainly valid (graphfile.py)
+    from engine.spec import NixSettings, StepSpec
+
+    Declared = StepSpec | PlainStep
 
 
-def _merge_nix(files: list[File]) -> NixSettings:
+def _merge_nix(files: list[File]) -> NixSettings | PlainNix:
+    """The `[nix]` tables of the files merged, the entry file's last (it wins); plain when
+    every table was (engine/plainfile.py), else validated by pydantic as a whole."""
     merged: dict[str, Any] = {}
     sandbox: list[str] = []
+    plain = True
     for f in files:  # included files first, the entry file last: it wins
         if f.spec.nix is None:
             continue
@@ -56,12 +59,20 @@ def _merge_nix(files: list[File]) -> NixSettings:
                     "config, docs/evidence.md), never a pipeline's; paths the sandbox needs go "
                     "in [nix] extra_sandbox_paths",
                 )
-        data = f.spec.nix.model_dump(exclude_unset=True)
+        nix = f.spec.nix
+        if isinstance(nix, PlainNix):
+            data = nix.set_fields()
+        else:
+            data, plain = nix.model_dump(exclude_unset=True), False
         sandbox.extend(p for p in data.pop("extra_sandbox_paths", []) if p not in sandbox)
         opts = {**merged.get("options", {}), **data.pop("options", {})}
         merged.update(data)
         merged["options"] = opts
     merged["extra_sandbox_paths"] = sandbox
+    if plain:  # every value as NixSettings gives it back: the merge of them too
+        return PlainNix(merged)
+    from engine.spec import NixSettings
+
     return NixSettings.model_validate(merged)
 
 
@@ -190,8 +201,8 @@ def _read_template(value: str, f: File, kind: str) -> tuple[Path, str]:
 
 def _collect_steps(
     files: list[File], kinds: dict[str, Kind], entry: Path
-) -> dict[str, tuple[StepSpec, File]]:
-    specs: dict[str, tuple[StepSpec, File]] = {}
+) -> dict[str, tuple[Declared, File]]:
+    specs: dict[str, tuple[Declared, File]] = {}
     for f in files:
         for sid, ss in f.spec.steps.items():
             if sid in specs:
@@ -222,15 +233,15 @@ def _collect_steps(
 
 
 def _expand_repeats(
-    specs: dict[str, tuple[StepSpec, File]], r: Resolver
+    specs: dict[str, tuple[Declared, File]], r: Resolver
 ) -> tuple[dict[str, tuple[str, ...]], set[str]]:
     """step id -> the ids it expands to (id@1..id@N when `repeat` is set); the repeated ids."""
     expansions: dict[str, tuple[str, ...]] = {}
     repeated: set[str] = set()
     total = 0
     for sid, (ss, f) in specs.items():
-        rep: Any = ss.repeat
-        if isinstance(rep, VarRef):
+        rep: Any = 1 if isinstance(ss, PlainStep) else ss.repeat  # plain: no `repeat`
+        if not isinstance(rep, int):  # validated: an int or a `{ var = ... }` reference
             rep = r.var(rep, f, "steps", sid, "repeat")
         if not isinstance(rep, int) or isinstance(rep, bool) or not 1 <= rep <= MAX_REPEAT:
             raise InputError(
@@ -249,7 +260,7 @@ def _expand_repeats(
                 line=f.line("steps", sid, "repeat") or f.line("steps", sid),
                 hint="split the graph or lower the repeats",
             )
-        if "repeat" in ss.model_fields_set:
+        if not isinstance(ss, PlainStep) and "repeat" in ss.model_fields_set:
             repeated.add(sid)
             expansions[sid] = tuple(f"{sid}@{i}" for i in range(1, rep + 1))
         else:
@@ -257,7 +268,7 @@ def _expand_repeats(
     return expansions, repeated
 
 
-def nix_settings(entry: Path) -> tuple[NixSettings, Path | None]:
+def nix_settings(entry: Path) -> tuple[NixSettings | PlainNix, Path | None]:
     """The merged `[nix]` settings of a pipeline file and its includes, and the file that set
     the package set (None when none did): what a graph generated for the same package set
     (`trace record`'s trials) builds with."""
@@ -266,7 +277,7 @@ def nix_settings(entry: Path) -> tuple[NixSettings, Path | None]:
     return _merge_nix(files), owner
 
 
-def _nix_config(nix: NixSettings, package_set: str | None) -> NixConfig:
+def _nix_config(nix: NixSettings | PlainNix, package_set: str | None) -> NixConfig:
     from engine import hostpaths
 
     return NixConfig(
@@ -285,13 +296,13 @@ def _resolve_nix(files: list[File], r: Resolver) -> tuple[NixConfig, InputRef | 
         return _nix_config(nix, None), None
     owner = next(f for f in reversed(files) if f.spec.nix and f.spec.nix.package_set)
     ps = nix.package_set
-    value = r.var(ps, owner, "nix", "package_set") if isinstance(ps, VarRef) else ps
+    value = ps if isinstance(ps, str) else r.var(ps, owner, "nix", "package_set")
     package_set = r.package_set(str(value), nix.package_set_exclude, owner)
     return _nix_config(nix, str(package_set.path)), package_set
 
 
 def _build_steps(
-    specs: dict[str, tuple[StepSpec, File]],
+    specs: dict[str, tuple[Declared, File]],
     kinds: dict[str, Kind],
     expansions: dict[str, tuple[str, ...]],
     repeated: set[str],
@@ -303,7 +314,7 @@ def _build_steps(
     return steps
 
 
-def _order(steps: dict[str, Step], specs: dict[str, tuple[StepSpec, File]]) -> tuple[str, ...]:
+def _order(steps: dict[str, Step], specs: dict[str, tuple[Declared, File]]) -> tuple[str, ...]:
     sorter = graphlib.TopologicalSorter({s.id: s.needs for s in steps.values()})
     try:
         return tuple(sorter.static_order())

@@ -14,6 +14,7 @@ from engine.errors import InputError
 from engine.hashing import digest_bytes
 from engine.loader import closest, decode, parse_toml, read_bytes, resolve
 from engine.paths import data_dir, resolve_ref
+from engine.plainfile import PlainFile, plain_file
 
 if TYPE_CHECKING:  # pydantic is imported to validate a file (read_file), not to re-resolve a step
     from pydantic import ValidationError
@@ -62,7 +63,7 @@ class File:
         self,
         path: Path,
         text: str,
-        spec: PipelineFile | None,
+        spec: PipelineFile | PlainFile | None,
         digest: str,
         headers: dict[str, int] | None = None,
     ) -> None:
@@ -74,7 +75,7 @@ class File:
         self._headers = headers
 
     @property
-    def spec(self) -> PipelineFile:
+    def spec(self) -> PipelineFile | PlainFile:
         """The file as validated (read_file); a File made without one has none to give."""
         if self._spec is None:
             raise AssertionError(f"{self.path} was not validated as a whole file")
@@ -97,18 +98,24 @@ class File:
 
 
 def read_file(path: Path) -> File:
+    """A pipeline file read and validated: plainly valid without pydantic (engine/plainfile.py),
+    else by pydantic, whose first error is the message."""
+    data = read_bytes(path, "pipeline file")
+    text = decode(data, path, "pipeline file")
+    raw = parse_toml(text, path, "pipeline file")
+    spec = plain_file(raw) or _validated(raw, path, text)
+    return File(path, text, spec, digest_bytes(data))
+
+
+def _validated(raw: dict[str, Any], path: Path, text: str) -> PipelineFile:
     from pydantic import ValidationError
 
     from engine.spec import PipelineFile
 
-    data = read_bytes(path, "pipeline file")
-    text = decode(data, path, "pipeline file")
-    raw = parse_toml(text, path, "pipeline file")
     try:
-        spec = PipelineFile.model_validate(raw)
+        return PipelineFile.model_validate(raw)
     except ValidationError as exc:
         raise validation_error(exc, path, text, raw) from None
-    return File(path, text, spec, digest_bytes(data))
 
 
 def validation_error(exc: ValidationError, path: Path, text: str, raw: Any) -> InputError:

@@ -17,6 +17,7 @@ from engine.hashing import StatCache, tree_digest
 from engine.paths import PREFIX
 
 if TYPE_CHECKING:  # no pydantic on the way to re-resolving one step (engine/graphstep.py)
+    from engine.plainfile import PlainParam
     from engine.spec import ParamSpec, VarRef
     from engine.steptable import DeclaredStep
 
@@ -151,7 +152,7 @@ def flatten(ctx: Mapping[str, Any], prefix: str = "") -> list[str]:
     return out
 
 
-def check_type(value: Any, spec: ParamSpec | Param) -> bool:
+def check_type(value: Any, spec: ParamSpec | PlainParam | Param) -> bool:
     t = spec.type
     if t in ("string", "path"):
         return isinstance(value, str)

@@ -8,18 +8,15 @@ with these and resolves them into the graph of engine/graphtypes.py, which flows
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.graphtypes import ParamType
-
-ID_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
-
-# Documented limits (README, "Pipeline files"): past them a file is refused, not half-loaded.
-MAX_REPEAT = 10_000
-MAX_STEPS = 1_000_000
+from engine.specrules import FORBIDDEN_OPTIONS as FORBIDDEN_OPTIONS  # re-exported: its old home
+from engine.specrules import ID_RE, MAX_REPEAT, numeric_option_problem
+from engine.specrules import MAX_STEPS as MAX_STEPS
+from engine.specrules import NUMERIC_OPTIONS as NUMERIC_OPTIONS
 
 
 class FileModel(BaseModel):
@@ -100,50 +97,10 @@ class NixSettings(FileModel):
     @field_validator("options")
     @classmethod
     def _numeric_options(cls, value: dict[str, str]) -> dict[str, str]:
-        """`cores` is a count (0: every core), `max-jobs` 1 or more or `auto` (0 would leave
-        every build to remote builders, which are the machine's, never a pipeline's)."""
-        for name, least in NUMERIC_OPTIONS.items():
-            text = value.get(name)
-            if text is None or (name == "max-jobs" and text == "auto"):
-                continue
-            if not text.isascii() or not text.isdigit() or int(text) < least:
-                raise ValueError(
-                    f"option '{name}' must be a whole number of {least} or more"
-                    + (" or 'auto'" if name == "max-jobs" else "")
-                    + f", not {text!r}"
-                )
+        problem = numeric_option_problem(value)  # engine/specrules.py
+        if problem is not None:
+            raise ValueError(problem)
         return value
-
-
-# Options Nix reads as numbers: a pipeline's value is checked on load, not by Nix mid-run.
-NUMERIC_OPTIONS = {"cores": 0, "max-jobs": 1}
-
-
-# Settings a pipeline may not pass as `[nix] options`: verdicts come only from sandboxed builds,
-# so the sandbox is trace's, not the pipeline's; binary caches, the keys that make their contents
-# acceptable and remote builders are the machine's (engine/machine.py), never a pipeline's.
-FORBIDDEN_OPTIONS = frozenset(
-    {
-        "sandbox",
-        "build-use-sandbox",
-        "sandbox-fallback",
-        "sandbox-paths",
-        "build-sandbox-paths",
-        "extra-sandbox-paths",
-        "allowed-impure-host-deps",
-        "impure-env",
-        "substituters",
-        "extra-substituters",
-        "trusted-substituters",
-        "require-sigs",
-        "trusted-public-keys",
-        "builders",
-        "secret-key-files",
-        "post-build-hook",
-        "pre-build-hook",
-        "diff-hook",
-    }
-)
 
 
 class PipelineFile(FileModel):

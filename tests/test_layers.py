@@ -68,6 +68,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "engine.graphparams",
             "engine.graphstep",
             "engine.steptable",
+            "engine.plainfile",
+            "engine.specrules",
             "engine.candidate",
             "engine.oracles",
             "engine.expression",

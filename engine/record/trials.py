@@ -21,6 +21,7 @@ from engine.errors import InputError, StepFailed, TraceError
 from engine.record.interaction import Interaction, repro_script
 
 if TYPE_CHECKING:
+    from engine.plainfile import PlainNix
     from engine.run import RunResult
     from engine.spec import NixSettings
 
@@ -75,7 +76,7 @@ def nix_table(fork: Path) -> list[str]:
     return lines
 
 
-def package_set(nix: NixSettings, owner: Path | None, fork: Path) -> Path:
+def package_set(nix: NixSettings | PlainNix, owner: Path | None, fork: Path) -> Path:
     """A literal package set relative to the file that names it; a `{ var = ... }` (the
     standard graph's `fork.root`) or none: the fork."""
     if owner is None or not isinstance(nix.package_set, str):
