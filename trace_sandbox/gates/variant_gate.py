@@ -15,8 +15,8 @@ A clean rejection (a non-zero exit) is never a crash. A post-fix crash of anothe
 pre-fix build shows too is a bug the fix does not claim to fix: listed, not failing.
 
 Without a crash, each call of the variant is judged by what the pre-fix side did with it
-(oracle.py `variant_judgement`, input-independent [accept] fields only: exit-code sets, signal,
-sanitizer, stderr; a golden or stdout oracle was declared for the PoC's exact input). A BAD
+(variant_oracle.py `variant_judgement`, input-independent [accept] fields only: exit-code sets,
+signal, sanitizer, stderr; a golden or stdout oracle was declared for the PoC's exact input). A BAD
 input (the pre-fix side shows [expect]'s bug on it) must be handled as the PoC's declared
 rejection (`mishandled`: variant-mishandled). A GOOD input (the pre-fix side handled it well)
 must still meet a declared oracle it met pre-fix (`breaks-oracle`: variant-breaks-oracle, a fix
@@ -36,7 +36,8 @@ import shutil
 from .applied import applied_policy, bound
 from .codes import gate_record
 from .modules import load_json_object
-from .oracle import declared_sanitizer, shows_the_bug, variant_judgement
+from .oracle import declared_sanitizer, shows_the_bug
+from .variant_oracle import variant_judgement
 from .variant_runs import run_dirs
 from .variants import Invocation, generate
 
