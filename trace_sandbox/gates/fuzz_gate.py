@@ -43,7 +43,7 @@ from .fuzz_python import (
 )
 from .fuzz_runner import ProgramRunner
 from .modules import load_json_object
-from .oracle import mismatches, rejections, shows_the_bug
+from .oracle import mismatches, shows_the_bug
 from .scratch import scratch_root
 from .variant_gate import (
     _store_name,
@@ -55,6 +55,7 @@ from .variant_gate import (
     signature,
     write_taint,
 )
+from .variant_oracle import rejections
 from .variants import Invocation, Unit, _variant, units_of
 
 TYPE_CHECKING = False
@@ -231,7 +232,7 @@ def _explore(
 
 def _refusal(cfg: dict[str, Any]) -> Callable[[Ran], bool]:
     """Whether a Python run that raised is the fix refusing its input as [accept] declares
-    (oracle.rejections: exit code and output), judged on what the run printed."""
+    (variant_oracle.rejections: exit code and output), judged on what the run printed."""
     _, oracles = declared_oracles(cfg)
     rules = rejections(oracles.get("accept") or {})
 
@@ -323,7 +324,7 @@ def _write_variant(
 def python_crash(inv: dict[str, Any], accept: dict[str, Any]) -> str | None:
     """A Python target's crash in a run record: an exception escaped (its traceback ends the
     invocation's stderr, exit non-zero), unless the call meets a rejection [accept] declares
-    (oracle.rejections: `exit_code = 1` + `stderr = "ValueError: …"`, a fix refusing the
+    (variant_oracle.rejections: `exit_code = 1` + `stderr = "ValueError: …"`, a fix refusing the
     input by raising). A clean exit, whatever its code, is never a crash."""
     if inv.get("sanitizer") or inv.get("signal") or inv.get("exit_code") in (0, None):
         return None

@@ -5,9 +5,9 @@ build of its own: `PythonRunner(unit, data)` runs each of the PoC's Python invoc
 `python3 script.py ARGS`, `python3 -m module`, `python3 -c CODE` the harness recorded as
 `kind: python`, or an executable of the package that is a Python script, `#!…python…`) with one
 unit (a data file, a stdin, an argument) replaced by `data`, and reads its coverage from
-`sys.settrace`: every *arc* (the line before, the line now) run in the package's own files,
-counted, the counts bucketed as the C map's are (fuzz.BUCKETS), one 8-bit slot per arc. So the
-loop (fuzz.py) and its mutators are the C path's, unchanged.
+`sys.settrace` (fuzz_python_arcs.py): every *arc* (the line before, the line now) run in the
+package's own files, counted, the counts bucketed as the C map's are (fuzz.BUCKETS), one 8-bit
+slot per arc. So the loop (fuzz.py) and its mutators are the C path's, unchanged.
 
 By default every execution runs in this interpreter (`in-process`): a fresh `runpy` of the entry
 script or module with its own argv, working directory, stdin (the unit's bytes or the recorded
@@ -48,7 +48,8 @@ from types import FrameType
 
 from . import fuzz_runner
 from ._dataclasses import dataclass, field
-from .fuzz import BUCKETS, Outcome
+from .fuzz import Outcome
+from .fuzz_python_arcs import Arc, ArcMap, ArcTracer, _Hang
 from .fuzz_runner import write_unless_held
 from .fuzz_server import by_limit, run_limited
 from .variants import Invocation, Unit
@@ -64,7 +65,6 @@ WALL_LIMIT = 60.0  # seconds: a run that stops producing events (blocked, in C c
 IN_PROCESS = "in-process"
 PER_PROCESS = "per-process"
 CRASH_PREFIX = "Python: "
-Arc = tuple[str, int, int]
 
 
 @dataclass(frozen=True)
@@ -125,75 +125,6 @@ def script_names(invocations: list[Invocation]) -> set[str]:
         if inv.kind == "python" and inv.args and not inv.args[0].startswith("-"):
             out.add(inv.args[0].removeprefix("./").removeprefix("<work>/"))
     return out
-
-
-class _Hang(BaseException):
-    """Raised in the target by the tracer (past STEPS events) or the alarm (WALL_LIMIT)."""
-
-
-# --- coverage --------------------------------------------------------------------------------
-
-
-class ArcTracer:
-    """sys.settrace over the files under `roots` only: (file, line before, line now) counts.
-    `mine` (filename -> under the roots) may be shared between tracers: it never changes."""
-
-    def __init__(
-        self, roots: tuple[str, ...], mine: dict[str, bool] | None = None, steps: int = 0
-    ) -> None:
-        self.roots = roots
-        self.mine = {} if mine is None else mine
-        self.counts: dict[Arc, int] = {}
-        self.left = [steps or STEPS]  # events before the run is a hang (_Hang)
-
-    def _ours(self, filename: str) -> bool:
-        known = self.mine.get(filename)
-        if known is None:
-            known = self.mine[filename] = os.path.realpath(filename).startswith(self.roots)
-        return known
-
-    def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
-        left = self.left
-        left[0] -= 1
-        if left[0] < 0:
-            raise _Hang
-        filename = frame.f_code.co_filename
-        if event != "call" or not self._ours(filename):
-            return None
-        last = -frame.f_code.co_firstlineno  # entering the function
-        counts = self.counts
-
-        def local(frame: FrameType, event: str, arg: Any) -> Any:
-            nonlocal last
-            if event == "line":
-                left[0] -= 1
-                if left[0] < 0:
-                    raise _Hang
-                arc = (filename, last, frame.f_lineno)
-                counts[arc] = counts.get(arc, 0) + 1
-                last = frame.f_lineno
-            elif event == "return":
-                arc = (filename, last, -frame.f_code.co_firstlineno)
-                counts[arc] = counts.get(arc, 0) + 1
-            return local
-
-        return local
-
-
-class ArcMap:
-    """Arcs numbered in the order first seen (per runner: the same inputs, the same numbers);
-    an execution's counts as fuzz features (one byte of bucket bits per arc)."""
-
-    def __init__(self) -> None:
-        self.ids: dict[Arc, int] = {}
-
-    def features(self, counts: dict[Arc, int]) -> int:
-        for arc in counts:
-            self.ids.setdefault(arc, len(self.ids))
-        raw = bytearray(len(self.ids))
-        for arc, n in counts.items():
-            raw[self.ids[arc]] = min(n, 255)
-        return int.from_bytes(bytes(raw).translate(BUCKETS), "little")
 
 
 # --- one invocation, in this interpreter -----------------------------------------------------
@@ -306,7 +237,7 @@ def _start(entry: Entry, place: Place) -> None:
 
 def run_in_process(entry: Entry, place: Place, stdin: bytes) -> Ran:
     """Run one invocation here, traced over the package: how it ended and the arcs it ran."""
-    tracer = ArcTracer(place.roots, place.mine)
+    tracer = ArcTracer(place.roots, place.mine, steps=STEPS)
     old = signal.signal(signal.SIGALRM, _on_alarm)
     with _process_state(entry, place, stdin) as ran:
         ended = _traced(entry, place, tracer)

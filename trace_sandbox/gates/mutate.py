@@ -37,6 +37,7 @@ import re
 from collections.abc import Iterator
 
 from ._dataclasses import dataclass
+from .condition_ops import clause_edits, matching_paren, negate_edits
 from .constant_op import Edit as _Edit
 from .constant_op import constant_edits, literal_value
 from .diff import FileDiff, Line, parse_series
@@ -219,51 +220,6 @@ def _arithmetic(text: str, code: str, lang: Lang) -> Iterator[_Edit]:
         yield _Edit("arithmetic", m.start(), mutated, f"arithmetic '{op}' -> '{new}'")
 
 
-def _matching_paren(code: str, open_at: int) -> int:
-    depth = 0
-    for k in range(open_at, len(code)):
-        if code[k] == "(":
-            depth += 1
-        elif code[k] == ")":
-            depth -= 1
-            if depth == 0:
-                return k
-    return -1
-
-
-def _negate(text: str, code: str, lang: Lang) -> Iterator[_Edit]:
-    if lang == "c":
-        for m in re.finditer(r"\b(if|while)\s*\(", code):
-            open_at = m.end() - 1
-            close = _matching_paren(code, open_at)
-            if close < 0:
-                continue
-            cond = text[open_at + 1 : close]
-            mutated = text[: open_at + 1] + "!(" + cond + ")" + text[close:]
-            yield _Edit("negate", open_at + 1, mutated, f"negate {m.group(1)} condition")
-        return
-    pm = re.match(r"^(\s*)(if|elif|while)\s+", code)
-    if not pm:
-        return
-    m = pm
-    depth = 0
-    colon = -1
-    for k in range(m.end(), len(code)):
-        ch = code[k]
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == ":" and depth == 0 and code[k + 1 : k + 2] != "=":
-            colon = k
-            break
-    if colon < 0:
-        return
-    cond = text[m.end() : colon].rstrip()
-    mutated = text[: m.end()] + "not (" + cond + ")" + text[m.end() + len(cond) :]
-    yield _Edit("negate", m.end(), mutated, f"negate {m.group(2)} condition")
-
-
 def _delete(text: str, code: str, lang: Lang) -> Iterator[_Edit]:
     stripped = code.strip()
     if not stripped or not brackets_balanced(stripped):
@@ -311,62 +267,6 @@ def _return(text: str, code: str, lang: Lang) -> Iterator[_Edit]:
     yield _Edit("return", m.start(2), mutated, f"return {expr.strip()} -> return {new}")
 
 
-def _split_clauses(code: str, lo: int, hi: int, lang: Lang) -> list[tuple[int, int]]:
-    """Spans of the top-level clauses of the condition code[lo:hi] joined by &&/|| (C) or
-    and/or (Python); with the operator spans between them, alternating clause, op, clause..."""
-    ops = re.compile(r"&&|\|\|") if lang == "c" else re.compile(r"\b(?:and|or)\b")
-    spans: list[tuple[int, int]] = []
-    depth = 0
-    start = lo
-    k = lo
-    while k < hi:
-        ch = code[k]
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif depth == 0:
-            m = ops.match(code, k)
-            if m and (lang == "c" or (code[k - 1 : k] in (" ", ")") and code[m.end()] in " (")):
-                spans.append((start, k))
-                spans.append((k, m.end()))
-                start = k = m.end()
-                continue
-        k += 1
-    spans.append((start, hi))
-    return spans
-
-
-def _clause(text: str, code: str, lang: Lang) -> Iterator[_Edit]:
-    conds: list[tuple[int, int]] = []
-    if lang == "c":
-        for m in re.finditer(r"\b(?:if|while)\s*\(", code):
-            close = _matching_paren(code, m.end() - 1)
-            if close > 0:
-                conds.append((m.end(), close))
-    else:
-        pm = re.match(r"^\s*(?:if|elif|while)\s+", code)
-        colon = code.rstrip().rfind(":")
-        if pm and colon > pm.end():
-            conds.append((pm.end(), colon))
-    for lo, hi in conds:
-        spans = _split_clauses(code, lo, hi, lang)
-        clauses = spans[0::2]
-        if len(clauses) < 2:
-            continue
-        for k, (a, b) in enumerate(clauses):
-            keep = list(spans)
-            # drop clause k with the operator before it (the one after it for the first)
-            drop = [2 * k, 2 * k - 1] if k else [0, 1]
-            kept = [keep[j] for j in range(len(keep)) if j not in drop]
-            body = "".join(text[x:y] for x, y in kept).strip()
-            lead = text[lo : lo + len(text[lo:hi]) - len(text[lo:hi].lstrip())]
-            tail = text[lo:hi][len(text[lo:hi].rstrip()) :]
-            mutated = text[:lo] + lead + body + tail + text[hi:]
-            clause = " ".join(text[a:b].split())
-            yield _Edit("clause", a, mutated, f"drop clause '{clause}'")
-
-
 _CONTROL = re.compile(r"^(?:\}\s*)?(?:if|else|elif|for|while|case|default|except|try|do)\b")
 
 
@@ -397,7 +297,7 @@ def _alloc_spans(code: str) -> list[tuple[int, int]]:
     """The argument spans of allocation calls on a C line."""
     out = []
     for m in _ALLOC_RE.finditer(code):
-        close = _matching_paren(code, m.end() - 1)
+        close = matching_paren(code, m.end() - 1)
         if close > 0:
             out.append((m.end(), close))
     return out
@@ -456,8 +356,8 @@ def line_edits(
         _relational(text, code),
         _arithmetic(text, code, lang),
         constant_edits(text, code, lang),
-        _negate(text, code, lang),
-        _clause(text, code, lang),
+        negate_edits(text, code, lang),
+        clause_edits(text, code, lang),
         _delete(text, code, lang),
         _early_return(text, code, lang, before or []),
         _return(text, code, lang),

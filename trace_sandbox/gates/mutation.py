@@ -38,6 +38,7 @@ from .variant_gate import runs_by_index
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
 
@@ -288,6 +289,19 @@ def _score(killed: int, survived: int) -> float | None:
     return round(killed / (killed + survived), 6) if killed + survived else None
 
 
+def _in_order(
+    judged: Iterable[dict[str, Any] | None], expected: list[Mutant]
+) -> list[dict[str, Any]]:
+    """The judged mutants (placeholders left out) in id order: exactly the patch's mutants."""
+    results = [r for r in judged if r is not None]
+    results.sort(key=lambda r: str(r["id"]))
+    ids = [r["id"] for r in results]
+    want = [m.id for m in expected]
+    if ids != want:
+        raise ValueError(f"mutant runs {ids} do not match the patch's mutants {want}")
+    return results
+
+
 def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg: patches, policy (the signing policy's name, version and min_score; no min_score: no
     threshold), mutant_runs (the mutant-runs step's output, whose `<N>/` hold mutant N's
@@ -307,12 +321,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         _judged_mutant(d, judge, oracles, baselines, landing, first)
         for d in mutant_dirs(list(cfg["mutant_runs"]))
     )
-    results = [r for r in judged_runs if r is not None]
-    results.sort(key=lambda r: str(r["id"]))
-    ids = [r["id"] for r in results]
-    want = [m.id for m in expected]
-    if ids != want:
-        raise ValueError(f"mutant runs {ids} do not match the patch's mutants {want}")
+    results = _in_order(judged_runs, expected)
     post_fails = [
         r for r in post if r.get("build") == "failed" or oracle_failed(judge, r, oracles)[0]
     ]

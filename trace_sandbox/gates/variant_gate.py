@@ -15,8 +15,8 @@ A clean rejection (a non-zero exit) is never a crash. A post-fix crash of anothe
 pre-fix build shows too is a bug the fix does not claim to fix: listed, not failing.
 
 Without a crash, each call of the variant is judged by what the pre-fix side did with it
-(oracle.py `variant_judgement`, input-independent [accept] fields only: exit-code sets, signal,
-sanitizer, stderr; a golden or stdout oracle was declared for the PoC's exact input). A BAD
+(variant_oracle.py `variant_judgement`, input-independent [accept] fields only: exit-code sets,
+signal, sanitizer, stderr; a golden or stdout oracle was declared for the PoC's exact input). A BAD
 input (the pre-fix side shows [expect]'s bug on it) must be handled as the PoC's declared
 rejection (`mishandled`: variant-mishandled). A GOOD input (the pre-fix side handled it well)
 must still meet a declared oracle it met pre-fix (`breaks-oracle`: variant-breaks-oracle, a fix
@@ -36,7 +36,9 @@ import shutil
 from .applied import applied_policy, bound
 from .codes import gate_record
 from .modules import load_json_object
-from .oracle import declared_sanitizer, shows_the_bug, variant_judgement
+from .oracle import declared_sanitizer, shows_the_bug
+from .variant_oracle import variant_judgement
+from .variant_patch import patch_chars, patch_constants, patched_sources
 from .variant_runs import run_dirs
 from .variants import Invocation, generate
 
@@ -91,31 +93,6 @@ def poc_invocations(record: dict[str, Any]) -> list[Invocation]:
     return out
 
 
-def patched_sources(patches: list[str], src: str | None) -> list[str]:
-    """The patch texts, and the full text of each patched file found in the package's source
-    (a directory; a tarball source gives only the patches' own lines)."""
-    from .diff import parse_series
-
-    texts = []
-    for p in patches:
-        with open(p, encoding="utf-8", errors="surrogateescape") as fh:
-            texts.append(fh.read())
-    out = list(texts)
-    if src and os.path.isdir(src):
-        for f in parse_series(texts).files:
-            rel = f.old_path or f.new_path
-            if not rel:
-                continue
-            parts = rel.split("/")
-            for k in range(len(parts)):  # `a/b.c` may be `b.c` in an unpacked source
-                path = os.path.join(src, *parts[k:])
-                if os.path.isfile(path):
-                    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-                        out.append(fh.read())
-                    break
-    return out
-
-
 def write_taint(out: str, invocations: list[Invocation], files: list[str]) -> None:
     """`poc.json`: the inputs every variant is derived from (the data files' store paths, the
     recorded stdin, the arguments). A variant run's harness redacts, in what it keeps of the
@@ -129,48 +106,6 @@ def write_taint(out: str, invocations: list[Invocation], files: list[str]) -> No
     with open(os.path.join(out, "poc.json"), "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=2, sort_keys=True)
         fh.write("\n")
-
-
-def _added_lines(patches: list[str]) -> list[str]:
-    from .diff import parse_series
-
-    texts = []
-    for p in patches:
-        with open(p, encoding="utf-8", errors="surrogateescape") as fh:
-            texts.append(fh.read())
-    return [ln.text for f in parse_series(texts).files for ln in f.added]
-
-
-def patch_constants(patches: list[str]) -> list[int]:
-    """The integer constants the patch's added lines spell (in code or as a numeric string
-    literal such as `"-45"`), in order, once each."""
-    from .pocvalues import literals_in
-
-    seen: dict[int, None] = {}
-    for text in _added_lines(patches):
-        for v in sorted(literals_in(text)):
-            seen.setdefault(v, None)
-    return list(seen)
-
-
-def patch_chars(patches: list[str]) -> frozenset[int]:
-    """The letters and digits the patch's added lines spell as characters (`'A'`, `0x41`), less
-    those the unpatched code around them already spells (a context or removed line of the same
-    file: the `'0'` and `'9'` of a digit test the fix corrects are no fingerprint). Punctuation
-    is left out: a fix tests for a syntax character (`'='`, `'-'`) that its PoC carries."""
-    from .diff import parse_series
-    from .pocvalues import char_codes_in
-
-    texts = []
-    for p in patches:
-        with open(p, encoding="utf-8", errors="surrogateescape") as fh:
-            texts.append(fh.read())
-    out: set[int] = set()
-    for f in parse_series(texts).files:
-        lines = [ln for h in f.hunks for ln in h.lines]
-        added = {v for ln in lines if ln.kind == "+" for v in char_codes_in(ln.text)}
-        out |= added - {v for ln in lines if ln.kind != "+" for v in char_codes_in(ln.text)}
-    return frozenset(v for v in out if chr(v).isalnum())
 
 
 def _clean(inv: dict[str, Any]) -> bool:
