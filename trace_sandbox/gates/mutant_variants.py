@@ -39,6 +39,7 @@ from types import ModuleType
 
 from ._dataclasses import dataclass
 from .modules import load_json_object
+from .mutants_not_run import not_run_why, write_not_run
 from .scratch import runs_root
 from .variant_gate import runs_by_index
 from .variant_runs import PARALLEL, harness, launcher_server, remove, run_harness
@@ -199,16 +200,34 @@ def run_mutant(
     return check
 
 
+def _not_run(cfg: dict[str, Any]) -> str | None:
+    """Why no mutant runs (mutants_not_run.not_run_why: a post-fix run fails its oracles under
+    the mutation gate's own judgement); None, they run (and without `post_runs`, as before)."""
+    if not cfg.get("post_runs"):
+        return None
+    from . import oracle
+
+    return not_run_why(oracle, list(cfg["post_runs"]), json.loads(cfg.get("oracles") or "{}"))
+
+
 def run_mutants(
     cfg: dict[str, Any], env: dict[str, str], out: str, *, parallel: int = PARALLEL
 ) -> dict[str, Any]:
     """The mutant-runs step (cfg: mutants, one {index, target, mutant} each; post, plan,
-    variant_runs, oracles; env: the derivation's environment): mutant N's records in
+    variant_runs, oracles, post_runs; env: the derivation's environment): mutant N's records in
     `out/N/` (run_mutant), `parallel` mutants at a time, each with its own temporary directory,
-    `target` and `out`; `out/outcome.json` lists them all. Returns that summary."""
+    `target` and `out`; `out/outcome.json` lists them all. Returns that summary. When a post-fix
+    run in `post_runs` fails its oracles, no mutant runs: each one's records say why
+    (mutants_not_run.write_not_run), and so does the summary's `not_run`."""
     from concurrent.futures import ThreadPoolExecutor
 
     os.makedirs(out)
+    why = _not_run(cfg)
+    if why is not None:  # the mutation gate's answer is decided: nothing runs (mutants_not_run)
+        runs = write_not_run(list(cfg["mutants"]), out, why)
+        summary = {"schema": SCHEMA, "mutants": len(runs), "runs": runs, "not_run": why}
+        _write_json(os.path.join(out, "outcome.json"), summary)
+        return summary
     targets = [str(m["target"]) for m in cfg["mutants"]]
     parent = runs_root(targets, parallel, env.get("TMPDIR", "/tmp"))  # scratch.py
     post_fix = None

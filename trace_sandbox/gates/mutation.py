@@ -17,7 +17,9 @@ input makes it behave unlike the fix, `possibly-equivalent` when none does. Scor
 `score_all_survivors` (a score below the threshold only because of them is
 `mutation.possibly-equivalent`, waivable, never the distinguished survivors' code); stillborn,
 equivalent, not-code and unobservable mutants are counted nowhere, and each is listed with why.
-The unmutated post-fix runs must pass that same rule, or kills mean nothing.
+The unmutated post-fix runs must pass that same rule, or kills mean nothing; when one does not,
+the mutant-runs step ran no mutant (mutants_not_run.py: the same judgement, `post_fix_failures`)
+and each is listed `not-run`, its counts None, not 0 killed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .codes import rules as rule_table
 from .landing import landed, load_landing
 from .modules import load_json_object, load_module
 from .mutant_variants import judged_kill, mutant_dirs
+from .mutants_not_run import NOT_RUN, oracle_failed, post_fix_failures, refuse_not_run
 from .mutate import Mutant, generate
 from .variant_gate import runs_by_index
 
@@ -92,18 +95,6 @@ def load_judge(path: str) -> ModuleType:
     return load_module("trace_verify_gate", path, "the post-fix judge")
 
 
-def oracle_failed(
-    judge: ModuleType, record: dict[str, Any], oracles: dict[str, Any]
-) -> tuple[bool, str]:
-    """THE rule for "this build still fails", for the unmutated post-fix runs and every mutant:
-    the run is not acceptable post-fix behaviour under the candidate's declared oracles
-    (`post_fix_acceptable`: a clean rejection declared in [accept] is acceptable; a sanitizer
-    report, a fatal signal or a timeout never is). The reproducer script's own exit never
-    counts: a reproducer that exits 1 while every target behaved kills nothing."""
-    ok, why = judge.post_fix_acceptable(record, oracles)
-    return (not ok), str(why)
-
-
 def classify(
     meta: dict[str, Any],
     check: dict[str, Any],
@@ -112,11 +103,12 @@ def classify(
     oracles: dict[str, Any],
 ) -> tuple[str, str]:
     """(status, why) of one mutant: stillborn, equivalent, not-code (none counted), killed,
-    survived, or unobservable (survived, but only over-allocates: not counted)."""
+    survived, unobservable (survived, but only over-allocates: not counted), or not-run (the
+    gate's answer was decided without it: mutants_not_run)."""
     if record.get("build") == "failed":
         return "stillborn", str(check.get("why") or "the mutant does not build")
     status = str(check.get("status") or "run")
-    if status in ("stillborn", "equivalent", "not-code"):
+    if status in ("stillborn", "equivalent", "not-code", NOT_RUN):
         return status, str(check.get("why") or "")
     if not record.get("target_ran"):
         return "stillborn", "the reproducer never ran the mutant's programs (does it import?)"
@@ -151,9 +143,12 @@ UNMEASURED = (
 
 
 def _summary(counts: dict[str, int], rules: list[str], results: list[dict[str, Any]]) -> str:
+    not_run = [r for r in results if r["status"] == NOT_RUN]
     parts = [f"{counts[s]} {s}" for s in STATUSES if counts.get(s)]
+    parts += [f"{len(not_run)} not run (none killed, none survived)"] if not_run else []
     text = ", ".join(parts) or "no mutants"
     text += "".join(f"; {rule_table()[r].message}" for r in rules if r in UNMEASURED)
+    text += f"\nmutants {not_run[0]['why']}" if not_run else ""
     for r in results:
         if r["status"] == "survived":
             text += f"\nsurvivor {r['id']} ({r['description']}):\n{r['diff'].rstrip()}"
@@ -285,6 +280,17 @@ def _why(
     return out
 
 
+def _counted(counts: dict[str, int], results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record's counts of each status, and `did_not_build` (the stillborn mutants, under
+    its old name for readers of earlier records). Mutants not run (mutants_not_run) were not
+    counted: each count is None, never 0 killed, and `not_run` says how many and why."""
+    not_run = [r for r in results if r["status"] == NOT_RUN]
+    if not not_run:
+        return {**counts, "did_not_build": counts["stillborn"]}
+    shown: dict[str, Any] = dict.fromkeys([*STATUSES, "did_not_build"])
+    return shown | {"not_run": {"mutants": len(not_run), "why": not_run[0]["why"]}}
+
+
 def _score(killed: int, survived: int) -> float | None:
     return round(killed / (killed + survived), 6) if killed + survived else None
 
@@ -322,9 +328,8 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
         for d in mutant_dirs(list(cfg["mutant_runs"]))
     )
     results = _in_order(judged_runs, expected)
-    post_fails = [
-        r for r in post if r.get("build") == "failed" or oracle_failed(judge, r, oracles)[0]
-    ]
+    post_fails = post_fix_failures(judge, post, oracles)
+    refuse_not_run(results, post_fails)
 
     if not any(r["status"] == "killed" for r in results):
         _count_as_survivors(results)
@@ -344,9 +349,7 @@ def evaluate(cfg: dict[str, Any]) -> dict[str, Any]:
             # what exactly each of the survivors' codes saw (the decision's reason details)
             "why": _why(rules, results, (score, score_all), min_score),
             "mutants": len(expected),
-            **counts,
-            # kept under its old name for readers of earlier records: the stillborn mutants
-            "did_not_build": counts["stillborn"],
+            **_counted(counts, results),
             "threshold": min_score,
             "policy": policy,
             "judge": "target invocations under the declared oracles (post_fix_acceptable)",
