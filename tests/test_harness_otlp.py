@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import struct
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 import pytest
 
 from engine.build_records import RunRecord
-from tests.test_verify_gate import run_harness
+from tests.test_verify_gate import ROOT, run_harness
 from trace_sandbox.harness import otlp
 from trace_sandbox.harness.otlp_proto import decode_request
 
@@ -92,6 +94,40 @@ def test_the_reproducer_cannot_redirect_or_forge_a_target_s_spans(tmp_path: Path
     assert env.count("x-trace-invocation=") == 2  # OTEL_EXPORTER_OTLP[_TRACES]_HEADERS
 
 
+# The harness as a derivation runs it (`python3 -I -S`, main()), then the modules it loaded
+PROBE = (
+    "import os, sys\n"
+    f"sys.path.insert(0, {str(ROOT)!r})\n"
+    "from trace_sandbox.harness.main import main\n"
+    "main()\n"
+    "with open(os.environ['MODULES_OUT'], 'w') as fh:\n"
+    "    fh.write('\\n'.join(sorted(sys.modules)))\n"
+)
+
+
+def harness_modules(tmp: Path, name: str, script: str) -> tuple[dict[str, Any], set[str]]:
+    """One harness run in a process of its own: its record and the modules it imported."""
+    listing = tmp / f"modules-{name}.txt"
+    command = [sys.executable, "-I", "-S", "-c", PROBE]
+    rec = run_harness(tmp, name, script, extra_env={"MODULES_OUT": str(listing)}, command=command)
+    return rec, set(listing.read_text().split())
+
+
+def test_the_http_server_is_imported_only_when_a_target_connects(tmp_path: Path) -> None:
+    """Every target gets the receiver's address, but a run whose targets export nothing never
+    loads http.server (with email, http.client, ssl: a third of the harness's imports, issue
+    30), nor `secrets`, `typing` or `tempfile`; a target that exports gets its spans kept."""
+    fake_pkg(tmp_path)
+    rec, quiet = harness_modules(tmp_path, "quiet", '"$TARGET/bin/ok"\n"$TARGET/bin/showenv"\n')
+    showenv = next(i for i in rec["invocations"] if i["target"] == "bin/showenv")
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:" in showenv["stdout"]
+    assert "trace_sandbox.harness.otlp" in quiet
+    assert not {"http.server", "email", "secrets", "typing", "tempfile"} & quiet
+    rec, loud = harness_modules(tmp_path, "loud", '"$TARGET/bin/paginate" 7 3\n')
+    assert "http.server" in loud
+    assert len(spans_of(rec)) == 4
+
+
 # -- the receiver -----------------------------------------------------------------------------
 
 
@@ -114,8 +150,7 @@ def sp(sid: str, parent: str = "", name: str = "x", **extra: Any) -> dict[str, A
 
 @pytest.fixture(scope="module")
 def receiver() -> Any:
-    """One receiver for the module (each test takes its own invocation token): its stop waits
-    for the serving loop's 0.5 s poll."""
+    """One receiver for the module (each test takes its own invocation token)."""
     r = otlp.start_receiver()
     assert r is not None
     yield r
@@ -281,3 +316,18 @@ def test_the_official_sdk_s_protobuf_export_is_read(receiver: Any) -> None:
     assert (spans[0]["status"], spans[0]["status_message"]) == ("error", "last page short")
     assert spans[1]["events"] == [{"name": "cut", "attributes": {"at": 101}}]
     assert spans[0]["kind"] == "internal"
+
+
+def test_stop_ends_the_receiver_even_with_a_connection_that_sends_nothing() -> None:
+    """A target that connects and never sends cannot hold the run's end: stop wakes the
+    accepting thread at once (no poll), and the port is closed afterwards."""
+    r = otlp.start_receiver()
+    assert r is not None
+    idle = socket.create_connection(("127.0.0.1", r.port), timeout=10)
+    try:
+        r.stop()
+        assert not r.thread.is_alive()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", r.port), timeout=10).close()
+    finally:
+        idle.close()

@@ -8,10 +8,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.test_verify_gate import load_harness, run_harness
+from trace_sandbox.harness import redaction
 
 LINES = [base64.b64encode(hashlib.sha512(b"k%d" % i).digest()[:48]).decode() for i in range(100)]
 PEM = "-----BEGIN PRIVATE KEY-----\n" + "\n".join(LINES) + "\n-----END PRIVATE KEY-----\n"
@@ -86,3 +90,33 @@ def test_a_run_records_stdin_is_redacted_inside_its_base64() -> None:
     text = base64.b64decode(out["invocations"][0]["stdin"]["b64"]).decode()
     assert TOKEN[4:] not in text and "[REDACTED:" in text and counts
     assert base64.b64decode(out["invocations"][1]["stdin"]["b64"]) == binary
+
+
+def test_a_batch_reads_its_pocs_inputs_once_and_again_once_they_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every run of a variant batch is given the same poc.json: its inputs are read and scanned
+    once per process (issue 30), and again when poc.json or a file it names changed, even to
+    the same size and mtime (the ctime moves)."""
+    scans: list[list[str]] = []
+
+    def counted(texts: list[str]) -> frozenset[str]:
+        scans.append(texts)
+        return real(texts)
+
+    real = redaction.secret_fragments
+    monkeypatch.setattr(redaction, "secret_fragments", counted)
+    key = tmp_path / "key.pem"
+    key.write_text(PEM)
+    poc = tmp_path / "poc.json"
+    poc.write_text(json.dumps({"files": [str(key)], "stdin_b64": [], "args": []}))
+    first = redaction.taint_fragments(str(poc))
+    assert LINES[3][:12] in first
+    assert redaction.taint_fragments(str(poc)) == first and len(scans) == 1
+    st = key.stat()
+    key.write_text(PEM.replace(LINES[3], LINES[4]))  # the same size
+    os.utime(key, ns=(st.st_atime_ns, st.st_mtime_ns))  # and its old mtime
+    changed = redaction.taint_fragments(str(poc))
+    assert len(scans) == 2 and LINES[3][:12] not in changed and LINES[4][:12] in changed
+    poc.write_text(json.dumps({"files": [str(key)], "stdin_b64": [], "args": [TOKEN]}))
+    assert TOKEN[4:16] in redaction.taint_fragments(str(poc)) and len(scans) == 3

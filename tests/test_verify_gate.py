@@ -278,8 +278,10 @@ def run_harness(
     script: str,
     timeout: int = 30,
     extra_env: dict[str, str] | None = None,
+    command: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The harness itself, outside the sandbox, against a tiny fake package."""
+    """The harness itself, outside the sandbox, against a tiny fake package (`command`: how the
+    harness is started, by default as the derivations start it)."""
     import subprocess
     import sys
 
@@ -315,7 +317,8 @@ def run_harness(
         "TMPDIR": str(build),
         **(extra_env or {}),
     }
-    subprocess.run([sys.executable, "-I", "-S", str(HARNESS)], env=env, check=True)
+    argv = command or [sys.executable, "-I", "-S", str(HARNESS)]
+    subprocess.run(argv, env=env, check=True)
     data: dict[str, Any] = json.loads((tmp_path / f"out-{name}" / "outcome.json").read_text())
     return data
 

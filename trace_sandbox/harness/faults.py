@@ -20,7 +20,10 @@ without a sanitizer report leaves no frames (no debugger runs in the sandbox).
 from __future__ import annotations
 
 import re
-from typing import Any
+
+TYPE_CHECKING = False  # typing only for the type checker (isolation.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_FRAMES = 32
 SAN_FRAME = re.compile(r"^\s*#(\d+) 0x\w+ in (\S+)(?: (.*))?$")

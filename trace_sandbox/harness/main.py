@@ -51,9 +51,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Mapping
-from typing import Any
 
 from .capture import TAIL_CHARS, Capture, normalise, signal_name
 from .faults import sanitizer_report
@@ -75,6 +72,15 @@ from .targetview import (
     store_name,
     write_wrapper,
 )
+
+# typing and collections.abc only for the type checker (isolation.py): a reproducer run's
+# interpreter imports what it uses
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from .otlp import Receiver
 
 # re-exported: the tests and the coverage gate use them through this module (the coverage gate
 # appends its tracer to AUDIT_HOOK here: main() reads it from this module's globals)
@@ -121,40 +127,23 @@ def run(env: Mapping[str, str]) -> None:
     frames are evidence (the PoC's runs: the fault-site gate reads them)."""
     out, pkg = env["out"], os.path.realpath(env["target"])
     tmp = env.get("TMPDIR", "/tmp")
-    work, view, hook = (os.path.join(tmp, d) for d in ("work", "target", "hook"))
-    private = tempfile.mkdtemp(prefix="trace-", dir=tmp)
+    work, view, hook, shims, sockets = (
+        os.path.join(tmp, d) for d in ("work", "target", "hook", "shims", "sockets")
+    )
+    private = _private_directory(tmp)
     python = os.path.realpath(sys.executable)
     script = _working_directory(env, work)
-    sockets = os.path.join(tmp, "sockets")
-    os.makedirs(sockets)
-    sock = os.path.join(sockets, "s")
-    programs = make_view(pkg, view, python, sock)
-    shims = os.path.join(tmp, "shims")
-    pypath = _python_hooks(pkg, hook, shims, python, sock)
     tools = [os.path.join(t, "bin") for t in env.get("tools", "").split()]
-    unsymbolized = env.get("symbolize") == "0"
-    options = {var: "symbolize=0" for var in SANITIZER_OPTIONS} if unsymbolized else {}
     receiver = start_receiver()  # the targets' own spans (otlp.py); None: no loopback here
-    harness = Harness(private, sock, programs, find_python(tools), pypath, options, receiver)
-    harness.start()
-
-    child_env = {
-        "TARGET": view,
-        "PATH": ":".join([os.path.join(view, "bin"), shims, *tools]),
-        "HOME": work,
-        "TMPDIR": tmp,
-        "TRACE_RUN": env.get("run", "1"),
-        "LC_ALL": "C",
-    }
-    shell = shutil.which("sh", path=":".join(tools)) or "/bin/sh"
+    harness = _start_harness(env, pkg, (private, view, hook, shims, sockets), tools, receiver)
     timeout = int(env.get("timeout", "60"))
     # Namespaces of its own (see run_isolated), in a session of its own, so a timeout kills the
     # reproducer and everything it started; the targets run in sessions of their own (the
     # harness starts them, out here) and are killed with it.
     isolation = {
-        "argv": [shell, script],
+        "argv": [shutil.which("sh", path=":".join(tools)) or "/bin/sh", script],
         "cwd": work,
-        "env": child_env,
+        "env": _reproducer_env(env, (work, view, shims, tmp), tools),
         "expose": [work, view, shims, sockets],
         # a batch of variant runs (trace_sandbox/gates/variant_runs.py) keeps more from the
         # reproducer: `hide`, the records the other runs wrote; `only`, the directory holding
@@ -175,20 +164,67 @@ def run(env: Mapping[str, str]) -> None:
     entries = harness.stop()
     if receiver is not None:
         receiver.stop()
-
-    subs = [
-        (private, "<trace>"),
-        (work, "<work>"),
-        (view, "$TARGET"),
-        (pkg, "<target>"),
-        (tmp, "<tmp>"),
-    ]
-    ended = (rc, stdout_b, stderr_b, timed_out, timeout)
-    record = _record(env, ended, entries, subs)
+    subs = [(private, "<trace>"), (work, "<work>"), (view, "$TARGET"), (pkg, "<target>")]
+    subs.append((tmp, "<tmp>"))
+    record = _record(env, (rc, stdout_b, stderr_b, timed_out, timeout), entries, subs)
     os.makedirs(out)
     with open(os.path.join(out, "outcome.json"), "w", encoding="utf-8") as fh:
         json.dump(record, fh, indent=2, sort_keys=True)
         fh.write("\n")
+
+
+def _private_directory(tmp: str) -> str:
+    """The run's private directory in `tmp` (the audit logs, the reproducer's root and
+    configuration; hidden from the reproducer), made as tempfile.mkdtemp makes one (mode 0o700,
+    a random name, another on a clash) without importing tempfile (and `random`) into every
+    run's interpreter. Its name shows nowhere: a record says `<trace>` for it."""
+    while True:
+        path = os.path.join(tmp, "trace-" + os.urandom(6).hex())
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+
+
+def _start_harness(
+    env: Mapping[str, str],
+    pkg: str,
+    dirs: tuple[str, str, str, str, str],
+    tools: list[str],
+    receiver: Receiver | None,
+) -> Harness:
+    """The harness proper (targets.py), serving on its socket in `sockets`: the package's view
+    in `view` (its programs' wrappers), the python shims in `shims` and their audit hook in
+    `hook`, the targets' sanitizer options (`symbolize`); `dirs`: (private, view, hook, shims,
+    sockets)."""
+    private, view, hook, shims, sockets = dirs
+    python = os.path.realpath(sys.executable)
+    os.makedirs(sockets)
+    sock = os.path.join(sockets, "s")
+    programs = make_view(pkg, view, python, sock)
+    pypath = _python_hooks(pkg, hook, shims, python, sock)
+    unsymbolized = env.get("symbolize") == "0"
+    options = {var: "symbolize=0" for var in SANITIZER_OPTIONS} if unsymbolized else {}
+    harness = Harness(private, sock, programs, find_python(tools), pypath, options, receiver)
+    harness.start()
+    return harness
+
+
+def _reproducer_env(
+    env: Mapping[str, str], dirs: tuple[str, str, str, str], tools: list[str]
+) -> dict[str, str]:
+    """The reproducer's whole environment (`dirs`: its working directory, the package's view,
+    the python shims, TMPDIR): nothing of the derivation's own."""
+    work, view, shims, tmp = dirs
+    return {
+        "TARGET": view,
+        "PATH": ":".join([os.path.join(view, "bin"), shims, *tools]),
+        "HOME": work,
+        "TMPDIR": tmp,
+        "TRACE_RUN": env.get("run", "1"),
+        "LC_ALL": "C",
+    }
 
 
 def _python_hooks(pkg: str, hook: str, shims: str, python: str, sock: str) -> str:

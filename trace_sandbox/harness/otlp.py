@@ -24,15 +24,20 @@ MAX_TEXT characters.
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import json
-import secrets
+import os
+import socket
+import sys
 import threading
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from .otlp_proto import decode_request
+
+TYPE_CHECKING = False  # typing only for the type checker (isolation.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from http.server import BaseHTTPRequestHandler
+    from typing import Any
 
 TOKEN_HEADER = "x-trace-invocation"
 PATH = "/v1/traces"
@@ -186,38 +191,80 @@ def _public(s: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in s.items() if not k.startswith("_")}
 
 
-POLL = 0.02  # seconds: how often the serving loop looks for `stop` (select's timeout)
+LISTEN_BACKLOG = 64  # connections waiting to be accepted (socketserver's default was 5)
 
 
 class Receiver:
-    """The loopback OTLP/HTTP receiver of one reproducer run (see the module's docstring)."""
+    """The loopback OTLP/HTTP receiver of one reproducer run (see the module's docstring).
+
+    Its socket is bound and listening from the start (every target invocation is given its
+    address), but its HTTP code (`http.server`, which loads `email`, `http.client` and more: a
+    third of the harness's imports) is loaded only when a target connects: most targets export
+    nothing. One thread waits in accept() and answers each connection in a thread of its own
+    (as ThreadingHTTPServer did, with the same request handler); `stop` wakes it at once by
+    shutting the listener down (the server's select loop it replaced was polled for its stop,
+    which cost every run up to its poll interval)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.received: dict[str, list[dict[str, Any]]] = {}
         self.dropped: dict[str, int] = {}
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self.server.daemon_threads = True
-        # serve_forever's default poll (0.5 s) is how long `stop` waits for the loop to see the
-        # request: every reproducer run paid 0.2-0.5 s of it at its end
-        serve = functools.partial(self.server.serve_forever, poll_interval=POLL)
-        self.thread = threading.Thread(target=serve, daemon=True)
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as HTTPServer
+            self.listener.bind(("127.0.0.1", 0))
+            self.listener.listen(LISTEN_BACKLOG)
+        except OSError:
+            self.listener.close()
+            raise
+        self.port = int(self.listener.getsockname()[1])
+        self.handler: type[BaseHTTPRequestHandler] | None = None
+        self.thread = threading.Thread(target=self._serve, daemon=True)
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Receiver:
         self.thread.start()
         return self
 
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, addr = self.listener.accept()
+            except OSError:  # stop() shut the listener down
+                return
+            threading.Thread(target=self._answer, args=(conn, addr), daemon=True).start()
+
+    def _answer(self, conn: socket.socket, addr: Any) -> None:
+        """One connection, answered as ThreadingHTTPServer answered it: the request handler,
+        then the write side shut down and the socket closed."""
+        try:
+            if self.handler is None:  # the first connection of the run (a race makes two: alike)
+                self.handler = _handler(self)
+            self.handler(conn, addr, None)  # type: ignore[arg-type]  # it never reads `server`
+        except Exception as exc:  # as socketserver's handle_error: reported, the run goes on
+            sys.stderr.write(f"trace harness: an OTLP request failed: {exc!r}\n")
+        finally:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_WR)
+            conn.close()
+
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        """Stop accepting (connections already accepted are answered in their own threads, as
+        before: the run's spans were taken by then)."""
+        with contextlib.suppress(OSError):
+            # wakes the blocking accept() at once: it fails on a shut-down listener
+            self.listener.shutdown(socket.SHUT_RDWR)
+        if self.thread.ident is not None:
+            self.thread.join()
+        self.listener.close()
 
     def token(self) -> str:
-        """A new invocation's token (its spans are kept under it)."""
-        token = secrets.token_hex(16)
+        """A new invocation's token (its spans are kept under it): 16 random bytes in hex, as
+        secrets.token_hex(16) (whose import loads `random`, `hmac` and `base64`) makes it."""
+        token = os.urandom(16).hex()
         with self.lock:
             self.received[token] = []
             self.dropped[token] = 0
@@ -261,6 +308,9 @@ class Receiver:
 
 
 def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
+    """The receiver's request handler (http.server's, imported here: on the first connection)."""
+    from http.server import BaseHTTPRequestHandler
+
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             status = self._status()

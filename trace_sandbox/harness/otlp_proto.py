@@ -11,10 +11,13 @@ not know are skipped; a malformed message raises ValueError.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
 
-Field = tuple[int, int, Any]  # (number, wire type, value: int for varint/fixed, bytes for LEN)
+TYPE_CHECKING = False  # typing only for the type checker (isolation.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
+    from typing import Any
+
+Field = tuple[int, int, "Any"]  # (number, wire type, value: int for varint/fixed, bytes for LEN)
 MAX_DEPTH = 32
 
 

@@ -21,6 +21,10 @@ import json
 import os
 import re
 
+TYPE_CHECKING = False  # typing only for the type checker (isolation.py)
+if TYPE_CHECKING:
+    from typing import Any
+
 RULES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "redaction-rules.json")
 FRAGMENT = 12  # characters: a piece of a PoC secret this long is redacted wherever it appears
 FRAGMENT_ID = "secret-fragment"
@@ -91,18 +95,45 @@ def secret_fragments(texts: list[str]) -> frozenset[str]:
     return frozenset(grams)
 
 
+# taint_fragments' answers, by what they were computed from (see there); a few at most
+_TAINTS: dict[tuple[object, ...], frozenset[str]] = {}
+TAINTS_KEPT = 16
+
+
 def taint_fragments(path: str | None) -> frozenset[str]:
     """The fragments of the secrets in the inputs a variant was derived from: `path` is the
-    variant plan's `poc.json` ({"files": [store paths], "stdin_b64": [...], "args": [...]})."""
+    variant plan's `poc.json` ({"files": [store paths], "stdin_b64": [...], "args": [...]}).
+
+    Remembered in this process: every run of a batch (trace_sandbox/gates/variant_runs.py) is
+    given the same poc.json, and its files were read and scanned by every rule once per run.
+    The answer is kept under poc.json's text and each file's path and status (device, inode,
+    size, mtime and ctime: a file written since, or replaced, is read again)."""
     if not path or not os.path.isfile(path):
         return frozenset()
     with open(path, encoding="utf-8") as fh:
-        doc = json.load(fh)
+        text = fh.read()
+    doc = json.loads(text)
+    files = [f for f in doc.get("files") or [] if os.path.isfile(f)]
+    key = (text, *(_status(f) for f in files))
+    found = _TAINTS.get(key)
+    if found is None:
+        found = _fragments_of(doc, files)
+        if len(_TAINTS) >= TAINTS_KEPT:
+            _TAINTS.clear()
+        _TAINTS[key] = found
+    return found
+
+
+def _status(path: str) -> tuple[object, ...]:
+    st = os.stat(path)
+    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _fragments_of(doc: dict[str, Any], files: list[str]) -> frozenset[str]:
     texts = [str(a) for a in doc.get("args") or []]
     for raw in doc.get("stdin_b64") or []:
         texts.append(base64.b64decode(raw).decode("utf-8", "replace"))
-    for f in doc.get("files") or []:
-        if os.path.isfile(f):
-            with open(f, "rb") as fh:
-                texts.append(fh.read().decode("utf-8", "replace"))
+    for f in files:
+        with open(f, "rb") as fh:
+            texts.append(fh.read().decode("utf-8", "replace"))
     return secret_fragments(texts)

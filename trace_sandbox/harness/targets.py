@@ -2,8 +2,7 @@
 ended, and turns that into the run record's invocations (canonical order).
 
 Stdlib only. An invocation record is a plain dict: new fields may be added (consumers must
-ignore what they do not know); `engine/build_records.py` `Invocation` types it engine-side.
-"""
+ignore what they do not know); `engine/build_records.py` `Invocation` types it engine-side."""
 
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
 
 from .capture import (
     COLLECT_GRACE,
@@ -36,7 +34,10 @@ from .faults import frames, lifetime_frames, sanitizer_report
 from .otlp import map_strings
 from .redaction import redact, redact_fragments
 
+TYPE_CHECKING = False  # typing only for the type checker (isolation.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from .isolation import Launched
     from .otlp import Receiver
 
