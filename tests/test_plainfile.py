@@ -6,7 +6,6 @@ answer and message stay the only ones a user sees. Pure logic: files drawn as TO
 
 from __future__ import annotations
 
-import datetime as dt
 import subprocess
 import sys
 from pathlib import Path
@@ -21,23 +20,10 @@ from pydantic import ValidationError
 from engine.graph import load_graph
 from engine.plainfile import PlainFile, plain_file
 from engine.spec import PipelineFile
+from tests.tomlvalues import toml_values
 
-SCALARS = st.one_of(
-    st.text(max_size=6),
-    st.integers(-2, 3),
-    st.booleans(),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.just(dt.date(2026, 12, 3)),
-)
-VALUES = st.recursive(
-    SCALARS,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)
-    ),
-    max_leaves=5,
-)
+VALUES = toml_values(text=6, ints=(-2, 3), leaves=5)
 NAMES = st.one_of(st.sampled_from(["a", "b_1", "c-d", "_e"]), st.text(max_size=4))
-STRS = st.one_of(st.lists(st.text(max_size=4), max_size=3), VALUES)
 
 
 def _maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:

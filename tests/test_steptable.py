@@ -5,7 +5,6 @@ PipelineFile.model_validate of the same table."""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 import pytest
@@ -16,21 +15,9 @@ from pydantic import ValidationError
 
 from engine.spec import PipelineFile
 from engine.steptable import PlainStep, plain_step
+from tests.tomlvalues import toml_values
 
-SCALARS = st.one_of(
-    st.text(max_size=8),
-    st.integers(-5, 5),
-    st.booleans(),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.just(dt.date(2026, 12, 2)),
-)
-VALUES = st.recursive(
-    SCALARS,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)
-    ),
-    max_leaves=6,
-)
+VALUES = toml_values()
 # the StepSpec keys (repeat included), near misses and unknown keys, each with any TOML value
 KEYS = st.sampled_from(
     ["kind", "needs", "inputs", "params", "check", "description", "repeat", "Kind", "need", "x"]
