@@ -19,7 +19,7 @@ from typing import Any, get_args
 from engine.graphtypes import ParamType
 from engine.plain import Plain
 from engine.specrules import ID_RE, numeric_option_problem
-from engine.steptable import PlainStep, plain_step
+from engine.steptable import PlainStep, plain_step, str_table, strs
 
 PARAM_TYPES = frozenset(get_args(ParamType))
 Check = Callable[[Any], bool]
@@ -32,12 +32,8 @@ class PlainParam(Plain):
     __slots__ = FIELDS
 
     def __init__(self, type: ParamType, default: Any, required: bool, description: str) -> None:
-        self.type, self.default, self.required, self.description = (
-            type,
-            default,
-            required,
-            description,
-        )
+        self.type, self.default, self.required = type, default, required
+        self.description = description
 
 
 class PlainKind(Plain):
@@ -74,11 +70,9 @@ class PlainNix(Plain):
         self.fields_set = frozenset(table)
 
     def set_fields(self) -> dict[str, Any]:
-        """What the file set, as `model_dump(exclude_unset=True)` gives it."""
-        return {k: list(v) if type(v) is list else v for k, v in self._set().items()}
-
-    def _set(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.FIELDS if k in self.fields_set}
+        """What the file set, as `model_dump(exclude_unset=True)` gives it (lists copied)."""
+        got = {k: getattr(self, k) for k in self.FIELDS if k in self.fields_set}
+        return {k: list(v) if type(v) is list else v for k, v in got.items()}
 
 
 class PlainFile(Plain):
@@ -98,14 +92,6 @@ class PlainFile(Plain):
         self.include, self.nix, self.kinds, self.steps = include, nix, kinds, steps
 
 
-def _strs(v: Any) -> bool:
-    return type(v) is list and all(type(x) is str for x in v)
-
-
-def _str_table(v: Any) -> bool:
-    return type(v) is dict and all(type(x) is str for x in v.values())
-
-
 def _is(kind: type) -> Check:
     return lambda v: type(v) is kind
 
@@ -123,9 +109,9 @@ def _names(v: Any) -> bool:
 
 NIX: dict[str, Check] = {
     "package_set": lambda v: type(v) is str and len(v) >= 1,
-    "package_set_exclude": _strs,
-    "extra_sandbox_paths": _strs,
-    "options": lambda v: _str_table(v) and numeric_option_problem(v) is None,
+    "package_set_exclude": strs,
+    "extra_sandbox_paths": strs,
+    "options": lambda v: str_table(v) and numeric_option_problem(v) is None,
     "jobs": lambda v: type(v) is int and v >= 1,
 }
 PARAM: dict[str, Check] = {
@@ -138,12 +124,12 @@ KIND: dict[str, Check] = {
     "template": _is(str),
     "description": _is(str),
     "params": lambda v: type(v) is dict and all(_only(p, PARAM, ("type",)) for p in v.values()),
-    "inputs": _str_table,
+    "inputs": str_table,
     "check": _is(bool),
 }
 TOP: dict[str, Check] = {
     "version": lambda v: type(v) is int and v == 1,
-    "include": _strs,
+    "include": strs,
     "nix": lambda v: _only(v, NIX),
     "kinds": lambda v: _names(v) and all(_only(k, KIND, ("template",)) for k in v.values()),
     "steps": _names,  # each table: plain_step

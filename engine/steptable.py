@@ -59,19 +59,21 @@ class PlainStep(Plain):
         self.check, self.description = check, description
 
 
-def _strs(value: Any) -> bool:
+def strs(value: Any) -> bool:
+    """A TOML array of strings, as strict `list[str]` takes it."""
     return type(value) is list and all(type(v) is str for v in value)
 
 
-def _paths(value: Any) -> bool:
+def str_table(value: Any) -> bool:
+    """A TOML table of strings, as strict `dict[str, str]` takes it."""
     return type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items())
 
 
 # key -> whether a value is of the type StepSpec declares for it, taken as it is in strict mode
 PLAIN: dict[str, Any] = {
     "kind": lambda v: type(v) is str,
-    "needs": _strs,
-    "inputs": _paths,
+    "needs": strs,
+    "inputs": str_table,
     "params": lambda v: type(v) is dict and all(type(k) is str for k in v),
     "check": lambda v: type(v) is bool,
     "description": lambda v: type(v) is str,
