@@ -249,3 +249,34 @@ def test_the_shells_environment_is_learnt_not_assumed(tmp_path: Path) -> None:
     assert set(learnt) - set(env) <= {"PWD", "SHLVL"}
     assert direct.shell_environment("/nonexistent/sh", env, str(tmp_path)) is None
     assert os.path.isdir(tmp_path)
+
+
+def test_a_batch_of_direct_runs_starts_no_launcher(
+    pkg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch's launcher process starts with its first launch: none when no run needs one."""
+    from trace_sandbox.harness import isolation
+
+    plan = tmp_path / "plan"
+    for n in (1, 2, 3):
+        d = plan / "v" / str(n)
+        (d / "data").mkdir(parents=True)
+        (d / "repro.sh").write_text(f"\"$TARGET/bin/show\" 'in{n}'\n")
+        (d / "data" / f"in{n}").write_text(f"input {n}\n")
+        (d / "variant.json").write_text(json.dumps({"id": f"v{n}", "index": n, "files": {}}))
+
+    def no_launcher(self: object) -> None:
+        raise AssertionError("a launcher process was started")
+
+    monkeypatch.setattr(isolation.Server, "_started", no_launcher)
+    build = Path(tempfile.mkdtemp(prefix="hd-", dir="/tmp"))
+    try:
+        for k, v in {"target": str(pkg), "run": "1", "tools": "/usr", "timeout": "30"}.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setenv("TMPDIR", str(build))
+        summary = run_side(str(plan), str(tmp_path / "out"))
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    assert [r["outcome"]["stdout_tail"] for r in summary["runs"]] == [
+        f"input {n}\n" for n in (1, 2, 3)
+    ]
