@@ -195,7 +195,7 @@ def test_the_reproducer_wait_wakes_on_exit_and_still_times_out(
     import os
     import subprocess
 
-    from trace_sandbox.harness import targets
+    from trace_sandbox.harness import collect
 
     if not pidfd:
 
@@ -204,11 +204,11 @@ def test_the_reproducer_wait_wakes_on_exit_and_still_times_out(
 
         monkeypatch.setattr(os, "pidfd_open", refuse)
     quick = subprocess.Popen([sys.executable, "-c", "pass"])
-    assert targets.exited_within(quick, 30) is True
+    assert collect.exited_within(quick, 30) is True
     assert quick.wait() == 0
     slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert targets.exited_within(slow, 0.3) is False
+        assert collect.exited_within(slow, 0.3) is False
         assert slow.poll() is None  # it came back at the deadline, the sleeper still running
     finally:
         slow.kill()

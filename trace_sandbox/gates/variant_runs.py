@@ -80,17 +80,23 @@ def run_harness(
     taint, symbolize) is `base`'s, by default the derivation's."""
     base = os.environ if base is None else base
     data = sorted(os.path.join(variant, "data", n) for n in os.listdir(f"{variant}/data"))
-    tmp = tempfile.mkdtemp(prefix="v-", dir=runs or base.get("TMPDIR", "/tmp"))
     env = dict(base)
-    env.update(out=out, script=os.path.join(variant, "repro.sh"), data=" ".join(data), TMPDIR=tmp)
+    env.update(out=out, script=os.path.join(variant, "repro.sh"), data=" ".join(data))
     if hide:
         env["hide"] = hide
     if runs:
         env["only"] = runs
-    try:
-        harness().run(env)
-    finally:
-        remove(tmp)
+    # trace wrote the variant's script: run without a shell when its form allows (direct.py);
+    # a run whose record would not be the shell's is run again the usual way, from scratch
+    for direct in ("1", "0"):
+        tmp = tempfile.mkdtemp(prefix="v-", dir=runs or base.get("TMPDIR", "/tmp"))
+        try:
+            harness().run({**env, "TMPDIR": tmp, "direct": direct})
+            return
+        except harness().DirectFallback:
+            continue
+        finally:
+            remove(tmp)
 
 
 def remove(path: str) -> None:

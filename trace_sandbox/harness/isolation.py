@@ -356,17 +356,27 @@ class Server:
     """The harness's end of a launcher server (see above)."""
 
     def __init__(self, python: str) -> None:
-        import socket
-        import subprocess
         import threading
 
         self.python = python
-        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.lock = threading.Lock()
-        fd = theirs.fileno()
-        cmd = [python, "-I", "-S", launcher(), SERVE, str(fd)]
-        self.proc = subprocess.Popen(cmd, env={}, pass_fds=[fd], stdin=subprocess.DEVNULL)
-        theirs.close()
+        self.sock: Any = None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _started(self) -> Any:
+        """The server's socket, the process started on the first launch (under `lock`): a
+        batch whose runs all go without a launcher (trace's own scripts, direct.py) starts
+        none."""
+        if self.sock is None:
+            import socket
+            import subprocess
+
+            self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            fd = theirs.fileno()
+            cmd = [self.python, "-I", "-S", launcher(), SERVE, str(fd)]
+            self.proc = subprocess.Popen(cmd, env={}, pass_fds=[fd], stdin=subprocess.DEVNULL)
+            theirs.close()
+        return self.sock
 
     def launch(self, cfg: dict[str, Any], **popen: Any) -> Launched:
         import socket
@@ -389,7 +399,7 @@ class Server:
         status_r, status_w = os.pipe()
         try:
             with self.lock:
-                socket.send_fds(self.sock, [msg], [null, out_w, err_w, status_w])
+                socket.send_fds(self._started(), [msg], [null, out_w, err_w, status_w])
         finally:
             for f in (null, out_w, err_w, status_w):
                 os.close(f)
@@ -403,8 +413,12 @@ class Server:
         return Launched(int(line), status, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
 
     def close(self) -> None:
-        self.sock.close()  # the server ends once its runs have ended
-        self.proc.wait()
+        with self.lock:
+            if self.sock is None or self.proc is None:
+                return  # never started
+            self.sock.close()  # the server ends once its runs have ended
+            proc = self.proc
+        proc.wait()
 
 
 class serving:

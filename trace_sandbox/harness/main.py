@@ -53,6 +53,8 @@ import subprocess
 import sys
 
 from .capture import TAIL_CHARS, Capture, normalise, signal_name
+from .collect import collect
+from .direct import DirectFallback, DirectRun, parse, shell_environment
 from .faults import sanitizer_report
 from .isolation import isolated_reproducer, serving
 from .otlp import start_receiver
@@ -60,7 +62,6 @@ from .redaction import redact, taint_fragments
 from .targets import (
     Harness,
     canonical_key,
-    collect,
     invocation_failed,
     invocation_record,
 )
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AUDIT_HOOK",
     "Capture",
+    "DirectFallback",
     "canonical_key",
     "main",
     "normalise",
@@ -151,7 +153,8 @@ def run(env: Mapping[str, str]) -> None:
         "hide": [pkg, os.path.realpath(out), out, private, hook, *env.get("hide", "").split()],
         "only": [tmp, *env.get("only", "").split()],
     }
-    proc = isolated_reproducer(
+    # trace's own variant scripts (`direct=1`) without the shell and wrappers (direct.py)
+    proc = _direct(env, script, isolation, harness, (view, shims)) or isolated_reproducer(
         python,
         private,
         isolation,
@@ -164,6 +167,8 @@ def run(env: Mapping[str, str]) -> None:
     entries = harness.stop()
     if receiver is not None:
         receiver.stop()
+    if isinstance(proc, DirectRun) and proc.fallback is not None:
+        raise DirectFallback(proc.fallback)  # nothing written: the caller runs it the usual way
     subs = [(private, "<trace>"), (work, "<work>"), (view, "$TARGET"), (pkg, "<target>")]
     subs.append((tmp, "<tmp>"))
     record = _record(env, (rc, stdout_b, stderr_b, timed_out, timeout), entries, subs)
@@ -171,6 +176,31 @@ def run(env: Mapping[str, str]) -> None:
     with open(os.path.join(out, "outcome.json"), "w", encoding="utf-8") as fh:
         json.dump(record, fh, indent=2, sort_keys=True)
         fh.write("\n")
+
+
+def _direct(
+    env: Mapping[str, str],
+    script: str,
+    isolation: dict[str, Any],
+    harness: Harness,
+    dirs: tuple[str, str],
+) -> DirectRun | None:
+    """A direct run of `script` (direct.py) when the caller asks for one (`direct=1`: trace
+    wrote the script) and the script is of the form that allows it; else None."""
+    if env.get("direct") != "1":
+        return None
+    with open(script, "rb") as fh:
+        lines = parse(fh.read())
+    if lines is None:
+        return None
+    cwd = isolation["cwd"]
+    shell_env = shell_environment(isolation["argv"][0], isolation["env"], cwd)
+    if shell_env is None:
+        return None
+    view, shims = dirs
+    where = {"cwd": cwd, "env": shell_env, "view": view, "shims": shims}
+    where["programs"] = harness.programs
+    return DirectRun(lines, harness.sock, where, lambda: harness.ending is not None)
 
 
 def _private_directory(tmp: str) -> str:
