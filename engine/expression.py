@@ -14,6 +14,10 @@ renders and evaluates one template, not its whole upstream closure. The `.drv` p
 ones a from-scratch evaluation gives (the same `view`, applied to the same derivation): the
 engine's tests and the bench assert it. A from-scratch evaluation (`known` empty) is what the
 trust boundary (engine/verify/trusted.py) and replays use.
+
+The file's shape: the sandbox scope (when the pipeline has one), then one `let` binding `pkgs`,
+`view`, `tracePaths` (every file or tree the rendered templates copy into the store, once: class
+Paths) and `steps`; it evaluates to the list of the targets' derivations.
 """
 
 from __future__ import annotations

@@ -159,7 +159,8 @@ def test_an_error_below_the_bindings_is_blamed_on_its_step_and_template_line(
     graph = make_project(tmp_path, steps + '[kinds.odd]\ntemplate = "templates/odd.nix.j2"\n')
     write_inputs(tmp_path)
     (tmp_path / "templates" / "odd.nix.j2").write_text(
-        'pkgs.runCommand "odd" {\n  src = {{ inputs.data }};\n  y = undefinedName;\n} "mkdir $out"\n'
+        'pkgs.runCommand "odd" {\n  src = {{ inputs.data }};\n  y = undefinedName;\n'
+        '} "mkdir $out"\n'
     )
     assert main(["plan", str(graph), "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
