@@ -14,6 +14,10 @@ renders and evaluates one template, not its whole upstream closure. The `.drv` p
 ones a from-scratch evaluation gives (the same `view`, applied to the same derivation): the
 engine's tests and the bench assert it. A from-scratch evaluation (`known` empty) is what the
 trust boundary (engine/verify/trusted.py) and replays use.
+
+The file's shape: the sandbox scope (when the pipeline has one), then one `let` binding `pkgs`,
+`view`, `tracePaths` (every file or tree the rendered templates copy into the store, once: class
+Paths) and `steps`; it evaluates to the list of the targets' derivations.
 """
 
 from __future__ import annotations
@@ -76,8 +80,41 @@ class Expression:
         self.referenced: dict[str, str] = {} if referenced is None else referenced
 
 
-def context(graph: Graph, step: Step, keys: Mapping[str, str]) -> dict[str, Any]:
-    """The jinja context of one step's template."""
+# The one name the copied inputs are bound under in the file's top `let` (class Paths).
+PATHS = "tracePaths"
+
+
+class Paths:
+    """The files and trees one build's rendered templates copy into the store, each bound once
+    in the generated file's top `let` (`tracePaths.p<n> = <render.nix_path>;`) and printed as a
+    reference to that binding. Nix evaluates every `builtins.path` occurrence in the text anew
+    (it walks the tree and calls the filter per file, then hashes it), and the verify graph
+    prints the same few inputs over a hundred times (issue 30). The reference is parenthesized,
+    as `nix_path`'s expression is, so it reads the same wherever a template prints it; the
+    store paths, and so the .drv paths, are those of the expressions it stands for. Only the
+    rendered steps' inputs are bound: an imported step's are not in the file at all."""
+
+    __slots__ = ("names",)
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}  # absolute path -> its binding's name, in first use
+
+    def ref(self, abs_path: str) -> NixExpr:
+        name = self.names.get(abs_path)
+        if name is None:
+            name = self.names[abs_path] = f"p{len(self.names)}"
+        return NixExpr(f"({PATHS}.{name})")
+
+    def bindings(self) -> list[str]:
+        """The lines of the top `let` binding every path referenced (none: no lines)."""
+        if not self.names:
+            return []
+        body = [f"    {name} = {nix_path(path)};" for path, name in self.names.items()]
+        return [f"  {PATHS} = {{", *body, "  };"]
+
+
+def context(graph: Graph, step: Step, keys: Mapping[str, str], paths: Paths) -> dict[str, Any]:
+    """The jinja context of one step's template (its copied inputs: references into `paths`)."""
 
     def ref(sid: str) -> NixExpr:
         return NixExpr(f"steps.{nix_string(sid)}")
@@ -85,9 +122,9 @@ def context(graph: Graph, step: Step, keys: Mapping[str, str]) -> dict[str, Any]
     params: dict[str, Any] = {}
     for name, value in step.params.items():
         if isinstance(value, InputRef):
-            params[name] = nix_path(str(value.path))
+            params[name] = paths.ref(str(value.path))
         elif isinstance(value, list) and value and isinstance(value[0], InputRef):
-            params[name] = [nix_path(str(v.path)) for v in value]
+            params[name] = [paths.ref(str(v.path)) for v in value]
         else:
             params[name] = value
     needs: dict[str, Any] = {}
@@ -96,7 +133,7 @@ def context(graph: Graph, step: Step, keys: Mapping[str, str]) -> dict[str, Any]
         needs[base] = [ref(i) for i in ids] if repeated else ref(ids[0])
     return {
         "params": params,
-        "inputs": {k: nix_path(str(v.path)) for k, v in step.inputs.items()},
+        "inputs": {k: paths.ref(str(v.path)) for k, v in step.inputs.items()},
         "needs": needs,
         "step": {"id": step.id, "key": keys[step.id], "base_id": step.base_id},
         "repeat_index": step.repeat_index,
@@ -157,6 +194,8 @@ def build(
     (the bench's raw-Nix side; the same .drv paths for templates that use upstream steps only
     as derivations)."""
     render_ids, imported = frontier(graph, targets, known or {})
+    paths = Paths()
+    bodies = [(sid, _render_step(graph, graph.steps[sid], keys, paths)) for sid in render_ids]
     if graph.package_set is not None:
         pkgs = f"import (/. + {nix_string(str(graph.package_set.path))}) {{ }}"
     else:
@@ -166,12 +205,12 @@ def build(
     if identity is not None:
         lines += sandbox_scope(identity)
     lines += ["let", *(_sandbox_bindings() if identity else []), f"  pkgs = {pkgs};", f"  {VIEW}"]
+    lines += paths.bindings()
     lines.append("  steps = {")
     for sid, drv in imported.items():
         lines.append(f"    {nix_string(sid)} = import (/. + {nix_string(drv)});")
     owner: dict[int, str] = {}
-    for sid in render_ids:
-        body = _render_step(graph, graph.steps[sid], keys)
+    for sid, body in bodies:
         start = len(lines) + 1
         lines.append(f"    {nix_string(sid)} = {'(' if plain else 'view ('}")
         # The body goes in byte for byte: split on "\n" only (as Nix counts lines), never
@@ -188,10 +227,11 @@ def build(
     return Expression("\n".join(lines) + "\n", owner, render_ids, imported)
 
 
-def _render_step(graph: Graph, step: Step, keys: Mapping[str, str]) -> str:
+def _render_step(graph: Graph, step: Step, keys: Mapping[str, str], paths: Paths) -> str:
     kind = graph.kinds[step.kind]
     try:
-        return render(kind.template_text, str(kind.template_path), context(graph, step, keys))
+        ctx = context(graph, step, keys, paths)
+        return render(kind.template_text, str(kind.template_path), ctx)
     except Exception as exc:  # jinja2: syntax errors, undefined names, filters, types
         what = (
             "does not compile"
