@@ -40,8 +40,8 @@ GATE_RECORDS = ("expectation", "gate-")
 
 
 def _name(drv: str) -> str:
-    """A .drv's derivation name: /nix/store/<hash>-<name>.drv."""
-    return Path(drv).name.split("-", 1)[1].removesuffix(".drv")
+    """What Nix orders a .drv by: its name with `.drv` (/nix/store/<hash>-<name>.drv)."""
+    return Path(drv).name.split("-", 1)[1]
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +100,22 @@ def test_the_chain_to_the_mutation_gate_sorts_before_package_builds_and_gate_rec
     assert len(chain) == len(CHAIN)
     packages = _package_builds(order)
     # the builds the chain competes with: test suites, mutants, coverage, the fuzzing build
-    assert any(n.endswith("-tests") for n in packages)
-    assert any("-mutant-" in n for n in packages)
+    assert any(n.endswith("_tests.drv") for n in packages)
+    assert any("_mutant-" in n for n in packages)
     records = _records(order)
     assert len(records) >= 8
     assert max(chain) < min(packages + records), json.dumps(sorted(chain + packages + records))
+
+
+def test_the_package_builds_every_step_waits_on_sort_before_its_other_builds(
+    order: dict[str, object],
+) -> None:
+    """pre-fix and post-fix are the package's own name; trace's other builds of the package
+    (test suites, mutants, coverage, fuzzing, library side) add `_<what>`, which sorts after
+    it (`-<what>` sorted before: `cparse-1.0-tests.drv` < `cparse-1.0.drv`)."""
+    packages = _package_builds(order)
+    own = _of(order, ("pre-fix", "post-fix"))
+    assert own == ["cparse-1.0.drv", "cparse-1.0.drv"]
+    others = [n for n in packages if n not in own]
+    assert len(others) >= 8  # tests, mutants, coverage, fuzzing, library side
+    assert max(own) < min(others), json.dumps(sorted(packages))

@@ -125,7 +125,7 @@ def test_the_mutants_run_in_one_derivation_each_built_in_its_own(ptr: RunResult)
         text=True,
         check=True,
     ).stdout.split()
-    builds = sorted(r.split("-mutant-")[-1] for r in refs if "-mutant-" in r)
+    builds = sorted(r.split("_mutant-")[-1] for r in refs if "_mutant-" in r)
     assert builds == [f"{n}.drv" for n in range(1, 7)], refs
     for n in range(1, 7):
         names = {p.name for p in (Path(step.out) / str(n)).iterdir()}

@@ -87,7 +87,7 @@ let
   '';
 in
 derivation (a // {
-  name = "${a.name}-${suffix}";
+  name = "${a.name}_${suffix}";
   args = [ "-c" (shared + ''
     ${run}
     rc=$?

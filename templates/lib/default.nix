@@ -16,17 +16,20 @@
 #   recorder templates/verify/cc-record and the fuzzing compiler templates/gates/fuzz-cc).
 #
 # Build order. Of the builds that are ready, Nix starts them in the order of their derivation
-# names (its worker keeps waiting goals sorted by name), whatever the order of the list it is
-# given. So the names of the derivations other steps wait on start with a digit, which sorts
-# before the package set's own names (a package's builds: `<pname>-<version>[-suffix]`) and
-# before the gate records (`gate-*`, `expectation`), which no step waits on:
+# names, `.drv` included (its worker keeps waiting goals sorted by name), whatever the order of
+# the list it is given. So trace names what it writes by what waits on it:
 #   `0-reproducer-run-N`  the PoC's runs (templates/verify/run.nix.j2): nearly every gate
 #                         reads them, and the variant plan needs the pre-fix ones;
 #   `1-<step>`            the chain to the mutation gate, the longest of a verify: the variant
 #                         plan, the variant runs (`1-variant-runs`), the fuzzing plan, the
-#                         patched source (the mutants' builds need it) and the mutant runs.
-# The rest (test suites, coverage, library side, the gate records) fills the build slots
-# those leave free. Only the order changes: each derivation's inputs are the same.
+#                         patched source (the mutants' builds need it) and the mutant runs;
+#   `<name>_<what>`       trace's other builds of a package (build-outcome.nix: its test
+#                         suites, mutants, coverage, fuzzing and library-side builds) sort after
+#                         the package's own `<name>.drv`, the pre-fix and post-fix builds every
+#                         step waits on (`-<what>` sorted before it: `-` < `.`).
+# A leading digit sorts before the package set's own names; the gate records (`gate-*`,
+# `expectation`), which no step waits on, fill the slots the rest leave free. Only names
+# change: what each derivation builds is the same (tests/test_build_order.py).
 { pkgs, src ? null }:
 let
   sandbox = import ./sandbox.nix { inherit pkgs src; };
