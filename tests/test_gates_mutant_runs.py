@@ -146,3 +146,33 @@ def test_the_gate_reads_each_mutant_of_the_batch(tmp_path: Path) -> None:
     single.mkdir()
     (single / "outcome.json").write_text(json.dumps({"schema": "trace.run/v1"}))
     assert mutant_dirs([str(batch), str(single)]) == [f"{batch}/2", f"{batch}/10", str(single)]
+
+
+def test_a_mutants_variant_runs_redact_their_pocs_secrets(
+    tmp_path: Path, setup: tuple[dict[str, Any], dict[str, str]]
+) -> None:
+    """A mutant's variant runs are told the variants' PoC (`taint`, the plan's poc.json), as
+    the variant-runs steps are: a PoC key the variant changed (a shape no rule knows) leaves
+    no 12-character piece in the mutant's records."""
+    from tests.test_harness_redaction import LINES, PEM, _leaks
+
+    cfg, env = setup
+    plan = Path(cfg["plan"])
+    original = tmp_path / "poc-key.pem"
+    original.write_text(PEM)
+    mutated = PEM.replace("-----BEGIN PRIVATE KEY-----\n", "").replace(
+        LINES[7], LINES[7][:30] + "," + LINES[7][31:]
+    )
+    (plan / "poc.json").write_text(json.dumps({"files": [str(original)], "args": []}))
+    (plan / "v" / "1" / "data" / "key.pem").write_text(mutated[:1000])
+    (plan / "v" / "1" / "repro.sh").write_text("\"$TARGET/bin/ok\" 'key.pem'\n")
+    # mutant 4 survives the PoC (no argument) and shows the variant's file
+    survivor = Path(cfg["mutants"][3]["target"])
+    (survivor / "bin" / "ok").write_text('#!/bin/sh\n[ -n "$1" ] && cat "$1"\necho fine\n')
+    out = tmp_path / "batch"
+    run_mutants(cfg, env, str(out), parallel=2)
+    record = json.loads((out / "4" / "variants" / "1" / "outcome.json").read_text())
+    [inv] = record["invocations"]
+    assert "[REDACTED:secret-fragment]" in inv["stdout_tail"], inv["stdout_tail"]
+    secrets = [LINES[7][:30], LINES[7][31:], *(line[:12] for line in LINES[:16])]
+    assert _leaks(record, secrets) == []

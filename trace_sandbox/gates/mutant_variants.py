@@ -105,6 +105,9 @@ def run_variants(
     ]
     if not todo:
         return summary
+    # the variants' PoC (its secrets' fragments are redacted from what the runs keep,
+    # harness/redaction.py), as the variant-runs steps are told it
+    env = {**(os.environ if env is None else env), "taint": os.path.join(cfg["plan"], "poc.json")}
     # one launcher process for these runs, as the variants gate's batch (a batch of mutants: its)
     with launcher_server() if batch is None else contextlib.nullcontext():
         for index, meta, post in todo:

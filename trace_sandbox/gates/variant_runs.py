@@ -5,11 +5,15 @@ each paying Nix's per-build overhead for one harness run of a second. One deriva
 runs them instead (a few at a time, PARALLEL), each exactly as the PoC's runs are: the verify
 harness's `run` (with the same sanitizer, isolation, timeout and redaction of the PoC's
 secrets) in a fresh working directory, its reproducer in namespaces of its own, its own
-record. The harness is loaded once into this process and serves every run (a harness process
-per run paid its interpreter's start and imports each time); each run has its own socket,
-threads and files, and shares no state with the others. One launcher process (the harness's
-`serving`) starts every run's reproducer in its namespaces, a fork of it per run, instead of a
-launcher interpreter per run. A reproducer sees neither the other runs' temporary directories
+record. A variant's script is trace's own, so it runs without the reproducer's sandbox and
+shell when its form allows (trace_sandbox/harness/direct.py: the requests its wrappers would
+have sent, the shell's record byte for byte); a run the shell would have reported a signal
+for is run again the usual way. The harness is loaded once into this process and serves
+every run (a harness process per run paid its interpreter's start and imports each time); each
+run has its own socket, threads and files, and shares no state with the others. One launcher
+process (the harness's `serving`, started with the first run that needs one) starts every
+run's reproducer in its namespaces, a fork of it per run, instead of a launcher interpreter per
+run. A reproducer sees neither the other runs' temporary directories
 (`only`: their common parent shows its own alone; each is removed when its run ends) nor this
 derivation's `$out`, where the others' records are (`hide`).
 
