@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import textwrap
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 MINIPKGS = REPO / "tests" / "fixtures" / "minipkgs"
@@ -114,3 +115,14 @@ def verify_bundle_process(
         stdin=subprocess.DEVNULL,
     )
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def keys_of(graph: Any) -> dict[str, str]:
+    """Every step's key, computed from scratch in graph order (what `plan` gives a fresh run)."""
+    from engine.hashing import key_digest
+    from engine.plan import components
+
+    keys: dict[str, str] = {}
+    for sid in graph.order:
+        keys[sid] = key_digest(components(graph, graph.steps[sid], keys))
+    return keys

@@ -19,10 +19,8 @@ from engine import expression
 from engine.candidate import load_candidate
 from engine.graph import load_graph
 from engine.graphtypes import Graph
-from engine.hashing import key_digest
-from engine.plan import components
 from engine.render import NixExpr, nix_path
-from tests.enginekit import make_project, write_inputs
+from tests.enginekit import keys_of, make_project, write_inputs
 
 REPO = Path(__file__).resolve().parent.parent
 FORK = REPO / "tests" / "fixtures" / "fork"
@@ -39,13 +37,6 @@ class Inline:
 
     def bindings(self) -> list[str]:
         return []
-
-
-def keys_of(graph: Graph) -> dict[str, str]:
-    keys: dict[str, str] = {}
-    for sid in graph.order:
-        keys[sid] = key_digest(components(graph, graph.steps[sid], keys))
-    return keys
 
 
 def shared_input_project(tmp: Path, n: int) -> Graph:

@@ -94,6 +94,34 @@ def _run(
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _plan(tmp_path: Path, scripts: list[str], data: list[dict[str, bytes]]) -> Path:
+    """A variant plan: variant n+1 is scripts[n] with data[n]."""
+    plan = tmp_path / "plan"
+    for n, (script, files) in enumerate(zip(scripts, data, strict=True), start=1):
+        d = plan / "v" / str(n)
+        (d / "data").mkdir(parents=True)
+        (d / "repro.sh").write_text(script)
+        for name, content in files.items():
+            (d / "data" / name).write_bytes(content)
+        (d / "variant.json").write_text(json.dumps({"id": f"v{n}", "index": n, "files": {}}))
+    return plan
+
+
+def _run_side(pkg: Path, plan: Path, out: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """run_side of `plan` against `pkg`, as a variant-runs derivation runs it; every run's
+    temporary directory is gone afterwards."""
+    build = Path(tempfile.mkdtemp(prefix="hd-", dir="/tmp"))
+    try:
+        for k, v in {"target": str(pkg), "run": "1", "tools": "/usr", "timeout": "30"}.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setenv("TMPDIR", str(build))
+        summary = run_side(str(plan), str(out))
+        assert list(build.iterdir()) == []
+        return summary
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
 CASES = {
     "one program": ('"$TARGET/bin/ok"\n', {}),
     "quotes, $TARGET and $PWD in arguments": (
@@ -184,21 +212,8 @@ def test_a_plan_whose_variant_crashes_is_run_again_the_usual_way(
 ) -> None:
     """run_side: the crashing variant's record is the shell's (its stderr has the shell's
     report of the signal), the others' the direct runs'."""
-    plan = tmp_path / "plan"
-    for n, script in ((1, '"$TARGET/bin/crash"\n'), (2, '"$TARGET/bin/ok"\n')):
-        d = plan / "v" / str(n)
-        (d / "data").mkdir(parents=True)
-        (d / "repro.sh").write_text(script)
-        (d / "variant.json").write_text(json.dumps({"id": f"v{n}", "index": n, "files": {}}))
-    build = Path(tempfile.mkdtemp(prefix="hd-", dir="/tmp"))
-    try:
-        for k, v in {"target": str(pkg), "run": "1", "tools": "/usr", "timeout": "30"}.items():
-            monkeypatch.setenv(k, v)
-        monkeypatch.setenv("TMPDIR", str(build))
-        summary = run_side(str(plan), str(tmp_path / "out"))
-        assert list(build.iterdir()) == []
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
+    plan = _plan(tmp_path, ['"$TARGET/bin/crash"\n', '"$TARGET/bin/ok"\n'], [{}, {}])
+    summary = _run_side(pkg, plan, tmp_path / "out", monkeypatch)
     crashed, fine = (r["outcome"] for r in summary["runs"])
     assert crashed["invocations"][0]["signal"] == "SIGSEGV"
     shell = _run(pkg, '"$TARGET/bin/crash"\n', {}, direct_mode=False, monkeypatch=monkeypatch)
@@ -257,26 +272,14 @@ def test_a_batch_of_direct_runs_starts_no_launcher(
     """The batch's launcher process starts with its first launch: none when no run needs one."""
     from trace_sandbox.harness import isolation
 
-    plan = tmp_path / "plan"
-    for n in (1, 2, 3):
-        d = plan / "v" / str(n)
-        (d / "data").mkdir(parents=True)
-        (d / "repro.sh").write_text(f"\"$TARGET/bin/show\" 'in{n}'\n")
-        (d / "data" / f"in{n}").write_text(f"input {n}\n")
-        (d / "variant.json").write_text(json.dumps({"id": f"v{n}", "index": n, "files": {}}))
+    scripts = [f"\"$TARGET/bin/show\" 'in{n}'\n" for n in (1, 2, 3)]
+    plan = _plan(tmp_path, scripts, [{f"in{n}": f"input {n}\n".encode()} for n in (1, 2, 3)])
 
     def no_launcher(self: object) -> None:
         raise AssertionError("a launcher process was started")
 
     monkeypatch.setattr(isolation.Server, "_started", no_launcher)
-    build = Path(tempfile.mkdtemp(prefix="hd-", dir="/tmp"))
-    try:
-        for k, v in {"target": str(pkg), "run": "1", "tools": "/usr", "timeout": "30"}.items():
-            monkeypatch.setenv(k, v)
-        monkeypatch.setenv("TMPDIR", str(build))
-        summary = run_side(str(plan), str(tmp_path / "out"))
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
+    summary = _run_side(pkg, plan, tmp_path / "out", monkeypatch)
     assert [r["outcome"]["stdout_tail"] for r in summary["runs"]] == [
         f"input {n}\n" for n in (1, 2, 3)
     ]

@@ -22,12 +22,12 @@ from engine import watch
 from engine.cache import Index
 from engine.errors import InputError
 from engine.graph import load_graph
-from engine.hashing import StatCache, key_digest
+from engine.hashing import StatCache
 from engine.inotify import IN_Q_OVERFLOW, Changes
-from engine.plan import components, plan
+from engine.plan import plan
 from engine.resident import Resident, faithful, sections, splice
 from engine.run import RunResult, StepResult
-from tests.enginekit import layered_steps, make_project, write_inputs
+from tests.enginekit import keys_of, layered_steps, make_project, write_inputs
 from tests.tiers import repeats
 
 N = 30
@@ -39,13 +39,6 @@ def _project(tmp: Path) -> Path:
     return graph
 
 
-def _keys(graph: Any) -> dict[str, str]:
-    keys: dict[str, str] = {}
-    for sid in graph.order:
-        keys[sid] = key_digest(components(graph, graph.steps[sid], keys))
-    return keys
-
-
 def _first_round(project: Path, graph: Any) -> RunResult:
     """What a first round that built everything returns (its outputs: files that exist)."""
     out = project / "out"
@@ -54,7 +47,7 @@ def _first_round(project: Path, graph: Any) -> RunResult:
         sid: StepResult(
             id=sid, key=k, status="built", drv=f"/nix/store/{k[:32]}-{sid}.drv", out=str(out)
         )
-        for sid, k in _keys(graph).items()
+        for sid, k in keys_of(graph).items()
     }
     return RunResult(graph=str(graph.entry), steps=steps)
 
@@ -73,7 +66,7 @@ def _assert_fresh(res: Resident, graph_file: Path) -> None:
     assert res.graph.steps == fresh.steps  # ids, params, inputs, needs, lines
     assert res.graph.sources == fresh.sources
     assert {p for p, _ in fresh.reads} <= {p for p, _ in res.graph.reads}
-    assert res.keys == _keys(fresh)
+    assert res.keys == keys_of(fresh)
 
 
 def _refused_by_full_load(graph_file: Path) -> bool:
