@@ -9,10 +9,10 @@ builds: tests/test_gates_variants_nix.py and every verify test).
 
 from __future__ import annotations
 
-import compileall
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -47,8 +47,10 @@ def pkg(tmp_path: Path) -> Path:
         (root / "bin" / prog).chmod(0o755)
     (root / "lib" / "python" / "mod").mkdir(parents=True)
     (root / "lib" / "python" / "mod" / "__init__.py").write_text("VALUE = 3\n")
-    # compiled now, as a store path is: else the first run writes the .pyc the second reads
-    compileall.compile_dir(str(root / "lib"), quiet=1)
+    # compiled now by the targets' interpreter, as a store path is: else the first run writes
+    # the .pyc the second reads (not by this process: PYTHONPYCACHEPREFIX puts its .pyc aside)
+    target_python = os.path.realpath("/usr/bin/python3")
+    subprocess.run([target_python, "-m", "compileall", "-q", str(root / "lib")], env={}, check=True)
     return root
 
 
