@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from bench.fork_bench import source_args
+from engine.fork.memo import RACY_NS
 from engine.fork.nixreads import NixReads, unchanged
 from tests.test_flake_fork import fixture_fork, git
 from tests.test_fork_once import calls, shim
@@ -51,9 +53,14 @@ def _row(report: dict[str, object]) -> dict[str, object]:
 @pytest.mark.nix
 def test_an_unrelated_commit_keeps_the_verdict_and_a_read_file_reverifies(tmp_path: Path) -> None:
     root = fixture_fork(tmp_path / "fork", {CANDIDATE: {}})
+    written = time.monotonic()
     log = tmp_path / "calls.log"
     env = {**shim(tmp_path / "bin", log), "TRACE_MEMO_KEY": str(tmp_path / "memo.key")}
     _fork(root, env)  # builds
+    # a precondition, not a timed assertion: the fork's files older than the memo's margin when
+    # the memoising run starts (a file modified within RACY_NS of a run's start is never
+    # memoised; a warm first run can end sooner than that)
+    time.sleep(max(0.0, RACY_NS / 1e9 + 0.1 - (time.monotonic() - written)))
     honest, _ = _fork(root, env)  # the full trusted path: memoised
     decision = _row(honest)["decision"]
 
