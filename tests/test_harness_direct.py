@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.test_gates_variant_runs import _variant
 from trace_sandbox.gates.variant_runs import run_side
 from trace_sandbox.gates.variants import Invocation, script_of
 from trace_sandbox.harness import direct
@@ -100,12 +101,7 @@ def _plan(tmp_path: Path, scripts: list[str], data: list[dict[str, bytes]]) -> P
     """A variant plan: variant n+1 is scripts[n] with data[n]."""
     plan = tmp_path / "plan"
     for n, (script, files) in enumerate(zip(scripts, data, strict=True), start=1):
-        d = plan / "v" / str(n)
-        (d / "data").mkdir(parents=True)
-        (d / "repro.sh").write_text(script)
-        for name, content in files.items():
-            (d / "data" / name).write_bytes(content)
-        (d / "variant.json").write_text(json.dumps({"id": f"v{n}", "index": n, "files": {}}))
+        _variant(plan, n, script, files)
     return plan
 
 
