@@ -39,8 +39,11 @@ import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-    from typing import Any
+    from collections.abc import Mapping
+
+    from .targets import Harness
+
+    Dirs = tuple[str, str, str]  # the working directory, $TARGET's view, the python shims
 
 # a program's path in the package, as script_of writes it: nothing the shell would expand
 _PROGRAM = re.compile(rb'"\$TARGET/(bin/[A-Za-z0-9._+-]+)"')
@@ -184,10 +187,11 @@ class DirectRun:
     and `exited_within`. `fallback` says why its record must not be kept (None: keep it)."""
 
     def __init__(
-        self, lines: list[Line], sock: str, where: Mapping[str, Any], ending: Callable[[], bool]
+        self, lines: list[Line], harness: Harness, env: Mapping[str, str], dirs: Dirs
     ) -> None:
-        self.lines, self.sock, self.where = lines, sock, where
-        self.ending = ending  # the harness is ending its targets (a timeout)
+        """`harness`: the run's, serving its socket; `env`: the shell's environment
+        (`shell_environment`); `dirs`: the working directory, $TARGET's view, the shims."""
+        self.lines, self.harness, self.env, self.dirs = lines, harness, env, dirs
         self.returncode: int | None = None
         self.fallback: str | None = None
         self.ended = threading.Event()
@@ -204,7 +208,7 @@ class DirectRun:
                 if self.ended.is_set():
                     break
                 kind, status = self._invoke(line)
-                if kind == "signal" and self.ending():
+                if kind == "signal" and self.harness.ending is not None:
                     self.ended.set()  # the harness killed it: the timeout's SIGKILL follows
                 elif kind == "signal":
                     self.fallback = f"a target died of signal {status}: the shell reports it"
@@ -217,16 +221,16 @@ class DirectRun:
         self.returncode = -9 if self.ended.is_set() else status
 
     def _invoke(self, line: Line) -> tuple[str, int]:
-        where = self.where
-        cwd, env = where["cwd"], where["env"]
-        name, argv0 = resolve(line.program, where["view"], where["shims"], where["programs"])
+        (cwd, view, shims), env = self.dirs, self.env
+        name, argv0 = resolve(line.program, view, shims, self.harness.programs)
         args = [os.fsencode(expand(a, env)) for a in line.args]
         path = os.path.join(cwd, line.stdin) if line.stdin else os.devnull
         stdin = os.open(path, os.O_RDONLY)
         try:
             fields = [name.encode(), os.fsencode(argv0), os.fsencode(cwd), b"%d" % len(args)]
             fields += args + [os.fsencode(f"{k}={v}") for k, v in env.items()]
-            return _request(self.sock, b"\0".join(fields), [stdin, self.out_w, self.err_w])
+            fds = [stdin, self.out_w, self.err_w]
+            return _request(self.harness.sock, b"\0".join(fields), fds)
         finally:
             os.close(stdin)
 

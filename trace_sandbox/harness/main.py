@@ -197,10 +197,7 @@ def _direct(
     shell_env = shell_environment(isolation["argv"][0], isolation["env"], cwd)
     if shell_env is None:
         return None
-    view, shims = dirs
-    where = {"cwd": cwd, "env": shell_env, "view": view, "shims": shims}
-    where["programs"] = harness.programs
-    return DirectRun(lines, harness.sock, where, lambda: harness.ending is not None)
+    return DirectRun(lines, harness, shell_env, (cwd, *dirs))
 
 
 def _private_directory(tmp: str) -> str:
